@@ -1,0 +1,250 @@
+//! Size pools: exact-size lists of freed areas, 1..=256 pages, kept outside the free tree.
+//!
+//! Owns: the pooled areas of one node (the engine keeps a `SizePools` under each node's pool
+//! lock). Does not own: the free tree, busy areas, memory.
+//!
+//! Each size class has two sides:
+//! - dirty: freed areas whose memory is still resident (lazy pages). Reusing one costs no
+//!   syscall and no page fault.
+//! - clean: areas whose memory was released by a purge. Their pages read as zero, so a zeroed
+//!   allocation needs no memset.
+//!
+//! Both sides are FIFO queues in which allocation takes the newest entry (the back) and decay
+//! takes the oldest (the front). As in the kernel, the pop looks at one entry only: if it is not
+//! aligned as asked, it is rotated to the front and the pop misses, which keeps the fast path
+//! O(1).
+//!
+//! Invariants (checked by [`SizePools::check`]): every entry of class `i` is `i + 1` pages;
+//! `dirty_pages` and `len` equal the sums over the classes.
+
+use std::collections::VecDeque;
+
+/// Largest pooled area, in pages (the kernel's `MAX_VA_SIZE_PAGES`).
+pub const POOL_MAX_PAGES: u64 = 256;
+
+/// Which side of a size class an entry is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolSide {
+    /// Memory still resident.
+    Dirty,
+    /// Memory released.
+    Clean,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Class {
+    dirty: VecDeque<u64>,
+    clean: VecDeque<u64>,
+}
+
+/// The 256 size classes of one node.
+#[derive(Clone, Debug)]
+pub struct SizePools {
+    classes: Vec<Class>,
+    len: u64,
+    dirty_pages: u64,
+}
+
+impl Default for SizePools {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SizePools {
+    /// Empty pools.
+    pub fn new() -> Self {
+        SizePools { classes: vec![Class::default(); POOL_MAX_PAGES as usize], len: 0, dirty_pages: 0 }
+    }
+
+    /// The class index of an area of `pages` pages, if it is poolable.
+    #[inline]
+    pub fn class_of(pages: u64) -> Option<usize> {
+        (1..=POOL_MAX_PAGES).contains(&pages).then(|| (pages - 1) as usize)
+    }
+
+    /// Number of pooled areas.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when no area is pooled.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Pages of pooled areas whose memory is still resident.
+    pub fn dirty_pages(&self) -> u64 {
+        self.dirty_pages
+    }
+
+    /// Length of each class, index `i` for `i + 1` pages.
+    pub fn class_lens(&self) -> impl Iterator<Item = u64> + '_ {
+        self.classes.iter().map(|c| (c.dirty.len() + c.clean.len()) as u64)
+    }
+
+    /// Pool an area. Panics if `pages` is not poolable (the engine checks first).
+    #[inline]
+    pub fn push(&mut self, start: u64, pages: u64, side: PoolSide) {
+        let c = &mut self.classes[Self::class_of(pages).expect("area too large for the pools")];
+        match side {
+            PoolSide::Dirty => {
+                c.dirty.push_back(start);
+                self.dirty_pages += pages;
+            }
+            PoolSide::Clean => c.clean.push_back(start),
+        }
+        self.len += 1;
+    }
+
+    /// Take an area of exactly `pages` pages aligned to `align_pages`. Looks at the newest entry
+    /// of the preferred side, then of the other side; a misaligned entry is rotated to the front
+    /// and counts as a miss.
+    #[inline]
+    pub fn pop(&mut self, pages: u64, align_pages: u64, prefer: PoolSide) -> Option<(u64, PoolSide)> {
+        let c = &mut self.classes[Self::class_of(pages)?];
+        let order = match prefer {
+            PoolSide::Dirty => [PoolSide::Dirty, PoolSide::Clean],
+            PoolSide::Clean => [PoolSide::Clean, PoolSide::Dirty],
+        };
+        for side in order {
+            let q = match side {
+                PoolSide::Dirty => &mut c.dirty,
+                PoolSide::Clean => &mut c.clean,
+            };
+            let Some(&start) = q.back() else { continue };
+            if start & (align_pages - 1) != 0 {
+                q.rotate_right(1);
+                continue;
+            }
+            q.pop_back();
+            self.len -= 1;
+            if side == PoolSide::Dirty {
+                self.dirty_pages -= pages;
+            }
+            return Some((start, side));
+        }
+        None
+    }
+
+    /// Detach every dirty entry: `(start, pages)` pairs, for a purge to release.
+    pub fn take_dirty(&mut self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for (i, c) in self.classes.iter_mut().enumerate() {
+            let pages = i as u64 + 1;
+            self.len -= c.dirty.len() as u64;
+            out.extend(c.dirty.drain(..).map(|s| (s, pages)));
+        }
+        self.dirty_pages = 0;
+        out
+    }
+
+    /// Detach the oldest `len * numerator / denominator` entries of every class (clean ones
+    /// first, then dirty ones), for the free tree. Returns `(start, pages, side)`.
+    pub fn decay(&mut self, numerator: u64, denominator: u64) -> Vec<(u64, u64, PoolSide)> {
+        let mut out = Vec::new();
+        for (i, c) in self.classes.iter_mut().enumerate() {
+            let pages = i as u64 + 1;
+            let len = (c.dirty.len() + c.clean.len()) as u64;
+            let mut n = len * numerator / denominator;
+            while n > 0 {
+                if let Some(s) = c.clean.pop_front() {
+                    out.push((s, pages, PoolSide::Clean));
+                } else if let Some(s) = c.dirty.pop_front() {
+                    out.push((s, pages, PoolSide::Dirty));
+                    self.dirty_pages -= pages;
+                } else {
+                    break;
+                }
+                self.len -= 1;
+                n -= 1;
+            }
+        }
+        out
+    }
+
+    /// Every pooled area, `(start, pages, side)`, for checkers and reports.
+    pub fn entries(&self) -> Vec<(u64, u64, PoolSide)> {
+        let mut out = Vec::with_capacity(self.len as usize);
+        for (i, c) in self.classes.iter().enumerate() {
+            let pages = i as u64 + 1;
+            out.extend(c.dirty.iter().map(|&s| (s, pages, PoolSide::Dirty)));
+            out.extend(c.clean.iter().map(|&s| (s, pages, PoolSide::Clean)));
+        }
+        out
+    }
+
+    /// Check the counters against the classes.
+    pub fn check(&self) -> Result<(), String> {
+        let (mut len, mut dirty) = (0u64, 0u64);
+        for (i, c) in self.classes.iter().enumerate() {
+            len += (c.dirty.len() + c.clean.len()) as u64;
+            dirty += c.dirty.len() as u64 * (i as u64 + 1);
+        }
+        if len != self.len || dirty != self.dirty_pages {
+            return Err(format!(
+                "pool counters: len {} (entries {}), dirty_pages {} (entries {})",
+                self.len, len, self.dirty_pages, dirty
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_bounds() {
+        assert_eq!(SizePools::class_of(0), None);
+        assert_eq!(SizePools::class_of(1), Some(0));
+        assert_eq!(SizePools::class_of(256), Some(255));
+        assert_eq!(SizePools::class_of(257), None);
+    }
+
+    #[test]
+    fn pop_prefers_the_asked_side_and_newest_entry() {
+        let mut p = SizePools::new();
+        p.push(10, 2, PoolSide::Dirty);
+        p.push(20, 2, PoolSide::Dirty);
+        p.push(30, 2, PoolSide::Clean);
+        assert_eq!(p.dirty_pages(), 4);
+        assert_eq!(p.pop(2, 1, PoolSide::Dirty), Some((20, PoolSide::Dirty)));
+        assert_eq!(p.pop(2, 1, PoolSide::Clean), Some((30, PoolSide::Clean)));
+        assert_eq!(p.pop(2, 1, PoolSide::Clean), Some((10, PoolSide::Dirty)));
+        assert_eq!(p.pop(2, 1, PoolSide::Clean), None);
+        assert_eq!(p.pop(3, 1, PoolSide::Clean), None);
+        assert_eq!(p.dirty_pages(), 0);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn misaligned_head_rotates_and_misses() {
+        let mut p = SizePools::new();
+        p.push(8, 1, PoolSide::Dirty);
+        p.push(9, 1, PoolSide::Dirty);
+        assert_eq!(p.pop(1, 8, PoolSide::Dirty), None);
+        assert_eq!(p.pop(1, 8, PoolSide::Dirty), Some((8, PoolSide::Dirty)));
+        assert_eq!(p.len(), 1);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn decay_takes_a_quarter_oldest_first_and_take_dirty_empties_dirty() {
+        let mut p = SizePools::new();
+        for s in 0..8 {
+            p.push(s * 10, 4, if s < 4 { PoolSide::Clean } else { PoolSide::Dirty });
+        }
+        let d = p.decay(1, 4);
+        assert_eq!(d, vec![(0, 4, PoolSide::Clean), (10, 4, PoolSide::Clean)]);
+        let dirty = p.take_dirty();
+        assert_eq!(dirty.len(), 4);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.dirty_pages(), 0);
+        let all = p.decay(1, 1);
+        assert_eq!(all.len(), 2);
+        assert!(p.is_empty());
+        p.check().unwrap();
+    }
+}
