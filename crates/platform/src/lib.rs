@@ -1,0 +1,37 @@
+//! vmarena layer 1: every OS call the project makes, and the `unsafe` they need.
+//!
+//! Owns: address-space reservations ([`Reservation`]), page release and guard markers
+//! ([`release`], [`guard`]), the current CPU and CPU count ([`cpu`]), a cycle counter and
+//! process figures for tests and the lab ([`process`]).
+//! Does not own: any allocation policy. The layers above call these functions through the
+//! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
+//!
+//! Linux only (x86_64 and aarch64 are what it is built and tested on).
+
+pub mod cpu;
+pub mod guard;
+pub mod process;
+pub mod release;
+pub mod reservation;
+
+pub use release::Advice;
+pub use reservation::Reservation;
+
+/// The system page size in bytes (4096 on the machines this is built for).
+pub fn page_size() -> usize {
+    use std::sync::OnceLock;
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize })
+}
+
+/// The errno of the last failed call on this thread.
+pub fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Set errno on this thread (for the C ABI).
+pub fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() = e }
+}

@@ -1,0 +1,36 @@
+//! Guard markers: pages that fault on any access, without splitting the mapping.
+//!
+//! `MADV_GUARD_INSTALL` (Linux 6.13) turns pages into guard markers in the page tables: any
+//! access raises SIGSEGV, the VMA is not split, and `MADV_DONTNEED`/`MADV_FREE` leave the
+//! markers in place; `MADV_GUARD_REMOVE` clears them. Support is probed once; on older kernels
+//! guards are only gaps (the address is reserved but readable and writable).
+
+use std::sync::OnceLock;
+
+/// `MADV_GUARD_INSTALL` (not yet in every libc).
+pub const MADV_GUARD_INSTALL: i32 = 102;
+/// `MADV_GUARD_REMOVE`.
+pub const MADV_GUARD_REMOVE: i32 = 103;
+
+/// True when the running kernel enforces guard markers.
+pub fn supported() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| {
+        let page = crate::page_size();
+        let Ok(r) = crate::Reservation::new(2 * page, page) else { return false };
+        // SAFETY: the range is a private mapping owned by `r` and unused.
+        unsafe { libc::madvise(r.base() as *mut libc::c_void, page, MADV_GUARD_INSTALL) == 0 }
+    })
+}
+
+/// Make `[addr, addr + len)` guard pages. Returns false if the kernel refused.
+pub fn install(addr: usize, len: usize) -> bool {
+    // SAFETY: the caller owns the range and nothing lives there (it is a guard gap).
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_GUARD_INSTALL) == 0 }
+}
+
+/// Clear guard markers in `[addr, addr + len)`. Returns false if the kernel refused.
+pub fn remove(addr: usize, len: usize) -> bool {
+    // SAFETY: the caller owns the range; removing markers makes it ordinary memory again.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_GUARD_REMOVE) == 0 }
+}

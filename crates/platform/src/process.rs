@@ -1,0 +1,66 @@
+//! Process figures for tests and the lab: RSS, page-table memory, faults, cycles.
+
+/// A time-stamp counter read (cycles on x86_64; nanoseconds elsewhere).
+#[inline]
+pub fn cycles() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc is available on every x86_64 CPU and has no side effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        monotonic_ns()
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn status_kib(key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resident set size in bytes (`VmRSS`).
+pub fn rss_bytes() -> u64 {
+    status_kib("VmRSS:").unwrap_or(0) * 1024
+}
+
+/// Peak resident set size in bytes (`VmHWM`).
+pub fn peak_rss_bytes() -> u64 {
+    status_kib("VmHWM:").unwrap_or(0) * 1024
+}
+
+/// Page-table memory in bytes (`VmPTE`).
+pub fn page_table_bytes() -> u64 {
+    status_kib("VmPTE:").unwrap_or(0) * 1024
+}
+
+/// Minor page faults of this process so far.
+pub fn minor_faults() -> u64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_minflt as u64
+}
+
+/// Resident bytes of `[addr, addr + len)`, page by page (`mincore`).
+pub fn resident_bytes(addr: usize, len: usize) -> u64 {
+    let page = crate::page_size();
+    let n = len.div_ceil(page);
+    let mut vec = vec![0u8; n];
+    // SAFETY: vec has one byte per page of the range; the range is a mapping of this process.
+    let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    if r != 0 {
+        return 0;
+    }
+    vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64
+}

@@ -1,0 +1,138 @@
+//! Releasing the memory of address ranges, in batches.
+//!
+//! `MADV_DONTNEED` drops the pages at once (the next touch faults in a zero page);
+//! `MADV_FREE` lets the kernel take them lazily under pressure (cheaper, but RSS falls only when
+//! the kernel needs the memory, and the old contents may survive). A purge releases many areas:
+//! where the kernel allows `process_madvise` on the calling process with these advices (Linux
+//! 6.13 and later; since 6.16 `MADV_DONTNEED` there also batches the TLB flush), up to `IOV_MAX`
+//! ranges go in one syscall; otherwise one `madvise` per range. The choice is probed on first
+//! use and remembered; a fork re-opens the pidfd.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+
+/// How released pages are given back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// `MADV_DONTNEED`: pages dropped now; they read as zero afterwards.
+    DontNeed,
+    /// `MADV_FREE`: pages reclaimable lazily; contents undefined until rewritten.
+    Free,
+}
+
+impl Advice {
+    fn raw(self) -> i32 {
+        match self {
+            Advice::DontNeed => libc::MADV_DONTNEED,
+            Advice::Free => libc::MADV_FREE,
+        }
+    }
+
+    /// True when pages released this way are known to read as zero afterwards.
+    pub fn zeroes(self) -> bool {
+        matches!(self, Advice::DontNeed)
+    }
+}
+
+const IOV_MAX: usize = 1024;
+const BATCH_UNKNOWN: u8 = 0;
+const BATCH_YES: u8 = 1;
+const BATCH_NO: u8 = 2;
+static BATCH: AtomicU8 = AtomicU8::new(BATCH_UNKNOWN);
+/// (pid, pidfd) of the process that opened the pidfd; re-opened after a fork.
+static PIDFD: Mutex<(i32, i32)> = Mutex::new((0, -1));
+
+fn self_pidfd() -> Option<i32> {
+    let mut g = PIDFD.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    if g.0 != pid || g.1 < 0 {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        if fd < 0 {
+            return None;
+        }
+        // A descriptor inherited from the parent refers to the parent: leave it alone (it is
+        // closed by whoever owns it); just stop using it.
+        *g = (pid, fd);
+    }
+    Some(g.1)
+}
+
+/// Release `ranges` (`(addr, len_bytes)` pairs, page aligned, inside memory the caller owns
+/// and nobody uses). Returns the number of syscalls made.
+pub fn release(ranges: &[(usize, usize)], advice: Advice) -> usize {
+    if ranges.is_empty() {
+        return 0;
+    }
+    let mut calls = 0;
+    if BATCH.load(Ordering::Relaxed) != BATCH_NO && ranges.len() > 1 {
+        if let Some(fd) = self_pidfd() {
+            let mut done = 0;
+            while done < ranges.len() {
+                let chunk = &ranges[done..(done + IOV_MAX).min(ranges.len())];
+                let iov: Vec<libc::iovec> = chunk
+                    .iter()
+                    .map(|&(a, l)| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: l })
+                    .collect();
+                // SAFETY: iov points to `iov.len()` valid iovecs describing memory of this
+                // process that the caller owns; the advice does not touch other memory.
+                let r = unsafe {
+                    libc::syscall(libc::SYS_process_madvise, fd, iov.as_ptr(), iov.len(), advice.raw(), 0)
+                };
+                calls += 1;
+                let want: usize = chunk.iter().map(|&(_, l)| l).sum();
+                if r < 0 || r as usize != want {
+                    // Not supported for this advice (older kernels allow only a few advices
+                    // on process_madvise): fall back to one madvise per range, for good.
+                    BATCH.store(BATCH_NO, Ordering::Relaxed);
+                    return calls + release_each(&ranges[done..], advice);
+                }
+                BATCH.store(BATCH_YES, Ordering::Relaxed);
+                done += chunk.len();
+            }
+            return calls;
+        }
+    }
+    calls + release_each(ranges, advice)
+}
+
+fn release_each(ranges: &[(usize, usize)], advice: Advice) -> usize {
+    for &(a, l) in ranges {
+        // SAFETY: as for `release`: the range is owned by the caller and unused.
+        unsafe {
+            libc::madvise(a as *mut libc::c_void, l, advice.raw());
+        }
+    }
+    ranges.len()
+}
+
+/// True once a batched release has succeeded (for reports).
+pub fn batching_in_use() -> bool {
+    BATCH.load(Ordering::Relaxed) == BATCH_YES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reservation;
+
+    #[test]
+    fn released_pages_read_zero_and_leave_rss() {
+        let page = crate::page_size();
+        let r = Reservation::new(64 * page, page).unwrap();
+        let p = r.base() as *mut u8;
+        for i in 0..64 {
+            // SAFETY: inside the reservation.
+            unsafe { *p.add(i * page) = 0xAB };
+        }
+        let ranges: Vec<(usize, usize)> = (0..64).step_by(2).map(|i| (r.base() + i * page, page)).collect();
+        let calls = release(&ranges, Advice::DontNeed);
+        assert!(calls >= 1 && calls <= 32);
+        for i in 0..64 {
+            // SAFETY: inside the reservation.
+            let v = unsafe { *p.add(i * page) };
+            assert_eq!(v, if i % 2 == 0 { 0 } else { 0xAB }, "page {i}");
+        }
+    }
+}

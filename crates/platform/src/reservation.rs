@@ -1,0 +1,113 @@
+//! One large reservation of address space: a single anonymous mapping, never split.
+//!
+//! `mmap(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`: no memory is
+//! committed until a page is touched, and the reservation stays one VMA for its whole life
+//! (guards are PTE markers, releases are `madvise`), so a process never approaches the
+//! 65,530-mapping limit because of vmarena.
+
+use std::io;
+
+/// An owned reservation; unmapped on drop.
+#[derive(Debug)]
+pub struct Reservation {
+    base: usize,
+    len_bytes: usize,
+}
+
+impl Reservation {
+    /// Reserve `len_bytes` (rounded up to whole pages), aligned to `align_bytes` (a power of two,
+    /// at least the page size).
+    pub fn new(len_bytes: usize, align_bytes: usize) -> io::Result<Self> {
+        let page = crate::page_size();
+        if len_bytes == 0 || !align_bytes.is_power_of_two() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let align = align_bytes.max(page);
+        let len = len_bytes
+            .checked_add(page - 1)
+            .map(|l| l & !(page - 1))
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        let over = len
+            .checked_add(align - page)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing; no existing
+        // memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let raw = p as usize;
+        let base = (raw + align - 1) & !(align - 1);
+        // Trim the slack at both ends so exactly one mapping of `len` bytes remains.
+        // SAFETY: both trimmed ranges lie inside the mapping just created and are not used.
+        unsafe {
+            if base > raw {
+                libc::munmap(raw as *mut libc::c_void, base - raw);
+            }
+            let tail = raw + over - (base + len);
+            if tail > 0 {
+                libc::munmap((base + len) as *mut libc::c_void, tail);
+            }
+        }
+        Ok(Reservation { base, len_bytes: len })
+    }
+
+    /// First byte of the reservation.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Length in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    /// True when `addr` lies inside the reservation.
+    #[inline]
+    pub fn contains(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.base) < self.len_bytes
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is owned by this value; whoever handed out memory from it must
+        // have stopped using it before dropping the reservation (the space guarantees that).
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len_bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_aligned_and_touch() {
+        let r = Reservation::new(10 << 20, 2 << 20).unwrap();
+        assert_eq!(r.base() % (2 << 20), 0);
+        assert_eq!(r.len_bytes(), 10 << 20);
+        assert!(r.contains(r.base()) && r.contains(r.base() + r.len_bytes() - 1));
+        assert!(!r.contains(r.base() + r.len_bytes()) && !r.contains(r.base().wrapping_sub(1)));
+        // SAFETY: inside the reservation, which is readable and writable.
+        unsafe { *(r.base() as *mut u8).add(4096 * 3) = 7 };
+        assert_eq!(unsafe { *(r.base() as *const u8).add(4096 * 3) }, 7);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        assert!(Reservation::new(0, 4096).is_err());
+        assert!(Reservation::new(4096, 3000).is_err());
+        assert!(Reservation::new(usize::MAX - 10, 4096).is_err());
+    }
+}
