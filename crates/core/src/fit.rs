@@ -63,7 +63,12 @@ impl Request {
         if hi <= lo || hi - lo < size_pages {
             return Err(RequestError::BadWindow);
         }
-        Ok(Request { size_pages, align_pages, lo, hi })
+        Ok(Request {
+            size_pages,
+            align_pages,
+            lo,
+            hi,
+        })
     }
 
     /// The block length the conservative search requires (see the module doc).
@@ -139,7 +144,12 @@ mod tests {
         assert_eq!(Request::new(4, 8, 8, 12).unwrap().search_length(), 4);
         // No overflow on absurd alignments.
         let huge = (1u64 << 63) + 5;
-        assert_eq!(Request::new(huge, 1 << 63, 0, u64::MAX).unwrap().search_length(), u64::MAX);
+        assert_eq!(
+            Request::new(huge, 1 << 63, 0, u64::MAX)
+                .unwrap()
+                .search_length(),
+            u64::MAX
+        );
     }
 
     #[test]
@@ -151,7 +161,11 @@ mod tests {
         let w = Request::new(2, 1, 0, 9).unwrap();
         assert_eq!(w.candidate_in(8, 20), None, "window end cuts the block");
         let far = Request::new(1, 1 << 62, 0, u64::MAX).unwrap();
-        assert_eq!(far.candidate_in(u64::MAX - 3, u64::MAX), None, "align_up overflow is a miss");
+        assert_eq!(
+            far.candidate_in(u64::MAX - 3, u64::MAX),
+            None,
+            "align_up overflow is a miss"
+        );
     }
 
     #[test]

@@ -18,7 +18,9 @@ pub struct Oracle {
 impl Oracle {
     /// Build from the ranges of a tree (or any sorted, disjoint list).
     pub fn from_ranges(ranges: &[(u64, u64)]) -> Self {
-        Oracle { free: ranges.iter().copied().collect() }
+        Oracle {
+            free: ranges.iter().copied().collect(),
+        }
     }
 
     /// The free ranges in address order.
@@ -37,7 +39,9 @@ impl Oracle {
 
     /// Remove `[start, start + size)` from the range that contains it.
     pub fn take(&mut self, start: u64, size: u64) -> bool {
-        let Some((&s, &e)) = self.free.range(..=start).next_back() else { return false };
+        let Some((&s, &e)) = self.free.range(..=start).next_back() else {
+            return false;
+        };
         if start + size > e {
             return false;
         }

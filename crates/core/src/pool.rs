@@ -54,13 +54,19 @@ impl Default for SizePools {
 impl SizePools {
     /// Empty pools.
     pub fn new() -> Self {
-        SizePools { classes: vec![Class::default(); POOL_MAX_PAGES as usize], len: 0, dirty_pages: 0 }
+        SizePools {
+            classes: vec![Class::default(); POOL_MAX_PAGES as usize],
+            len: 0,
+            dirty_pages: 0,
+        }
     }
 
     /// The class index of an area of `pages` pages, if it is poolable.
     #[inline]
     pub fn class_of(pages: u64) -> Option<usize> {
-        (1..=POOL_MAX_PAGES).contains(&pages).then(|| (pages - 1) as usize)
+        (1..=POOL_MAX_PAGES)
+            .contains(&pages)
+            .then(|| (pages - 1) as usize)
     }
 
     /// Number of pooled areas.
@@ -80,7 +86,9 @@ impl SizePools {
 
     /// Length of each class, index `i` for `i + 1` pages.
     pub fn class_lens(&self) -> impl Iterator<Item = u64> + '_ {
-        self.classes.iter().map(|c| (c.dirty.len() + c.clean.len()) as u64)
+        self.classes
+            .iter()
+            .map(|c| (c.dirty.len() + c.clean.len()) as u64)
     }
 
     /// Pool an area. Panics if `pages` is not poolable (the engine checks first).
@@ -101,7 +109,12 @@ impl SizePools {
     /// of the preferred side, then of the other side; a misaligned entry is rotated to the front
     /// and counts as a miss.
     #[inline]
-    pub fn pop(&mut self, pages: u64, align_pages: u64, prefer: PoolSide) -> Option<(u64, PoolSide)> {
+    pub fn pop(
+        &mut self,
+        pages: u64,
+        align_pages: u64,
+        prefer: PoolSide,
+    ) -> Option<(u64, PoolSide)> {
         let c = &mut self.classes[Self::class_of(pages)?];
         let order = match prefer {
             PoolSide::Dirty => [PoolSide::Dirty, PoolSide::Clean],
@@ -139,26 +152,16 @@ impl SizePools {
         out
     }
 
-    /// Detach the oldest `len * numerator / denominator` entries of every class (clean ones
-    /// first, then dirty ones), for the free tree. Returns `(start, pages, side)`.
-    pub fn decay(&mut self, numerator: u64, denominator: u64) -> Vec<(u64, u64, PoolSide)> {
+    /// Detach the oldest `clean_len * numerator / denominator` clean entries of every class,
+    /// for the free tree. Dirty entries are left alone: they are the areas a purge is about to
+    /// release and put back, as the kernel decays a pool before repopulating it.
+    pub fn decay(&mut self, numerator: u64, denominator: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         for (i, c) in self.classes.iter_mut().enumerate() {
             let pages = i as u64 + 1;
-            let len = (c.dirty.len() + c.clean.len()) as u64;
-            let mut n = len * numerator / denominator;
-            while n > 0 {
-                if let Some(s) = c.clean.pop_front() {
-                    out.push((s, pages, PoolSide::Clean));
-                } else if let Some(s) = c.dirty.pop_front() {
-                    out.push((s, pages, PoolSide::Dirty));
-                    self.dirty_pages -= pages;
-                } else {
-                    break;
-                }
-                self.len -= 1;
-                n -= 1;
-            }
+            let n = (c.clean.len() as u64 * numerator / denominator) as usize;
+            self.len -= n as u64;
+            out.extend(c.clean.drain(..n).map(|s| (s, pages)));
         }
         out
     }
@@ -231,19 +234,31 @@ mod tests {
     }
 
     #[test]
-    fn decay_takes_a_quarter_oldest_first_and_take_dirty_empties_dirty() {
+    fn decay_takes_a_quarter_of_clean_oldest_first_and_take_dirty_empties_dirty() {
         let mut p = SizePools::new();
-        for s in 0..8 {
-            p.push(s * 10, 4, if s < 4 { PoolSide::Clean } else { PoolSide::Dirty });
+        for s in 0..12 {
+            p.push(
+                s * 10,
+                4,
+                if s < 8 {
+                    PoolSide::Clean
+                } else {
+                    PoolSide::Dirty
+                },
+            );
         }
         let d = p.decay(1, 4);
-        assert_eq!(d, vec![(0, 4, PoolSide::Clean), (10, 4, PoolSide::Clean)]);
+        assert_eq!(
+            d,
+            vec![(0, 4), (10, 4)],
+            "a quarter of the 8 clean entries, oldest first"
+        );
         let dirty = p.take_dirty();
         assert_eq!(dirty.len(), 4);
-        assert_eq!(p.len(), 2);
+        assert_eq!(p.len(), 6);
         assert_eq!(p.dirty_pages(), 0);
         let all = p.decay(1, 1);
-        assert_eq!(all.len(), 2);
+        assert_eq!(all.len(), 6);
         assert!(p.is_empty());
         p.check().unwrap();
     }

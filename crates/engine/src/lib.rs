@@ -1,0 +1,34 @@
+//! vmarena layer 3: the concurrent engine.
+//!
+//! An [`Arena`] allocates page ranges from any integer range `[lo, hi)` under one of three lock
+//! designs ([`Strategy`]): the single global lock of the kernel before 2019, the 2019 split of a
+//! free-space lock and a busy lock, and the per-CPU nodes of Linux 6.9 (address-striped busy
+//! shards, per-node size pools, the global free-space lock taken only on a pool miss). Lazy
+//! freeing, batched purging with pool decay, the shrinker and lock statistics are common to all
+//! three.
+//!
+//! The engine never touches memory: a [`Backing`] says what pages stand for. This crate holds
+//! no `unsafe` except the lock primitive in [`lock`].
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod arena;
+pub mod backing;
+pub mod lock;
+mod node;
+pub mod options;
+mod purge;
+pub mod stats;
+pub mod strategy;
+pub mod table;
+
+pub use arena::{
+    AllocError, AllocRequest, Allocation, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step,
+    NO_NODE,
+};
+pub use backing::{Backing, NoBacking};
+pub use lock::{LockStats, StatLock};
+pub use node::ZONE_PAGES;
+pub use options::ArenaOptions;
+pub use stats::ArenaStats;
+pub use strategy::Strategy;

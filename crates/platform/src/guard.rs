@@ -17,7 +17,9 @@ pub fn supported() -> bool {
     static S: OnceLock<bool> = OnceLock::new();
     *S.get_or_init(|| {
         let page = crate::page_size();
-        let Ok(r) = crate::Reservation::new(2 * page, page) else { return false };
+        let Ok(r) = crate::Reservation::new(2 * page, page) else {
+            return false;
+        };
         // SAFETY: the range is a private mapping owned by `r` and unused.
         unsafe { libc::madvise(r.base() as *mut libc::c_void, page, MADV_GUARD_INSTALL) == 0 }
     })

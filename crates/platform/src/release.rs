@@ -73,12 +73,22 @@ pub fn release(ranges: &[(usize, usize)], advice: Advice) -> usize {
                 let chunk = &ranges[done..(done + IOV_MAX).min(ranges.len())];
                 let iov: Vec<libc::iovec> = chunk
                     .iter()
-                    .map(|&(a, l)| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: l })
+                    .map(|&(a, l)| libc::iovec {
+                        iov_base: a as *mut libc::c_void,
+                        iov_len: l,
+                    })
                     .collect();
                 // SAFETY: iov points to `iov.len()` valid iovecs describing memory of this
                 // process that the caller owns; the advice does not touch other memory.
                 let r = unsafe {
-                    libc::syscall(libc::SYS_process_madvise, fd, iov.as_ptr(), iov.len(), advice.raw(), 0)
+                    libc::syscall(
+                        libc::SYS_process_madvise,
+                        fd,
+                        iov.as_ptr(),
+                        iov.len(),
+                        advice.raw(),
+                        0,
+                    )
                 };
                 calls += 1;
                 let want: usize = chunk.iter().map(|&(_, l)| l).sum();
@@ -126,7 +136,10 @@ mod tests {
             // SAFETY: inside the reservation.
             unsafe { *p.add(i * page) = 0xAB };
         }
-        let ranges: Vec<(usize, usize)> = (0..64).step_by(2).map(|i| (r.base() + i * page, page)).collect();
+        let ranges: Vec<(usize, usize)> = (0..64)
+            .step_by(2)
+            .map(|i| (r.base() + i * page, page))
+            .collect();
         let calls = release(&ranges, Advice::DontNeed);
         assert!(calls >= 1 && calls <= 32);
         for i in 0..64 {

@@ -58,7 +58,10 @@ impl Reservation {
                 libc::munmap((base + len) as *mut libc::c_void, tail);
             }
         }
-        Ok(Reservation { base, len_bytes: len })
+        Ok(Reservation {
+            base,
+            len_bytes: len,
+        })
     }
 
     /// First byte of the reservation.

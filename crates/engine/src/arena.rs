@@ -1,0 +1,1016 @@
+//! `Arena`: a concurrent allocator of page ranges over any integer range `[lo, hi)`.
+//!
+//! Owns: the free tree, the busy areas, the pools and lazy lists of one range, under the locks
+//! of its [`Strategy`]; the purge serialisation; the background purge worker.
+//! Does not own: memory. What pages stand for is the [`Backing`]'s business.
+//!
+//! Area life cycle (every page of the arena is in exactly one of these states):
+//!
+//! ```text
+//!            alloc: pool hit (Nodes)          alloc: lazy reuse (Nodes, large)
+//!        +--------------------------------+ +--------------------------------+
+//!        |                                | |                                |
+//!        v      free                      | v       free                     |
+//!  +------------+ ---------> +-------------------+ ---------------------> +------------+
+//!  |   busy     |            | pooled dirty      |                        | lazy list  |
+//!  | (busy map) |            | (Nodes, <=256 pg) |                        | (all other |
+//!  +------------+            +-------------------+                        |  frees)    |
+//!        ^                         | purge: release memory                +------------+
+//!        |                         v                                            |
+//!        |                   +-------------------+                              |
+//!        +-------------------| pooled clean      |                              |
+//!        | alloc: pool hit   +-------------------+                              |
+//!        |                         | decay 25% (100% on full purge)             |
+//!        |                         v                                            |
+//!        |                   +-------------------+   purge: release, retire,   |
+//!        +-------------------|  free tree        |<-----------------------------+
+//!          alloc: tree       +-------------------+          merge
+//! ```
+//!
+//! Invariant (checked by [`Arena::check`]): busy ∪ pooled ∪ lazy ∪ free = `[lo, hi)`, disjoint.
+//!
+//! Allocation is a ladder of named steps ([`Step`]): pool, lazy reuse, tree, exact tree search,
+//! full purge and retry, failure with an error that names the arena and its limits.
+
+use crate::backing::Backing;
+use crate::lock::{with_nesting_allowed, LockStats, StatLock};
+use crate::node::{LazyArea, Node, Padded, ZONE_PAGES};
+use crate::options::ArenaOptions;
+use crate::purge::Worker;
+use crate::stats::ArenaStats;
+use crate::strategy::{BusyLazy, GlobalState, Strategy};
+use std::fmt;
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use vmarena_core::{BusyArea, FreeTree, PoolSide, Request, RequestError, SizePools};
+
+/// No allocating node (the kernel's `vn_id` 0).
+pub const NO_NODE: u16 = u16::MAX;
+
+/// What the layer above records with each live area.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AreaTag {
+    /// Where the area was allocated from (for `vmallocinfo`).
+    pub caller: Option<&'static Location<'static>>,
+    /// Bytes the user asked for (the kernel's `requested_size`).
+    pub requested_bytes: u64,
+}
+
+/// An allocation request. `AllocRequest::pages(n)` gives the defaults.
+#[derive(Clone, Copy, Debug)]
+pub struct AllocRequest {
+    /// Pages, guard pages included.
+    pub pages: u64,
+    /// Alignment of the start, in pages (power of two).
+    pub align_pages: u64,
+    /// Sub-range the area must lie in; `None` for the whole arena (only then are pools used).
+    pub window: Option<(u64, u64)>,
+    /// Prefer an area whose memory was released (reads as zero without a memset).
+    pub prefer_fresh: bool,
+    /// Never wait for a purge: fail with [`AllocError::WouldBlock`] instead.
+    pub nonblocking: bool,
+    /// Recorded with the area.
+    pub tag: AreaTag,
+}
+
+impl AllocRequest {
+    /// `pages` pages, page aligned, anywhere in the arena.
+    pub fn pages(pages: u64) -> Self {
+        AllocRequest {
+            pages,
+            align_pages: 1,
+            window: None,
+            prefer_fresh: false,
+            nonblocking: false,
+            tag: AreaTag::default(),
+        }
+    }
+}
+
+/// A successful allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// First page.
+    pub start: u64,
+    /// Pages, as requested.
+    pub pages: u64,
+    /// The memory is known to read as zero (fresh from the tree or released in a pool).
+    pub fresh: bool,
+}
+
+/// Why an allocation failed. Nothing was changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// Size 0, a bad alignment or an empty window.
+    Invalid(RequestError),
+    /// The window is not inside the arena.
+    OutOfRange {
+        /// Window asked for.
+        window: (u64, u64),
+        /// The arena's range.
+        arena: (u64, u64),
+    },
+    /// No room even after a full purge.
+    NoSpace {
+        /// Arena name.
+        arena: String,
+        /// Pages asked for.
+        pages: u64,
+        /// Alignment asked for.
+        align_pages: u64,
+        /// Window searched.
+        window: (u64, u64),
+        /// Free pages left in the tree.
+        free_pages: u64,
+        /// Largest free range.
+        largest_free: u64,
+    },
+    /// A non-blocking request found no room without purging.
+    WouldBlock,
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::Invalid(RequestError::ZeroSize) => write!(f, "size 0"),
+            AllocError::Invalid(RequestError::BadAlignment) => write!(f, "alignment is not a power of two"),
+            AllocError::Invalid(RequestError::BadWindow) => write!(f, "window is empty or smaller than the request"),
+            AllocError::OutOfRange { window, arena } => write!(
+                f,
+                "window [{:#x}, {:#x}) is outside the arena [{:#x}, {:#x})",
+                window.0, window.1, arena.0, arena.1
+            ),
+            AllocError::NoSpace { arena, pages, align_pages, window, free_pages, largest_free } => write!(
+                f,
+                "{arena}: no room for {pages} pages (alignment {align_pages}) in pages [{:#x}, {:#x}) \
+                 after a full purge; {free_pages} pages free, largest free range {largest_free} pages",
+                window.0, window.1
+            ),
+            AllocError::WouldBlock => write!(f, "no room without purging, and the request may not block"),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// Why a free was refused. Nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeError {
+    /// `start` is not the first page of a live area (interior, foreign, or already freed).
+    NotLive {
+        /// The page given.
+        start: u64,
+    },
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FreeError::NotLive { start } => {
+                write!(f, "page {start:#x} is not the start of a live area")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FreeError {}
+
+/// The rungs of the allocation ladder, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// This node's exact-size pool (Nodes, default window, 1..=256 pages).
+    Pool,
+    /// A large area this node freed and no purge has taken yet (Nodes, default window).
+    LazyReuse,
+    /// The free tree, conservative O(log n) search.
+    Tree,
+    /// The free tree, exact search (only when the alignment made the first search skip blocks).
+    TreeExact,
+    /// Full purge (every lazy area released, every pool decayed), then the steps again.
+    FullPurge,
+}
+
+/// How much a purge gives back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PurgeKind {
+    /// Release lazy memory, refill pools with the released areas, decay pools by the option's
+    /// share (25%).
+    Normal,
+    /// Release lazy memory and return every pooled and lazy area to the free tree.
+    Full,
+}
+
+/// What one purge did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Areas whose memory was released.
+    pub areas_released: u64,
+    /// Pages whose memory was released.
+    pub pages_released: u64,
+    /// Areas returned to the free tree.
+    pub areas_to_tree: u64,
+    /// Syscalls made (release and retire).
+    pub syscalls: u64,
+}
+
+pub(crate) enum Kind {
+    Global(Padded<StatLock<GlobalState>>),
+    Split {
+        free: Padded<StatLock<FreeTree>>,
+        busy: Padded<StatLock<BusyLazy>>,
+    },
+    Nodes {
+        free: Padded<StatLock<FreeTree>>,
+        nodes: Box<[Node]>,
+    },
+}
+
+#[derive(Default)]
+struct Counters {
+    tree_allocs: AtomicU64,
+    purges: AtomicU64,
+    full_purges: AtomicU64,
+    areas_released: AtomicU64,
+    pages_released: AtomicU64,
+    release_calls: AtomicU64,
+    alloc_failures: AtomicU64,
+    bad_frees: AtomicU64,
+}
+
+pub(crate) struct Shared {
+    name: String,
+    lo: u64,
+    hi: u64,
+    opts: ArenaOptions,
+    nr_nodes: usize,
+    node_mask: Option<usize>,
+    lazy_max: u64,
+    backing: Box<dyn Backing>,
+    kind: Kind,
+    /// Lazy pages, arena-wide (exact for Global/Split; within nodes x LAZY_SYNC_PAGES for Nodes).
+    lazy_approx: AtomicI64,
+    purge_lock: Mutex<()>,
+    pub(crate) purge_requested: AtomicBool,
+    worker_started: AtomicBool,
+    pub(crate) worker: Arc<Worker>,
+    counters: Counters,
+}
+
+/// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
+pub struct Arena {
+    shared: Arc<Shared>,
+}
+
+impl Arena {
+    /// An arena over pages `[lo, hi)`, named `name` in errors and reports.
+    pub fn new(
+        name: impl Into<String>,
+        lo: u64,
+        hi: u64,
+        opts: ArenaOptions,
+        backing: Box<dyn Backing>,
+    ) -> Result<Arena, String> {
+        if lo >= hi {
+            return Err(format!("arena range [{lo:#x}, {hi:#x}) is empty"));
+        }
+        if opts.pool_decay_percent > 100 {
+            return Err("pool_decay_percent must be at most 100".into());
+        }
+        let nr_nodes = opts.node_count();
+        let free = || Padded(StatLock::new(FreeTree::with_range(lo, hi)));
+        let kind = match opts.strategy {
+            Strategy::Global => Kind::Global(Padded(StatLock::new(GlobalState {
+                free: FreeTree::with_range(lo, hi),
+                bl: BusyLazy::default(),
+            }))),
+            Strategy::Split => Kind::Split {
+                free: free(),
+                busy: Padded(StatLock::new(BusyLazy::default())),
+            },
+            Strategy::Nodes => Kind::Nodes {
+                free: free(),
+                nodes: (0..nr_nodes).map(|_| Node::new()).collect(),
+            },
+        };
+        let shared = Arc::new(Shared {
+            name: name.into(),
+            lo,
+            hi,
+            lazy_max: opts.lazy_max(),
+            node_mask: nr_nodes.is_power_of_two().then(|| nr_nodes - 1),
+            nr_nodes,
+            opts,
+            backing,
+            kind,
+            lazy_approx: AtomicI64::new(0),
+            purge_lock: Mutex::new(()),
+            purge_requested: AtomicBool::new(false),
+            worker_started: AtomicBool::new(false),
+            worker: Arc::new(Worker::default()),
+            counters: Counters::default(),
+        });
+        Ok(Arena { shared })
+    }
+
+    /// The arena's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The page range `[lo, hi)`.
+    pub fn range(&self) -> (u64, u64) {
+        (self.shared.lo, self.shared.hi)
+    }
+
+    /// The lock design in use.
+    pub fn strategy(&self) -> Strategy {
+        self.shared.opts.strategy
+    }
+
+    /// The options the arena was built with.
+    pub fn options(&self) -> &ArenaOptions {
+        &self.shared.opts
+    }
+
+    /// Nodes (1 for Global and Split).
+    pub fn node_count(&self) -> usize {
+        self.shared.nr_nodes
+    }
+
+    /// Lazy pages above which a purge runs.
+    pub fn lazy_max_pages(&self) -> u64 {
+        self.shared.lazy_max
+    }
+
+    /// Allocate an area. See [`Step`] for the order in which sources are tried.
+    pub fn alloc(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
+        let sh = &*self.shared;
+        let (lo, hi) = req.window.unwrap_or((sh.lo, sh.hi));
+        if lo < sh.lo || hi > sh.hi {
+            return Err(AllocError::OutOfRange {
+                window: (lo, hi),
+                arena: (sh.lo, sh.hi),
+            });
+        }
+        let r = Request::new(req.pages, req.align_pages, lo, hi).map_err(AllocError::Invalid)?;
+        let default_window = (lo, hi) == (sh.lo, sh.hi);
+        if let Some(a) = sh.try_alloc(&r, req, default_window) {
+            return Ok(a);
+        }
+        if req.nonblocking {
+            return Err(AllocError::WouldBlock);
+        }
+        // Step::FullPurge: every lazy area released, every pool back in the tree; then retry.
+        sh.purge(PurgeKind::Full);
+        if let Some(a) = sh.try_alloc(&r, req, default_window) {
+            return Ok(a);
+        }
+        sh.counters.alloc_failures.fetch_add(1, Relaxed);
+        let (free_pages, largest_free) = sh.free_summary();
+        Err(AllocError::NoSpace {
+            arena: sh.name.clone(),
+            pages: req.pages,
+            align_pages: req.align_pages,
+            window: (lo, hi),
+            free_pages,
+            largest_free,
+        })
+    }
+
+    /// Free the area that starts at `start`. Its memory stays resident until a purge.
+    pub fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        let sh = &*self.shared;
+        let r = sh.free(start);
+        match r {
+            Err(_) => {
+                sh.counters.bad_frees.fetch_add(1, Relaxed);
+            }
+            Ok(_) => {
+                if !sh.worker_started.load(Relaxed)
+                    && sh.opts.purge_thread
+                    && sh.opts.decay_interval_ms > 0
+                {
+                    // The decay interval needs the worker even below the threshold.
+                    sh.worker_started.store(true, Relaxed);
+                    sh.worker.start(&self.shared);
+                }
+                if sh.lazy_approx.load(Relaxed) > sh.lazy_max as i64
+                    && !sh.purge_requested.swap(true, Relaxed)
+                {
+                    sh.kick(&self.shared);
+                }
+            }
+        }
+        r
+    }
+
+    /// The record of the live area that starts at `start`.
+    pub fn lookup(&self, start: u64) -> Option<BusyArea<AreaTag>> {
+        self.shared.with_busy(start, |b| b.get(start).copied())
+    }
+
+    /// Change the tag of a live area; false if `start` is not live.
+    pub fn update_tag(&self, start: u64, f: impl FnOnce(&mut AreaTag)) -> bool {
+        self.shared
+            .with_busy(start, |b| b.get_mut(start).map(|a| f(&mut a.tag)).is_some())
+    }
+
+    /// Release the memory of every lazy area now and decay pools as a background purge would.
+    pub fn purge(&self) -> PurgeReport {
+        self.shared.purge(PurgeKind::Normal)
+    }
+
+    /// The shrinker: release every lazy area and return every pooled area to the free tree.
+    pub fn shrink(&self) -> PurgeReport {
+        self.shared.purge(PurgeKind::Full)
+    }
+
+    /// Figures as of now (takes each lock briefly).
+    pub fn stats(&self) -> ArenaStats {
+        self.shared.stats()
+    }
+
+    /// Pooled areas per size class (index `i` for `i + 1` pages), summed over nodes.
+    pub fn pool_lens(&self) -> Vec<u64> {
+        let mut out = vec![0u64; vmarena_core::POOL_MAX_PAGES as usize];
+        if let Kind::Nodes { nodes, .. } = &self.shared.kind {
+            for n in nodes.iter() {
+                for (o, l) in out.iter_mut().zip(n.pool.lock().pools.class_lens()) {
+                    *o += l;
+                }
+            }
+        }
+        out
+    }
+
+    /// Lock figures by lock class: `global`, or `free` and `busy`, or `free`, `busy` and `pool`
+    /// (the last two summed over nodes).
+    pub fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
+        match &self.shared.kind {
+            Kind::Global(g) => vec![("global", g.stats())],
+            Kind::Split { free, busy } => vec![("free", free.stats()), ("busy", busy.stats())],
+            Kind::Nodes { free, nodes } => {
+                let (mut busy, mut pool) = (LockStats::default(), LockStats::default());
+                for n in nodes.iter() {
+                    busy.merge(&n.busy.stats());
+                    pool.merge(&n.pool.stats());
+                }
+                vec![("free", free.stats()), ("busy", busy), ("pool", pool)]
+            }
+        }
+    }
+
+    /// Live areas by busy shard (each in address order) and lazy areas, as `vmallocinfo`
+    /// lists them: `(busy per node, lazy)`. Lazy entries are `(start, pages)`.
+    #[allow(clippy::type_complexity)]
+    pub fn areas(&self) -> (Vec<Vec<(u64, BusyArea<AreaTag>)>>, Vec<(u64, u64)>) {
+        match &self.shared.kind {
+            Kind::Global(g) => {
+                let g = g.lock();
+                (vec![g.bl.busy.sorted()], g.bl.lazy.clone())
+            }
+            Kind::Split { busy, .. } => {
+                let b = busy.lock();
+                (vec![b.busy.sorted()], b.lazy.clone())
+            }
+            Kind::Nodes { nodes, .. } => {
+                let busy = nodes.iter().map(|n| n.busy.lock().sorted()).collect();
+                let mut lazy = Vec::new();
+                for n in nodes.iter() {
+                    let p = n.pool.lock();
+                    lazy.extend(
+                        p.pools
+                            .entries()
+                            .into_iter()
+                            .filter(|e| e.2 == PoolSide::Dirty)
+                            .map(|e| (e.0, e.1)),
+                    );
+                    lazy.extend(p.lazy_tree.iter().map(|l| (l.start, l.pages)));
+                }
+                (busy, lazy)
+            }
+        }
+    }
+
+    /// Check every invariant. Call it when no other thread is using the arena: an area in
+    /// flight between two locks would otherwise look lost.
+    pub fn check(&self) -> Result<(), String> {
+        self.shared.check()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        self.shared.worker.shutdown();
+    }
+}
+
+impl Shared {
+    #[inline]
+    fn node_index(&self, x: usize) -> usize {
+        match self.node_mask {
+            Some(m) => x & m,
+            None => x % self.nr_nodes,
+        }
+    }
+
+    /// Busy shard of an area: `(start / zone) % nodes`.
+    #[inline]
+    fn shard_of(&self, start: u64) -> usize {
+        self.node_index((start / ZONE_PAGES) as usize)
+    }
+
+    fn with_busy<R>(
+        &self,
+        start: u64,
+        f: impl FnOnce(&mut vmarena_core::BusyMap<AreaTag>) -> R,
+    ) -> R {
+        match &self.kind {
+            Kind::Global(g) => f(&mut g.lock().bl.busy),
+            Kind::Split { busy, .. } => f(&mut busy.lock().busy),
+            Kind::Nodes { nodes, .. } => f(&mut nodes[self.shard_of(start)].busy.lock()),
+        }
+    }
+
+    /// One pass over the ladder's steps up to the exact tree search.
+    fn try_alloc(
+        &self,
+        r: &Request,
+        req: &AllocRequest,
+        default_window: bool,
+    ) -> Option<Allocation> {
+        let fresh_from_tree = self.backing.zeroes_on_release();
+        match &self.kind {
+            Kind::Global(g) => {
+                let mut g = g.lock();
+                let start = tree_alloc(&mut g.free, r)?;
+                let ok = g.bl.busy.insert(
+                    start,
+                    BusyArea {
+                        pages: r.size_pages,
+                        node: NO_NODE,
+                        tag: req.tag,
+                    },
+                );
+                debug_assert!(ok, "tree handed out a live start");
+                drop(g);
+                self.counters.tree_allocs.fetch_add(1, Relaxed);
+                self.backing.prepare(start, r.size_pages);
+                Some(Allocation {
+                    start,
+                    pages: r.size_pages,
+                    fresh: fresh_from_tree,
+                })
+            }
+            Kind::Split { free, busy } => {
+                let start = tree_alloc(&mut free.lock(), r)?;
+                let ok = busy.lock().busy.insert(
+                    start,
+                    BusyArea {
+                        pages: r.size_pages,
+                        node: NO_NODE,
+                        tag: req.tag,
+                    },
+                );
+                debug_assert!(ok, "tree handed out a live start");
+                self.counters.tree_allocs.fetch_add(1, Relaxed);
+                self.backing.prepare(start, r.size_pages);
+                Some(Allocation {
+                    start,
+                    pages: r.size_pages,
+                    fresh: fresh_from_tree,
+                })
+            }
+            Kind::Nodes { free, nodes } => {
+                let me = if default_window {
+                    self.node_index(vmarena_platform::cpu::current())
+                } else {
+                    0
+                };
+                let mut got = None;
+                if default_window {
+                    got = self.node_take(&nodes[me], r, req.prefer_fresh, fresh_from_tree);
+                }
+                let (start, fresh, from_tree) = match got {
+                    Some((s, f)) => (s, f, false),
+                    None => (tree_alloc(&mut free.lock(), r)?, fresh_from_tree, true),
+                };
+                let node = if default_window { me as u16 } else { NO_NODE };
+                let area = BusyArea {
+                    pages: r.size_pages,
+                    node,
+                    tag: req.tag,
+                };
+                let ok = nodes[self.shard_of(start)].busy.lock().insert(start, area);
+                debug_assert!(ok, "allocator handed out a live start");
+                if from_tree {
+                    self.counters.tree_allocs.fetch_add(1, Relaxed);
+                    self.backing.prepare(start, r.size_pages);
+                }
+                Some(Allocation {
+                    start,
+                    pages: r.size_pages,
+                    fresh,
+                })
+            }
+        }
+    }
+
+    /// Steps Pool and LazyReuse on node `n`: `(start, fresh)`.
+    #[inline]
+    fn node_take(
+        &self,
+        n: &Node,
+        r: &Request,
+        prefer_fresh: bool,
+        zeroes: bool,
+    ) -> Option<(u64, bool)> {
+        let pages = r.size_pages;
+        let mut p = n.pool.lock();
+        if SizePools::class_of(pages).is_some() {
+            let prefer = if prefer_fresh {
+                PoolSide::Clean
+            } else {
+                PoolSide::Dirty
+            };
+            match p.pools.pop(pages, r.align_pages, prefer) {
+                Some((start, side)) => {
+                    p.hits += 1;
+                    if side == PoolSide::Dirty {
+                        p.sync(&self.lazy_approx, false);
+                    }
+                    return Some((start, side == PoolSide::Clean && zeroes));
+                }
+                None => {
+                    p.misses += 1;
+                    return None;
+                }
+            }
+        }
+        // A large area freed by this node and not purged yet, of exactly this size.
+        let i = p
+            .lazy_tree
+            .iter()
+            .rposition(|l| l.reusable && l.pages == pages && l.start & (r.align_pages - 1) == 0)?;
+        let l = p.lazy_tree.swap_remove(i);
+        p.lazy_tree_pages -= l.pages;
+        p.lazy_reuses += 1;
+        p.sync(&self.lazy_approx, false);
+        Some((l.start, false))
+    }
+
+    fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        let not_live = FreeError::NotLive { start };
+        match &self.kind {
+            Kind::Global(g) => {
+                let mut g = g.lock();
+                let a = g.bl.busy.remove(start).ok_or(not_live)?;
+                g.bl.lazy.push((start, a.pages));
+                g.bl.lazy_pages += a.pages;
+                g.bl.frees += 1;
+                drop(g);
+                self.lazy_approx.fetch_add(a.pages as i64, Relaxed);
+                Ok(a)
+            }
+            Kind::Split { busy, .. } => {
+                let mut b = busy.lock();
+                let a = b.busy.remove(start).ok_or(not_live)?;
+                b.lazy.push((start, a.pages));
+                b.lazy_pages += a.pages;
+                b.frees += 1;
+                drop(b);
+                self.lazy_approx.fetch_add(a.pages as i64, Relaxed);
+                Ok(a)
+            }
+            Kind::Nodes { nodes, .. } => {
+                let shard = self.shard_of(start);
+                let a = nodes[shard].busy.lock().remove(start).ok_or(not_live)?;
+                // Back to the node that allocated it; untagged areas wait on the shard's node.
+                let (home, tagged) = if a.node == NO_NODE {
+                    (shard, false)
+                } else {
+                    (a.node as usize, true)
+                };
+                let mut p = nodes[home].pool.lock();
+                if tagged && SizePools::class_of(a.pages).is_some() {
+                    p.pools.push(start, a.pages, PoolSide::Dirty);
+                } else {
+                    p.lazy_tree.push(LazyArea {
+                        start,
+                        pages: a.pages,
+                        reusable: tagged,
+                    });
+                    p.lazy_tree_pages += a.pages;
+                }
+                p.frees += 1;
+                p.sync(&self.lazy_approx, false);
+                Ok(a)
+            }
+        }
+    }
+
+    /// Start the purge: wake the worker, or purge on this thread when there is none.
+    pub(crate) fn kick(&self, me: &Arc<Shared>) {
+        if self.opts.purge_thread {
+            self.worker.wake(me);
+        } else {
+            self.purge(PurgeKind::Normal);
+        }
+    }
+
+    pub(crate) fn decay_interval_ms(&self) -> u64 {
+        self.opts.decay_interval_ms
+    }
+
+    /// Exact lazy pages (takes each node's pool lock briefly).
+    pub(crate) fn lazy_pages_exact(&self) -> u64 {
+        match &self.kind {
+            Kind::Global(g) => g.lock().bl.lazy_pages,
+            Kind::Split { busy, .. } => busy.lock().lazy_pages,
+            Kind::Nodes { nodes, .. } => nodes.iter().map(|n| n.pool.lock().lazy_pages()).sum(),
+        }
+    }
+
+    fn free_summary(&self) -> (u64, u64) {
+        match &self.kind {
+            Kind::Global(g) => {
+                let g = g.lock();
+                (g.free.free_pages(), g.free.largest())
+            }
+            Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
+                let f = free.lock();
+                (f.free_pages(), f.largest())
+            }
+        }
+    }
+
+    /// Release lazy memory in one batch, refill or decay pools, return areas to the tree.
+    /// Serialised by the purge mutex; holds each spin lock only to detach or attach lists.
+    pub(crate) fn purge(&self, kind: PurgeKind) -> PurgeReport {
+        let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.purge_requested.store(false, Relaxed);
+        let full = kind == PurgeKind::Full;
+        let mut release: Vec<(u64, u64)> = Vec::new();
+        let mut to_tree: Vec<(u64, u64)> = Vec::new();
+        let mut refill: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
+        match &self.kind {
+            Kind::Global(g) => {
+                let mut g = g.lock();
+                let lazy = std::mem::take(&mut g.bl.lazy);
+                let pages = std::mem::take(&mut g.bl.lazy_pages);
+                drop(g);
+                self.lazy_approx.fetch_sub(pages as i64, Relaxed);
+                release.extend_from_slice(&lazy);
+                to_tree = lazy;
+            }
+            Kind::Split { busy, .. } => {
+                let mut b = busy.lock();
+                let lazy = std::mem::take(&mut b.lazy);
+                let pages = std::mem::take(&mut b.lazy_pages);
+                drop(b);
+                self.lazy_approx.fetch_sub(pages as i64, Relaxed);
+                release.extend_from_slice(&lazy);
+                to_tree = lazy;
+            }
+            Kind::Nodes { nodes, .. } => {
+                let (num, den) = if full {
+                    (1, 1)
+                } else {
+                    (self.opts.pool_decay_percent, 100)
+                };
+                for (i, n) in nodes.iter().enumerate() {
+                    let mut p = n.pool.lock();
+                    let decayed = p.pools.decay(num, den);
+                    let dirty = p.pools.take_dirty();
+                    let lazy = std::mem::take(&mut p.lazy_tree);
+                    p.lazy_tree_pages = 0;
+                    p.sync(&self.lazy_approx, true);
+                    drop(p);
+                    // Decayed areas are clean: their memory was released by an earlier purge.
+                    to_tree.extend_from_slice(&decayed);
+                    release.extend_from_slice(&dirty);
+                    release.extend(lazy.iter().map(|l| (l.start, l.pages)));
+                    to_tree.extend(lazy.iter().map(|l| (l.start, l.pages)));
+                    if full {
+                        to_tree.extend_from_slice(&dirty);
+                    } else if !dirty.is_empty() {
+                        refill.push((i, dirty));
+                    }
+                }
+            }
+        }
+        // One batch for the whole arena.
+        let mut calls = self.backing.release(&release) as u64;
+        if let Kind::Nodes { nodes, .. } = &self.kind {
+            for (i, areas) in refill {
+                let mut p = nodes[i].pool.lock();
+                for (s, pages) in areas {
+                    p.pools.push(s, pages, PoolSide::Clean);
+                }
+            }
+        }
+        calls += self.backing.retire(&to_tree) as u64;
+        self.merge_into_tree(&to_tree);
+        let pages_released: u64 = release.iter().map(|a| a.1).sum();
+        let c = &self.counters;
+        c.purges.fetch_add(1, Relaxed);
+        if full {
+            c.full_purges.fetch_add(1, Relaxed);
+        }
+        c.areas_released.fetch_add(release.len() as u64, Relaxed);
+        c.pages_released.fetch_add(pages_released, Relaxed);
+        c.release_calls.fetch_add(calls, Relaxed);
+        PurgeReport {
+            areas_released: release.len() as u64,
+            pages_released,
+            areas_to_tree: to_tree.len() as u64,
+            syscalls: calls,
+        }
+    }
+
+    /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
+    /// misses on other threads are not held up for the whole batch.
+    fn merge_into_tree(&self, areas: &[(u64, u64)]) {
+        const CHUNK: usize = 256;
+        for chunk in areas.chunks(CHUNK) {
+            let merge = |t: &mut FreeTree| {
+                for &(s, pages) in chunk {
+                    if let Err(e) = t.insert_merge(s, s + pages) {
+                        panic!(
+                            "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",
+                            self.name
+                        );
+                    }
+                }
+            };
+            match &self.kind {
+                Kind::Global(g) => merge(&mut g.lock().free),
+                Kind::Split { free, .. } | Kind::Nodes { free, .. } => merge(&mut free.lock()),
+            }
+        }
+    }
+
+    fn stats(&self) -> ArenaStats {
+        let c = &self.counters;
+        let mut s = ArenaStats {
+            tree_allocs: c.tree_allocs.load(Relaxed),
+            purges: c.purges.load(Relaxed),
+            full_purges: c.full_purges.load(Relaxed),
+            areas_released: c.areas_released.load(Relaxed),
+            pages_released: c.pages_released.load(Relaxed),
+            release_calls: c.release_calls.load(Relaxed),
+            alloc_failures: c.alloc_failures.load(Relaxed),
+            bad_frees: c.bad_frees.load(Relaxed),
+            ..Default::default()
+        };
+        let add_bl = |s: &mut ArenaStats, bl: &BusyLazy| {
+            s.live_areas += bl.busy.len() as u64;
+            s.live_pages += bl.busy.pages();
+            s.lazy_pages += bl.lazy_pages;
+            s.frees += bl.frees;
+        };
+        match &self.kind {
+            Kind::Global(g) => {
+                let g = g.lock();
+                add_bl(&mut s, &g.bl);
+                s.free_pages = g.free.free_pages();
+                s.free_ranges = g.free.len() as u64;
+            }
+            Kind::Split { free, busy } => {
+                add_bl(&mut s, &busy.lock());
+                let f = free.lock();
+                s.free_pages = f.free_pages();
+                s.free_ranges = f.len() as u64;
+            }
+            Kind::Nodes { free, nodes } => {
+                for n in nodes.iter() {
+                    {
+                        let b = n.busy.lock();
+                        s.live_areas += b.len() as u64;
+                        s.live_pages += b.pages();
+                    }
+                    let p = n.pool.lock();
+                    s.lazy_pages += p.lazy_pages();
+                    s.pooled_areas += p.pools.len();
+                    s.pooled_pages += p.pools.entries().iter().map(|e| e.1).sum::<u64>();
+                    s.pool_hits += p.hits;
+                    s.pool_misses += p.misses;
+                    s.lazy_reuses += p.lazy_reuses;
+                    s.frees += p.frees;
+                }
+                let f = free.lock();
+                s.free_pages = f.free_pages();
+                s.free_ranges = f.len() as u64;
+            }
+        }
+        s
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
+        with_nesting_allowed(|| {
+            // (start, pages, what)
+            let mut all: Vec<(u64, u64, &'static str)> = Vec::new();
+            let check_bl =
+                |bl: &BusyLazy, all: &mut Vec<(u64, u64, &'static str)>| -> Result<(), String> {
+                    all.extend(bl.busy.sorted().iter().map(|(s, a)| (*s, a.pages, "busy")));
+                    all.extend(bl.lazy.iter().map(|&(s, p)| (s, p, "lazy")));
+                    let lp: u64 = bl.lazy.iter().map(|a| a.1).sum();
+                    if lp != bl.lazy_pages {
+                        return Err(format!(
+                            "lazy_pages {} but lazy list holds {lp}",
+                            bl.lazy_pages
+                        ));
+                    }
+                    Ok(())
+                };
+            match &self.kind {
+                Kind::Global(g) => {
+                    let g = g.lock();
+                    g.free.check()?;
+                    all.extend(g.free.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+                    check_bl(&g.bl, &mut all)?;
+                }
+                Kind::Split { free, busy } => {
+                    let f = free.lock();
+                    let b = busy.lock();
+                    f.check()?;
+                    all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+                    check_bl(&b, &mut all)?;
+                }
+                Kind::Nodes { free, nodes } => {
+                    let pools: Vec<_> = nodes.iter().map(|n| n.pool.lock()).collect();
+                    let f = free.lock();
+                    let busy: Vec<_> = nodes.iter().map(|n| n.busy.lock()).collect();
+                    f.check()?;
+                    all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+                    for (i, p) in pools.iter().enumerate() {
+                        p.pools.check().map_err(|e| format!("node {i}: {e}"))?;
+                        all.extend(p.pools.entries().iter().map(|e| (e.0, e.1, "pooled")));
+                        all.extend(p.lazy_tree.iter().map(|l| (l.start, l.pages, "lazy")));
+                        let lp: u64 = p.lazy_tree.iter().map(|l| l.pages).sum();
+                        if lp != p.lazy_tree_pages {
+                            return Err(format!(
+                                "node {i}: lazy_tree_pages {} but list holds {lp}",
+                                p.lazy_tree_pages
+                            ));
+                        }
+                    }
+                    for (i, b) in busy.iter().enumerate() {
+                        for (s, a) in b.sorted() {
+                            if self.shard_of(s) != i {
+                                return Err(format!(
+                                    "busy area {s:#x} in shard {i}, belongs in {}",
+                                    self.shard_of(s)
+                                ));
+                            }
+                            if a.node != NO_NODE && a.node as usize >= self.nr_nodes {
+                                return Err(format!(
+                                    "busy area {s:#x} tagged with node {}",
+                                    a.node
+                                ));
+                            }
+                            all.push((s, a.pages, "busy"));
+                        }
+                    }
+                }
+            }
+            // busy ∪ pooled ∪ lazy ∪ free must tile [lo, hi) exactly.
+            all.sort_unstable_by_key(|a| a.0);
+            let mut at = self.lo;
+            for &(s, pages, what) in &all {
+                if pages == 0 {
+                    return Err(format!("empty {what} area at {s:#x}"));
+                }
+                if s != at {
+                    return Err(if s < at {
+                        format!("{what} area [{s:#x}, +{pages}) overlaps the range before it (ends {at:#x})")
+                    } else {
+                        format!("pages [{at:#x}, {s:#x}) are lost: in no list, tree or map")
+                    });
+                }
+                at = s + pages;
+            }
+            if at != self.hi {
+                return Err(format!(
+                    "pages [{at:#x}, {:#x}) are lost: in no list, tree or map",
+                    self.hi
+                ));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Steps Tree and TreeExact.
+#[inline]
+fn tree_alloc(t: &mut FreeTree, r: &Request) -> Option<u64> {
+    if let Some((s, _)) = t.alloc(r) {
+        return Some(s);
+    }
+    if r.search_length() != r.size_pages {
+        return t.alloc_exact(r).map(|(s, _)| s);
+    }
+    None
+}

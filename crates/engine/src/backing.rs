@@ -1,0 +1,38 @@
+//! What an arena's pages stand for: the hook between the integer engine and real memory.
+//!
+//! The engine calls a `Backing` at three moments of an area's life, never with a lock held:
+//! - `prepare` after carving an area from the free tree (a memory space installs its guard);
+//! - `release` when a purge gives back the memory of lazily freed areas (one batch per purge);
+//! - `retire` before areas go back to the free tree (a memory space removes their guards, so
+//!   the pages can later be data of another area).
+//!
+//! An arena over a plain integer range (an id space, a device heap) uses [`NoBacking`].
+
+/// See the module documentation. Ranges are `(start_page, pages)` with guard pages included.
+pub trait Backing: Send + Sync + 'static {
+    /// Set up an area just carved from the free tree.
+    fn prepare(&self, start_page: u64, pages: u64);
+    /// Release the memory of these areas; return the syscalls made.
+    fn release(&self, areas: &[(u64, u64)]) -> usize;
+    /// Undo `prepare` for areas going back to the free tree; return the syscalls made.
+    fn retire(&self, areas: &[(u64, u64)]) -> usize;
+    /// True when released memory reads as zero (then pages from the free tree are fresh).
+    fn zeroes_on_release(&self) -> bool;
+}
+
+/// No memory behind the pages.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoBacking;
+
+impl Backing for NoBacking {
+    fn prepare(&self, _: u64, _: u64) {}
+    fn release(&self, _: &[(u64, u64)]) -> usize {
+        0
+    }
+    fn retire(&self, _: &[(u64, u64)]) -> usize {
+        0
+    }
+    fn zeroes_on_release(&self) -> bool {
+        false
+    }
+}

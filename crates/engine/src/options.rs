@@ -1,0 +1,48 @@
+//! Arena options: one table (see [`crate::table`]).
+
+use crate::options_table;
+use crate::strategy::Strategy;
+
+options_table! {
+    /// How an [`Arena`](crate::Arena) is built. `ArenaOptions::default().with_env()` applies the
+    /// environment variables of the table.
+    pub struct ArenaOptions {
+        /// Lock design: global (one lock), split (free lock + busy lock), nodes (per-CPU nodes).
+        strategy: Strategy = Strategy::Nodes, "global|split|nodes", "VMARENA_STRATEGY";
+        /// Number of nodes for the nodes strategy; 0 means min(online CPUs, 128).
+        nodes: usize = 0, "count", "VMARENA_NODES";
+        /// Lazy pages above which a purge runs; 0 means fls(CPUs) x 8192 (32 MiB of 4 KiB pages).
+        lazy_max_pages: u64 = 0, "pages", "VMARENA_LAZY_MAX_PAGES";
+        /// Run purges on a background thread (otherwise the freeing thread purges inline).
+        purge_thread: bool = true, "bool", "VMARENA_PURGE_THREAD";
+        /// Idle period after which the background thread purges whatever is lazy; 0 = never.
+        decay_interval_ms: u64 = 1000, "ms", "VMARENA_DECAY_INTERVAL_MS";
+        /// Share of each pool a normal purge gives back to the free tree (the kernel's 25%).
+        pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
+    }
+}
+
+impl ArenaOptions {
+    /// The node count these options give on this machine.
+    pub fn node_count(&self) -> usize {
+        match self.strategy {
+            Strategy::Nodes => {
+                if self.nodes == 0 {
+                    vmarena_platform::cpu::count().clamp(1, 128)
+                } else {
+                    self.nodes.clamp(1, u16::MAX as usize - 1)
+                }
+            }
+            _ => 1,
+        }
+    }
+
+    /// The lazy threshold these options give on this machine.
+    pub fn lazy_max(&self) -> u64 {
+        if self.lazy_max_pages == 0 {
+            vmarena_core::fls(vmarena_platform::cpu::count() as u64) as u64 * 8192
+        } else {
+            self.lazy_max_pages
+        }
+    }
+}

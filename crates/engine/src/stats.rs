@@ -1,0 +1,47 @@
+//! Arena statistics: one table (see [`crate::table`]).
+
+use crate::stats_table;
+
+stats_table! {
+    /// A snapshot of an arena's figures. Counters only grow; levels are as of the snapshot.
+    pub struct ArenaStats {
+        /// Live (busy) areas.
+        live_areas, "areas";
+        /// Pages of live areas, guard pages included.
+        live_pages, "pages";
+        /// Pages of freed areas whose memory is still resident (pooled dirty or awaiting purge).
+        lazy_pages, "pages";
+        /// Areas sitting in the size pools.
+        pooled_areas, "areas";
+        /// Pages of areas sitting in the size pools.
+        pooled_pages, "pages";
+        /// Free pages in the free tree.
+        free_pages, "pages";
+        /// Free ranges in the free tree.
+        free_ranges, "ranges";
+        /// Allocations served from a size pool.
+        pool_hits, "allocs";
+        /// Poolable allocations that missed their pool.
+        pool_misses, "allocs";
+        /// Allocations served by reusing a large lazily freed area before any purge.
+        lazy_reuses, "allocs";
+        /// Allocations carved from the free tree.
+        tree_allocs, "allocs";
+        /// Successful frees.
+        frees, "frees";
+        /// Purges run (normal and full).
+        purges, "purges";
+        /// Full purges (allocation failure, shrink).
+        full_purges, "purges";
+        /// Areas whose memory a purge released.
+        areas_released, "areas";
+        /// Pages whose memory a purge released.
+        pages_released, "pages";
+        /// Syscalls made to release memory.
+        release_calls, "calls";
+        /// Allocations refused for lack of space (after the full purge).
+        alloc_failures, "allocs";
+        /// Frees refused: not the start of a live area.
+        bad_frees, "frees";
+    }
+}
