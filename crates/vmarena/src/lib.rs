@@ -1,1 +1,35 @@
+//! vmarena: the Linux vmalloc design for user space.
+//!
+//! Layers 4 and 5: [`VmSpace`], the vmalloc family over one large reservation, the
+//! process-wide [`default_space`], and the C ABI of `include/vmarena.h`. The algorithms live in
+//! `vmarena-core`, the concurrency in `vmarena-engine`, the OS calls in `vmarena-platform`; this
+//! crate re-exports what a user needs.
+//!
+//! ```
+//! use vmarena::{VmSpace, SpaceOptions, ArenaOptions};
+//! let space = VmSpace::new("example", SpaceOptions { space_bytes: 1 << 30, ..Default::default() },
+//!                          ArenaOptions::default()).unwrap();
+//! let p = space.vzalloc(10_000).unwrap();
+//! assert_eq!(space.size(p.as_ptr()), Some(12_288));
+//! space.vfree(p.as_ptr()).unwrap();
+//! assert!(space.vfree(p.as_ptr()).is_err(), "a second free is refused");
+//! ```
+#![warn(missing_docs)]
 
+mod backing;
+pub mod capi;
+mod default_space;
+pub mod options;
+pub mod space;
+mod vmallocinfo;
+
+pub use default_space::default_space;
+pub use options::{ReleaseAdvice, SpaceOptions};
+pub use space::{SpaceStats, VmError, VmSpace};
+pub use vmarena_engine::{ArenaOptions, ArenaStats, LockStats, Strategy};
+pub use vmarena_platform::Advice;
+
+/// Switch lock hold-time measurement on or off for the whole process (the kernel's lockstat).
+pub fn set_lock_timing(on: bool) {
+    vmarena_engine::lock::set_timing(on)
+}

@@ -1,0 +1,34 @@
+//! Space options: one table (see `vmarena_engine::table`). Arena options are a table of their
+//! own, [`ArenaOptions`](vmarena_engine::ArenaOptions).
+
+use vmarena_engine::options_table;
+use vmarena_engine::table::OptionValue;
+use vmarena_platform::Advice;
+
+/// How released memory is given back: the table's `release` option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReleaseAdvice(pub Advice);
+
+impl OptionValue for ReleaseAdvice {
+    fn parse_option(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "dontneed" | "madv_dontneed" => Ok(ReleaseAdvice(Advice::DontNeed)),
+            "free" | "madv_free" => Ok(ReleaseAdvice(Advice::Free)),
+            o => Err(format!("'{o}' is not a release advice (dontneed or free)")),
+        }
+    }
+}
+
+options_table! {
+    /// How a [`VmSpace`](crate::VmSpace) is built. The default space reads the environment.
+    pub struct SpaceOptions {
+        /// Size of the reservation (one mapping, never split).
+        space_bytes: u64 = 64 << 30, "bytes", "VMARENA_SPACE_BYTES";
+        /// Guard pages after each area (the kernel uses one).
+        guard_pages: u64 = 1, "pages", "VMARENA_GUARD_PAGES";
+        /// Enforce guards with MADV_GUARD_INSTALL where the kernel has it (else gaps only).
+        guard_enforce: bool = true, "bool", "VMARENA_GUARD_ENFORCE";
+        /// How purges release memory: dontneed (RSS falls now) or free (lazily, under pressure).
+        release: ReleaseAdvice = ReleaseAdvice(Advice::DontNeed), "dontneed|free", "VMARENA_RELEASE";
+    }
+}

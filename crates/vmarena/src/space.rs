@@ -1,0 +1,354 @@
+//! `VmSpace`: the vmalloc family over one large reservation.
+//!
+//! Owns: one [`Reservation`] (a single mapping, never split) and the [`Arena`] that hands out
+//! its pages. Memory is anonymous memory the kernel faults in on first touch; purges release it
+//! with `MADV_DONTNEED` (or `MADV_FREE`), batched; guards after each area are guard markers
+//! where the kernel has them.
+//!
+//! ```text
+//!  reservation  [base ............................................................ base+len)
+//!  area            [ data pages (size rounded up to pages) | guard ]
+//!                  ^ pointer returned                      ^ faults on access (6.13+)
+//! ```
+//!
+//! A pointer is valid from the `vmalloc` that returned it until the `vfree` of that pointer.
+//! Every entry point checks its input before it changes anything: size 0, sizes that overflow
+//! when rounded, alignments that are not powers of two, pointers that are not the start of a
+//! live area (interior, foreign, freed twice) are refused with an error.
+
+use crate::backing::MemoryBacking;
+use crate::options::SpaceOptions;
+use std::fmt;
+use std::panic::Location;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use vmarena_engine::{AllocError, AllocRequest, Arena, ArenaOptions, ArenaStats, AreaTag, LockStats};
+use vmarena_platform::{guard, Reservation};
+
+/// Why a `VmSpace` call failed. Nothing was changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmError {
+    /// Size 0.
+    ZeroSize,
+    /// The size overflows when rounded up to pages (with the guard).
+    Overflow(usize),
+    /// The alignment is not a power of two.
+    BadAlignment(usize),
+    /// The pointer is not the start of a live area of this space.
+    NotLive(usize),
+    /// No room, even after a full purge. The text names the space and its limits.
+    NoSpace(String),
+    /// A non-blocking request found no room without purging.
+    WouldBlock,
+}
+
+impl VmError {
+    /// The errno the C ABI reports for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            VmError::ZeroSize | VmError::BadAlignment(_) | VmError::NotLive(_) => libc::EINVAL,
+            VmError::Overflow(_) | VmError::NoSpace(_) => libc::ENOMEM,
+            VmError::WouldBlock => libc::EAGAIN,
+        }
+    }
+}
+
+impl fmt::Display for VmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmError::ZeroSize => write!(f, "size 0"),
+            VmError::Overflow(b) => write!(f, "size {b} overflows when rounded up to pages"),
+            VmError::BadAlignment(a) => write!(f, "alignment {a} is not a power of two"),
+            VmError::NotLive(p) => write!(f, "{p:#x} is not the start of a live area"),
+            VmError::NoSpace(m) => f.write_str(m),
+            VmError::WouldBlock => write!(f, "no room without purging, and the request may not block"),
+        }
+    }
+}
+
+impl std::error::Error for VmError {}
+
+/// The vmalloc family over one reservation. All methods take `&self` and are thread safe.
+pub struct VmSpace {
+    name: String,
+    arena: Arena,
+    reservation: Reservation,
+    page_bytes: usize,
+    page_shift: u32,
+    guard_pages: u64,
+    guards_enforced: bool,
+    opts: SpaceOptions,
+    memsets: AtomicU64,
+    guard_calls: Arc<AtomicU64>,
+}
+
+/// Figures of a space: the arena's table plus the space's own.
+#[derive(Clone, Debug, Default)]
+pub struct SpaceStats {
+    /// The arena's statistics.
+    pub arena: ArenaStats,
+    /// Resident bytes of the reservation (mincore), when asked for.
+    pub resident_bytes: u64,
+    /// Zeroed allocations that needed a memset (dirty memory).
+    pub vzalloc_memsets: u64,
+    /// Guard install and remove calls.
+    pub guard_calls: u64,
+}
+
+impl VmSpace {
+    /// A space named `name` with the given options.
+    pub fn new(name: &str, opts: SpaceOptions, arena_opts: ArenaOptions) -> Result<VmSpace, String> {
+        let page_bytes = vmarena_platform::page_size();
+        let page_shift = page_bytes.trailing_zeros();
+        let bytes = usize::try_from(opts.space_bytes).map_err(|_| "space_bytes does not fit in usize")?;
+        if bytes < 16 * page_bytes {
+            return Err(format!("space_bytes {bytes} is below 16 pages"));
+        }
+        // Align the reservation to the busy zone so striping starts at a zone boundary.
+        let zone_bytes = (vmarena_engine::ZONE_PAGES as usize) << page_shift;
+        let reservation = Reservation::new(bytes, zone_bytes.max(2 << 20))
+            .map_err(|e| format!("{name}: cannot reserve {bytes} bytes: {e}"))?;
+        let guards_enforced = opts.guard_enforce && opts.guard_pages > 0 && guard::supported();
+        let backing = Box::new(MemoryBacking {
+            page_bytes,
+            guard_pages: opts.guard_pages,
+            enforce_guards: guards_enforced,
+            advice: opts.release.0,
+            guard_calls: Arc::new(AtomicU64::new(0)),
+        });
+        let guard_calls = backing.guard_calls.clone();
+        let lo = (reservation.base() >> page_shift) as u64;
+        let hi = lo + (reservation.len_bytes() >> page_shift) as u64;
+        let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
+        Ok(VmSpace {
+            name: name.to_string(),
+            arena,
+            reservation,
+            page_bytes,
+            page_shift,
+            guard_pages: opts.guard_pages,
+            guards_enforced,
+            opts,
+            memsets: AtomicU64::new(0),
+            guard_calls,
+        })
+    }
+
+    /// The space's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The options the space was built with.
+    pub fn options(&self) -> &SpaceOptions {
+        &self.opts
+    }
+
+    /// The arena under the space (for statistics and the lab).
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// True when guard pages fault on access (the kernel has MADV_GUARD_INSTALL).
+    pub fn guards_enforced(&self) -> bool {
+        self.guards_enforced
+    }
+
+    /// `[start, end)` of the reservation, in bytes.
+    pub fn bounds(&self) -> (usize, usize) {
+        (self.reservation.base(), self.reservation.base() + self.reservation.len_bytes())
+    }
+
+    /// Pages an allocation of `bytes` takes, guard included.
+    fn pages_for(&self, bytes: usize) -> Result<u64, VmError> {
+        if bytes == 0 {
+            return Err(VmError::ZeroSize);
+        }
+        let data = bytes.checked_add(self.page_bytes - 1).ok_or(VmError::Overflow(bytes))? >> self.page_shift;
+        (data as u64).checked_add(self.guard_pages).ok_or(VmError::Overflow(bytes))
+    }
+
+    fn map_alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
+        match e {
+            AllocError::Invalid(vmarena_core::RequestError::ZeroSize) => VmError::ZeroSize,
+            AllocError::Invalid(vmarena_core::RequestError::BadAlignment) => VmError::BadAlignment(0),
+            AllocError::WouldBlock => VmError::WouldBlock,
+            AllocError::Invalid(_) | AllocError::OutOfRange { .. } | AllocError::NoSpace { .. } => {
+                let st = self.arena.stats();
+                let (lo, hi) = self.bounds();
+                VmError::NoSpace(format!(
+                    "vmalloc for size {bytes} failed: address range restricted to {lo:#x} - {hi:#x} \
+                     ({} space, {} MiB, after a full purge: {} MiB free, {} live areas)",
+                    self.name,
+                    (hi - lo) >> 20,
+                    (st.free_pages << self.page_shift) >> 20,
+                    st.live_areas
+                ))
+            }
+        }
+    }
+
+    fn alloc_inner(
+        &self,
+        bytes: usize,
+        align_bytes: usize,
+        zeroed: bool,
+        nonblocking: bool,
+        caller: &'static Location<'static>,
+    ) -> Result<NonNull<u8>, VmError> {
+        if !align_bytes.is_power_of_two() {
+            return Err(VmError::BadAlignment(align_bytes));
+        }
+        let pages = self.pages_for(bytes)?;
+        let align_pages = (align_bytes >> self.page_shift).max(1) as u64;
+        let req = AllocRequest {
+            pages,
+            align_pages,
+            window: None,
+            prefer_fresh: zeroed,
+            nonblocking,
+            tag: AreaTag { caller: Some(caller), requested_bytes: bytes as u64 },
+        };
+        let a = self.arena.alloc(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
+        let addr = (a.start as usize) << self.page_shift;
+        if zeroed && !a.fresh {
+            let len = ((a.pages - self.guard_pages) as usize) << self.page_shift;
+            // SAFETY: the area's data pages are ours from this allocation until its free;
+            // they are mapped read-write in the reservation.
+            unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+            self.memsets.fetch_add(1, Relaxed);
+        }
+        Ok(NonNull::new(addr as *mut u8).expect("reservation never contains address 0"))
+    }
+
+    /// Allocate `bytes` (rounded up to pages), page aligned. Contents are undefined.
+    #[track_caller]
+    pub fn vmalloc(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        self.alloc_inner(bytes, 1, false, false, Location::caller())
+    }
+
+    /// Allocate `bytes` of zeroed memory. Fresh pages (never touched, or released by a purge)
+    /// are known to read as zero and are not cleared again.
+    #[track_caller]
+    pub fn vzalloc(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        self.alloc_inner(bytes, 1, true, false, Location::caller())
+    }
+
+    /// Allocate `bytes` aligned to `align_bytes` (a power of two).
+    #[track_caller]
+    pub fn vmalloc_aligned(&self, bytes: usize, align_bytes: usize) -> Result<NonNull<u8>, VmError> {
+        self.alloc_inner(bytes, align_bytes, false, false, Location::caller())
+    }
+
+    /// As `vmalloc`, but never waits for a purge (the kernel's GFP_NOWAIT path).
+    #[track_caller]
+    pub fn vmalloc_nonblocking(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        self.alloc_inner(bytes, 1, false, true, Location::caller())
+    }
+
+    /// Resize an area, keeping its contents up to the smaller size. `None` allocates. Grows and
+    /// shrinks within the area's pages happen in place; otherwise a new area is allocated, the
+    /// contents copied and the old area freed. On error the old area is untouched.
+    #[track_caller]
+    pub fn vrealloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        let caller = Location::caller();
+        let Some(p) = p else { return self.alloc_inner(bytes, 1, false, false, caller) };
+        let start = self.start_page(p.as_ptr() as usize)?;
+        let area = self.arena.lookup(start).ok_or(VmError::NotLive(p.as_ptr() as usize))?;
+        let usable = ((area.pages - self.guard_pages) as usize) << self.page_shift;
+        if bytes == 0 {
+            return Err(VmError::ZeroSize);
+        }
+        if bytes <= usable {
+            self.arena.update_tag(start, |t| t.requested_bytes = bytes as u64);
+            return Ok(p);
+        }
+        let q = self.alloc_inner(bytes, 1, false, false, caller)?;
+        let keep = (area.tag.requested_bytes as usize).min(usable).min(bytes);
+        // SAFETY: `p` is a live area of at least `keep` bytes, `q` a fresh one of at least
+        // `bytes`; two live areas never overlap.
+        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), q.as_ptr(), keep) };
+        self.vfree(p.as_ptr()).expect("area checked live above");
+        Ok(q)
+    }
+
+    fn start_page(&self, addr: usize) -> Result<u64, VmError> {
+        if !self.reservation.contains(addr) || addr & (self.page_bytes - 1) != 0 {
+            return Err(VmError::NotLive(addr));
+        }
+        Ok((addr >> self.page_shift) as u64)
+    }
+
+    /// Free the area that starts at `p`. Null is a no-op. Anything that is not the start of a
+    /// live area of this space is refused and nothing changes.
+    pub fn vfree(&self, p: *mut u8) -> Result<(), VmError> {
+        if p.is_null() {
+            return Ok(());
+        }
+        let start = self.start_page(p as usize)?;
+        self.arena.free(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
+    }
+
+    /// Usable bytes of the live area that starts at `p` (whole pages), or `None`.
+    pub fn size(&self, p: *const u8) -> Option<usize> {
+        let start = self.start_page(p as usize).ok()?;
+        let a = self.arena.lookup(start)?;
+        Some(((a.pages - self.guard_pages) as usize) << self.page_shift)
+    }
+
+    /// True when `p` lies inside this space's reservation (the kernel's `is_vmalloc_addr`):
+    /// the address test a router uses, not a liveness test.
+    #[inline]
+    pub fn contains(&self, p: *const u8) -> bool {
+        self.reservation.contains(p as usize)
+    }
+
+    /// Release the memory of every lazily freed area now (a normal purge). Returns pages
+    /// released.
+    pub fn purge(&self) -> u64 {
+        self.arena.purge().pages_released
+    }
+
+    /// The shrinker: release all cached memory and return every pooled area to the free tree.
+    pub fn shrink(&self) -> u64 {
+        self.arena.shrink().pages_released
+    }
+
+    /// Figures of the space. `resident` adds a mincore walk of the reservation's live and lazy
+    /// areas (slower).
+    pub fn stats(&self, resident: bool) -> SpaceStats {
+        let mut s = SpaceStats {
+            arena: self.arena.stats(),
+            vzalloc_memsets: self.memsets.load(Relaxed),
+            guard_calls: self.guard_calls.load(Relaxed),
+            ..Default::default()
+        };
+        if resident {
+            let (busy, lazy) = self.arena.areas();
+            let ranges = busy.iter().flatten().map(|(s, a)| (*s, a.pages)).chain(lazy);
+            s.resident_bytes = ranges
+                .map(|(st, pages)| {
+                    let data = pages.saturating_sub(self.guard_pages) as usize;
+                    vmarena_platform::process::resident_bytes((st as usize) << self.page_shift, data << self.page_shift)
+                })
+                .sum();
+        }
+        s
+    }
+
+    /// Lock figures by lock class.
+    pub fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
+        self.arena.lock_stats()
+    }
+
+    /// Live and lazy areas in the format of the kernel's `/proc/vmallocinfo`.
+    pub fn vmallocinfo(&self) -> String {
+        crate::vmallocinfo::format(&self.arena, self.page_shift, self.guard_pages)
+    }
+
+    /// Check every invariant of the arena (call it when no other thread uses the space).
+    pub fn check(&self) -> Result<(), String> {
+        self.arena.check()
+    }
+}
