@@ -35,7 +35,7 @@ stats_table! {
         full_purges, "purges";
         /// Areas whose memory a purge released.
         areas_released, "areas";
-        /// Pages whose memory a purge released.
+        /// Pages of the areas whose memory a purge released, guard pages included.
         pages_released, "pages";
         /// Syscalls made to release memory.
         release_calls, "calls";

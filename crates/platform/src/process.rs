@@ -55,15 +55,23 @@ pub fn minor_faults() -> u64 {
     ru.ru_minflt as u64
 }
 
-/// Resident bytes of `[addr, addr + len)`, page by page (`mincore`).
+/// Resident bytes of `[addr, addr + len)` (page aligned `addr`), by `mincore` in 1 GiB steps.
 pub fn resident_bytes(addr: usize, len: usize) -> u64 {
     let page = crate::page_size();
-    let n = len.div_ceil(page);
-    let mut vec = vec![0u8; n];
-    // SAFETY: vec has one byte per page of the range; the range is a mapping of this process.
-    let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
-    if r != 0 {
-        return 0;
+    const STEP: usize = 1 << 30;
+    let mut vec = vec![0u8; STEP.min(len).div_ceil(page)];
+    let mut total = 0u64;
+    let mut at = addr;
+    while at < addr + len {
+        let l = STEP.min(addr + len - at);
+        let n = l.div_ceil(page);
+        // SAFETY: vec has at least one byte per page of the range; the range is a mapping of
+        // this process.
+        let r = unsafe { libc::mincore(at as *mut libc::c_void, l, vec.as_mut_ptr()) };
+        if r == 0 {
+            total += vec[..n].iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64;
+        }
+        at += l;
     }
-    vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64
+    total
 }

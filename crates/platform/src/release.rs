@@ -159,7 +159,10 @@ mod tests {
             .collect();
         let calls = release(&ranges, Advice::DontNeed);
         assert!((1..=32).contains(&calls));
-        eprintln!("32 ranges released in {calls} calls (batched: {})", batching_in_use(Advice::DontNeed));
+        eprintln!(
+            "32 ranges released in {calls} calls (batched: {})",
+            batching_in_use(Advice::DontNeed)
+        );
         for i in 0..64 {
             // SAFETY: inside the reservation.
             let v = unsafe { *p.add(i * page) };

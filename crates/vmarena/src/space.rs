@@ -23,7 +23,9 @@ use std::panic::Location;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use vmarena_engine::{AllocError, AllocRequest, Arena, ArenaOptions, ArenaStats, AreaTag, LockStats};
+use vmarena_engine::{
+    AllocError, AllocRequest, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats,
+};
 use vmarena_platform::{guard, Reservation};
 
 /// Why a `VmSpace` call failed. Nothing was changed.
@@ -62,7 +64,9 @@ impl fmt::Display for VmError {
             VmError::BadAlignment(a) => write!(f, "alignment {a} is not a power of two"),
             VmError::NotLive(p) => write!(f, "{p:#x} is not the start of a live area"),
             VmError::NoSpace(m) => f.write_str(m),
-            VmError::WouldBlock => write!(f, "no room without purging, and the request may not block"),
+            VmError::WouldBlock => {
+                write!(f, "no room without purging, and the request may not block")
+            }
         }
     }
 }
@@ -98,10 +102,15 @@ pub struct SpaceStats {
 
 impl VmSpace {
     /// A space named `name` with the given options.
-    pub fn new(name: &str, opts: SpaceOptions, arena_opts: ArenaOptions) -> Result<VmSpace, String> {
+    pub fn new(
+        name: &str,
+        opts: SpaceOptions,
+        arena_opts: ArenaOptions,
+    ) -> Result<VmSpace, String> {
         let page_bytes = vmarena_platform::page_size();
         let page_shift = page_bytes.trailing_zeros();
-        let bytes = usize::try_from(opts.space_bytes).map_err(|_| "space_bytes does not fit in usize")?;
+        let bytes =
+            usize::try_from(opts.space_bytes).map_err(|_| "space_bytes does not fit in usize")?;
         if bytes < 16 * page_bytes {
             return Err(format!("space_bytes {bytes} is below 16 pages"));
         }
@@ -157,7 +166,10 @@ impl VmSpace {
 
     /// `[start, end)` of the reservation, in bytes.
     pub fn bounds(&self) -> (usize, usize) {
-        (self.reservation.base(), self.reservation.base() + self.reservation.len_bytes())
+        (
+            self.reservation.base(),
+            self.reservation.base() + self.reservation.len_bytes(),
+        )
     }
 
     /// Pages an allocation of `bytes` takes, guard included.
@@ -165,16 +177,32 @@ impl VmSpace {
         if bytes == 0 {
             return Err(VmError::ZeroSize);
         }
-        let data = bytes.checked_add(self.page_bytes - 1).ok_or(VmError::Overflow(bytes))? >> self.page_shift;
-        (data as u64).checked_add(self.guard_pages).ok_or(VmError::Overflow(bytes))
+        let data = bytes
+            .checked_add(self.page_bytes - 1)
+            .ok_or(VmError::Overflow(bytes))?
+            >> self.page_shift;
+        (data as u64)
+            .checked_add(self.guard_pages)
+            .ok_or(VmError::Overflow(bytes))
     }
 
     fn map_alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
         match e {
             AllocError::Invalid(vmarena_core::RequestError::ZeroSize) => VmError::ZeroSize,
-            AllocError::Invalid(vmarena_core::RequestError::BadAlignment) => VmError::BadAlignment(0),
+            AllocError::Invalid(vmarena_core::RequestError::BadAlignment) => {
+                VmError::BadAlignment(0)
+            }
             AllocError::WouldBlock => VmError::WouldBlock,
-            AllocError::Invalid(_) | AllocError::OutOfRange { .. } | AllocError::NoSpace { .. } => {
+            AllocError::Invalid(vmarena_core::RequestError::BadWindow)
+            | AllocError::OutOfRange { .. } => {
+                let (lo, hi) = self.bounds();
+                VmError::NoSpace(format!(
+                    "vmalloc for size {bytes} failed: larger than the whole {} space ({lo:#x} - {hi:#x}, {} MiB)",
+                    self.name,
+                    (hi - lo) >> 20
+                ))
+            }
+            AllocError::NoSpace { .. } => {
                 let st = self.arena.stats();
                 let (lo, hi) = self.bounds();
                 VmError::NoSpace(format!(
@@ -208,9 +236,15 @@ impl VmSpace {
             window: None,
             prefer_fresh: zeroed,
             nonblocking,
-            tag: AreaTag { caller: Some(caller), requested_bytes: bytes as u64 },
+            tag: AreaTag {
+                caller: Some(caller),
+                requested_bytes: bytes as u64,
+            },
         };
-        let a = self.arena.alloc(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
+        let a = self
+            .arena
+            .alloc(&req)
+            .map_err(|e| self.map_alloc_error(e, bytes))?;
         let addr = (a.start as usize) << self.page_shift;
         if zeroed && !a.fresh {
             let len = ((a.pages - self.guard_pages) as usize) << self.page_shift;
@@ -237,7 +271,11 @@ impl VmSpace {
 
     /// Allocate `bytes` aligned to `align_bytes` (a power of two).
     #[track_caller]
-    pub fn vmalloc_aligned(&self, bytes: usize, align_bytes: usize) -> Result<NonNull<u8>, VmError> {
+    pub fn vmalloc_aligned(
+        &self,
+        bytes: usize,
+        align_bytes: usize,
+    ) -> Result<NonNull<u8>, VmError> {
         self.alloc_inner(bytes, align_bytes, false, false, Location::caller())
     }
 
@@ -253,15 +291,21 @@ impl VmSpace {
     #[track_caller]
     pub fn vrealloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Result<NonNull<u8>, VmError> {
         let caller = Location::caller();
-        let Some(p) = p else { return self.alloc_inner(bytes, 1, false, false, caller) };
+        let Some(p) = p else {
+            return self.alloc_inner(bytes, 1, false, false, caller);
+        };
         let start = self.start_page(p.as_ptr() as usize)?;
-        let area = self.arena.lookup(start).ok_or(VmError::NotLive(p.as_ptr() as usize))?;
+        let area = self
+            .arena
+            .lookup(start)
+            .ok_or(VmError::NotLive(p.as_ptr() as usize))?;
         let usable = ((area.pages - self.guard_pages) as usize) << self.page_shift;
         if bytes == 0 {
             return Err(VmError::ZeroSize);
         }
         if bytes <= usable {
-            self.arena.update_tag(start, |t| t.requested_bytes = bytes as u64);
+            self.arena
+                .update_tag(start, |t| t.requested_bytes = bytes as u64);
             return Ok(p);
         }
         let q = self.alloc_inner(bytes, 1, false, false, caller)?;
@@ -287,7 +331,10 @@ impl VmSpace {
             return Ok(());
         }
         let start = self.start_page(p as usize)?;
-        self.arena.free(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
+        self.arena
+            .free(start)
+            .map(|_| ())
+            .map_err(|_| VmError::NotLive(p as usize))
     }
 
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`.
@@ -304,8 +351,8 @@ impl VmSpace {
         self.reservation.contains(p as usize)
     }
 
-    /// Release the memory of every lazily freed area now (a normal purge). Returns pages
-    /// released.
+    /// Release the memory of every lazily freed area now (a normal purge). Returns the pages
+    /// of the released areas, guard pages included (only data pages are given back).
     pub fn purge(&self) -> u64 {
         self.arena.purge().pages_released
     }
@@ -315,8 +362,8 @@ impl VmSpace {
         self.arena.shrink().pages_released
     }
 
-    /// Figures of the space. `resident` adds a mincore walk of the reservation's live and lazy
-    /// areas (slower).
+    /// Figures of the space. `resident` adds a `mincore` walk of the whole reservation
+    /// (milliseconds for the default 64 GiB).
     pub fn stats(&self, resident: bool) -> SpaceStats {
         let mut s = SpaceStats {
             arena: self.arena.stats(),
@@ -325,16 +372,17 @@ impl VmSpace {
             ..Default::default()
         };
         if resident {
-            let (busy, lazy) = self.arena.areas();
-            let ranges = busy.iter().flatten().map(|(s, a)| (*s, a.pages)).chain(lazy);
-            s.resident_bytes = ranges
-                .map(|(st, pages)| {
-                    let data = pages.saturating_sub(self.guard_pages) as usize;
-                    vmarena_platform::process::resident_bytes((st as usize) << self.page_shift, data << self.page_shift)
-                })
-                .sum();
+            s.resident_bytes = self.resident_bytes();
         }
         s
+    }
+
+    /// Resident bytes of the whole reservation (`mincore`).
+    pub fn resident_bytes(&self) -> u64 {
+        vmarena_platform::process::resident_bytes(
+            self.reservation.base(),
+            self.reservation.len_bytes(),
+        )
     }
 
     /// Lock figures by lock class.

@@ -1,0 +1,94 @@
+/* Exercises every function of the fixed C ABI, bad input included. Prints one line per check
+ * and "N passed, N failed" at the end; exits non-zero on any failure. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "vmarena.h"
+
+static int passed, failed;
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (cond) {                                                        \
+            passed++;                                                      \
+        } else {                                                           \
+            failed++;                                                      \
+            fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond);      \
+        }                                                                  \
+    } while (0)
+
+int main(void) {
+    /* vmalloc: page granular, writable. */
+    char *p = vmarena_vmalloc(10000);
+    CHECK(p != NULL);
+    CHECK(((uintptr_t)p & 4095) == 0);
+    CHECK(vmarena_size(p) == 12288);
+    memset(p, 0x5a, 12288);
+
+    /* vzalloc: zero filled, also after reuse of dirty memory. */
+    CHECK(vmarena_vfree(p) == 0);
+    char *z = vmarena_vzalloc(12288);
+    CHECK(z != NULL);
+    int all_zero = 1;
+    for (int i = 0; i < 12288; i++) all_zero &= z[i] == 0;
+    CHECK(all_zero);
+
+    /* vmalloc_aligned. */
+    void *a = vmarena_vmalloc_aligned(4096, 1 << 21);
+    CHECK(a != NULL && ((uintptr_t)a & ((1 << 21) - 1)) == 0);
+
+    /* vrealloc: NULL allocates; growth keeps contents; shrink in place. */
+    char *r = vmarena_vrealloc(NULL, 100);
+    CHECK(r != NULL);
+    for (int i = 0; i < 100; i++) r[i] = (char)i;
+    char *r2 = vmarena_vrealloc(r, 1 << 20);
+    CHECK(r2 != NULL);
+    int same = 1;
+    for (int i = 0; i < 100; i++) same &= r2[i] == (char)i;
+    CHECK(same);
+    CHECK(vmarena_size(r2) == 1 << 20);
+    CHECK(vmarena_vrealloc(r2, 10) == r2);
+
+    /* Bad input: NULL with errno, nothing changes. */
+    errno = 0;
+    CHECK(vmarena_vmalloc(0) == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(vmarena_vzalloc(0) == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(vmarena_vmalloc(SIZE_MAX) == NULL && errno == ENOMEM);
+    errno = 0;
+    CHECK(vmarena_vmalloc(SIZE_MAX - 4095) == NULL && errno == ENOMEM);
+    errno = 0;
+    CHECK(vmarena_vmalloc_aligned(4096, 3) == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(vmarena_vmalloc_aligned(4096, 0) == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(vmarena_vrealloc(r2 + 4096, 10) == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(vmarena_vrealloc(r2, 0) == NULL && errno == EINVAL);
+    CHECK(vmarena_size(r2) == 1 << 20); /* unchanged by the refused calls */
+
+    /* vfree: interior, foreign, double free refused with -EINVAL; NULL is a no-op. */
+    int local = 0;
+    CHECK(vmarena_vfree(z + 4096) == -EINVAL);
+    CHECK(vmarena_vfree(z + 1) == -EINVAL);
+    CHECK(vmarena_vfree(&local) == -EINVAL);
+    CHECK(vmarena_vfree(NULL) == 0);
+    CHECK(vmarena_vfree(z) == 0);
+    CHECK(vmarena_vfree(z) == -EINVAL);
+    CHECK(vmarena_size(z) == 0);
+    CHECK(vmarena_size(&local) == 0);
+    CHECK(vmarena_size(NULL) == 0);
+    CHECK(vmarena_vfree(a) == 0);
+    CHECK(vmarena_vfree(r2) == 0);
+
+    /* purge. */
+    CHECK(vmarena_purge() == 0);
+    char *again = vmarena_vmalloc(4096);
+    CHECK(again != NULL);
+    again[0] = 1;
+    CHECK(vmarena_vfree(again) == 0);
+
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -1,0 +1,42 @@
+//! The C ABI from C (tier 1): `tests/c/abi_test.c` is compiled against `include/vmarena.h`,
+//! linked with the `libvmarena.so` cargo built for this test run, and run.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn c_program_exercises_every_abi_function() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // target/<profile>/deps/c_abi-<hash> -> target/<profile>
+    let exe = std::env::current_exe().unwrap();
+    let libdir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    assert!(
+        libdir.join("libvmarena.so").exists(),
+        "libvmarena.so not built in {}",
+        libdir.display()
+    );
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let bin = out_dir.join("vmarena_abi_test");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(&bin)
+        .arg(root.join("crates/vmarena/tests/c/abi_test.c"))
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg("-L")
+        .arg(&libdir)
+        .arg("-lvmarena")
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(status.success(), "compiling the C test failed");
+    let out = Command::new(&bin)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("VMARENA_SPACE_BYTES", "4G")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "C test failed: {out:?}");
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}

@@ -1,0 +1,86 @@
+//! Guard pages fault (tier 1). Each case runs in a child process (this test binary re-executed
+//! with `VMARENA_GUARD_CHILD` set), so the expected SIGSEGV does not take the suite down.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use vmarena::*;
+
+fn space() -> VmSpace {
+    let so = SpaceOptions {
+        space_bytes: 1 << 28,
+        ..Default::default()
+    };
+    let ao = ArenaOptions {
+        purge_thread: false,
+        decay_interval_ms: 0,
+        ..Default::default()
+    };
+    VmSpace::new("guard", so, ao).unwrap()
+}
+
+/// Child side: allocate 10,000 bytes (3 pages), write the last usable byte, then, per mode,
+/// the first byte past the end.
+fn child(mode: &str) {
+    let s = space();
+    let mut p = s.vmalloc(10_000).unwrap();
+    if mode == "after_purge" {
+        // The area goes to the pool, is released by a purge and handed out again: the guard
+        // must still be there.
+        s.vfree(p.as_ptr()).unwrap();
+        s.purge();
+        let q = s.vmalloc(10_000).unwrap();
+        assert_eq!(q, p, "pool hit expected");
+        p = q;
+    }
+    let usable = s.size(p.as_ptr()).unwrap();
+    assert_eq!(usable, 12_288);
+    // SAFETY: last usable byte of a live area.
+    unsafe { p.as_ptr().add(usable - 1).write_volatile(1) };
+    println!("inside ok");
+    if mode != "inside" {
+        // SAFETY: deliberately one byte past the area: the guard page must fault here.
+        unsafe { p.as_ptr().add(usable).write_volatile(1) };
+        println!("no fault");
+    }
+    std::process::exit(0);
+}
+
+fn run_child(mode: &str) -> std::process::Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "guard_page_faults_on_write_past_end",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("VMARENA_GUARD_CHILD", mode)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn guard_page_faults_on_write_past_end() {
+    if let Ok(mode) = std::env::var("VMARENA_GUARD_CHILD") {
+        child(&mode);
+        return;
+    }
+    if !space().guards_enforced() {
+        eprintln!(
+            "skipped: this kernel has no MADV_GUARD_INSTALL (Linux 6.13+); guards are gaps only"
+        );
+        return;
+    }
+    let inside = run_child("inside");
+    assert!(inside.status.success(), "control child failed: {inside:?}");
+    assert!(String::from_utf8_lossy(&inside.stdout).contains("inside ok"));
+    for mode in ["past_end", "after_purge"] {
+        let out = run_child(mode);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("inside ok"), "{mode}: {out:?}");
+        assert!(
+            !stdout.contains("no fault"),
+            "{mode}: write past the end did not fault"
+        );
+        assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{mode}: {out:?}");
+    }
+}

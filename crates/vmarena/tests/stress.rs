@@ -1,0 +1,152 @@
+//! Concurrency stress on real memory (tier 3). Not a benchmark: it checks correctness.
+//!
+//! 8 threads allocate areas from 1 byte to 4 MiB, fill every byte with a pattern derived from
+//! an owner tag, pass some areas to another thread to free, and verify the whole pattern before
+//! each free: two owners sharing memory, or an area handed out while live, corrupts a pattern.
+//! Runs for each strategy with purges on the worker thread; the invariant checker runs at the
+//! end and every page must be back in the space after the shrinker.
+
+use std::sync::{mpsc, Arc};
+use vmarena::*;
+
+const THREADS: usize = 8;
+const ITERS: u64 = 1500;
+
+fn fill(p: *mut u8, len: usize, tag: u64) {
+    let words = len / 8;
+    // SAFETY: `len` usable bytes at `p`, page aligned.
+    let w = unsafe { std::slice::from_raw_parts_mut(p.cast::<u64>(), words) };
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = tag ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    for i in words * 8..len {
+        // SAFETY: inside the area.
+        unsafe { *p.add(i) = tag as u8 };
+    }
+}
+
+fn verify(p: *const u8, len: usize, tag: u64) {
+    let words = len / 8;
+    // SAFETY: `len` usable bytes at `p`.
+    let w = unsafe { std::slice::from_raw_parts(p.cast::<u64>(), words) };
+    for (i, x) in w.iter().enumerate() {
+        assert_eq!(
+            *x,
+            tag ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            "word {i} of {p:?} overwritten"
+        );
+    }
+    for i in words * 8..len {
+        // SAFETY: inside the area.
+        assert_eq!(unsafe { *p.add(i) }, tag as u8);
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Owned(usize, usize, u64);
+
+fn run(strategy: Strategy) {
+    let so = SpaceOptions {
+        space_bytes: 8 << 30,
+        ..Default::default()
+    };
+    let ao = ArenaOptions {
+        strategy,
+        lazy_max_pages: 8192,
+        decay_interval_ms: 10,
+        ..Default::default()
+    };
+    let space = Arc::new(VmSpace::new(&format!("stress-{strategy}"), so, ao).unwrap());
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS)
+        .map(|_| mpsc::sync_channel::<Owned>(32))
+        .unzip();
+    let handles: Vec<_> = rxs
+        .into_iter()
+        .enumerate()
+        .map(|(t, rx)| {
+            let s = space.clone();
+            let peer = txs[(t + 3) % THREADS].clone();
+            std::thread::spawn(move || {
+                let free = |o: Owned| {
+                    verify(o.0 as *const u8, o.1, o.2);
+                    s.vfree(o.0 as *mut u8).unwrap();
+                };
+                let mut seed = 0xDEAD_BEEF ^ (t as u64 * 0x1234_5678_9ABC);
+                let mut mine = Vec::new();
+                for i in 0..ITERS {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let bytes = match seed % 32 {
+                        0 => 1 + (seed >> 8) as usize % (4 << 20),
+                        1..=8 => 1 + (seed >> 8) as usize % (64 << 10),
+                        _ => 1 + (seed >> 8) as usize % (8 << 10),
+                    };
+                    let p = if seed % 5 == 0 {
+                        s.vzalloc(bytes)
+                    } else {
+                        s.vmalloc(bytes)
+                    }
+                    .unwrap();
+                    let tag = ((t as u64) << 48) | i;
+                    fill(p.as_ptr(), bytes, tag);
+                    mine.push(Owned(p.as_ptr() as usize, bytes, tag));
+                    if mine.len() > 16 {
+                        let o = mine.swap_remove((seed >> 5) as usize % mine.len());
+                        if i % 2 == 0 {
+                            if let Err(e) = peer.try_send(o) {
+                                free(match e {
+                                    mpsc::TrySendError::Full(o)
+                                    | mpsc::TrySendError::Disconnected(o) => o,
+                                });
+                            }
+                        } else {
+                            free(o);
+                        }
+                    }
+                    while let Ok(o) = rx.try_recv() {
+                        free(o);
+                    }
+                }
+                mine.into_iter().for_each(free);
+                drop(peer);
+                rx
+            })
+        })
+        .collect();
+    drop(txs);
+    for h in handles {
+        let rx = h.join().unwrap();
+        while let Ok(o) = rx.try_recv() {
+            verify(o.0 as *const u8, o.1, o.2);
+            space.vfree(o.0 as *mut u8).unwrap();
+        }
+    }
+    space.check().unwrap_or_else(|e| panic!("{strategy}: {e}"));
+    let st = space.stats(false).arena;
+    assert_eq!(st.live_areas, 0);
+    assert!(st.purges > 0, "{strategy}: purges ran during the test");
+    space.shrink();
+    space.check().unwrap();
+    assert_eq!(
+        space.stats(false).arena.free_ranges,
+        1,
+        "{strategy}: every page back, merged"
+    );
+    assert_eq!(space.resident_bytes(), 0, "{strategy}: every page released");
+}
+
+#[test]
+fn stress_global() {
+    run(Strategy::Global);
+}
+
+#[test]
+fn stress_split() {
+    run(Strategy::Split);
+}
+
+#[test]
+fn stress_nodes() {
+    run(Strategy::Nodes);
+}
