@@ -56,10 +56,7 @@ pub struct BusyMap<T: Copy> {
 
 impl<T: Copy> Default for BusyMap<T> {
     fn default() -> Self {
-        BusyMap {
-            map: HashMap::default(),
-            pages: 0,
-        }
+        BusyMap { map: HashMap::default(), pages: 0 }
     }
 }
 
@@ -128,11 +125,7 @@ mod tests {
     #[test]
     fn insert_remove_and_double_remove() {
         let mut m: BusyMap<()> = BusyMap::default();
-        let a = BusyArea {
-            pages: 3,
-            node: 0,
-            tag: (),
-        };
+        let a = BusyArea { pages: 3, node: 0, tag: () };
         assert!(m.insert(10, a));
         assert!(!m.insert(10, a), "second insert of a live start is refused");
         assert_eq!(m.pages(), 3);

@@ -34,6 +34,9 @@ pub struct Request {
     pub size_pages: u64,
     /// Alignment of the start in pages (a power of two, at least 1).
     pub align_pages: u64,
+    /// The start must be `phase_pages` past a multiple of `align_pages` (`< align_pages`).
+    /// The engine uses it to carve a zone of one node's stripe.
+    pub phase_pages: u64,
     /// Lowest page the area may start at.
     pub lo: u64,
     /// One past the highest page the area may cover.
@@ -63,12 +66,17 @@ impl Request {
         if hi <= lo || hi - lo < size_pages {
             return Err(RequestError::BadWindow);
         }
-        Ok(Request {
-            size_pages,
-            align_pages,
-            lo,
-            hi,
-        })
+        Ok(Request { size_pages, align_pages, phase_pages: 0, lo, hi })
+    }
+
+    /// The same request with the start constrained to `phase` past a multiple of the
+    /// alignment (`phase < align_pages`).
+    pub fn with_phase(mut self, phase: u64) -> Result<Self, RequestError> {
+        if phase >= self.align_pages {
+            return Err(RequestError::BadAlignment);
+        }
+        self.phase_pages = phase;
+        Ok(self)
     }
 
     /// The block length the conservative search requires (see the module doc).
@@ -83,7 +91,11 @@ impl Request {
     /// Where the request would start inside the free block `[start, end)`, if it fits there.
     pub fn candidate_in(&self, start: u64, end: u64) -> Option<u64> {
         let base = start.max(self.lo);
-        let cand = align_up(base, self.align_pages)?;
+        let cand = if base <= self.phase_pages {
+            self.phase_pages
+        } else {
+            align_up(base - self.phase_pages, self.align_pages)?.checked_add(self.phase_pages)?
+        };
         let last = cand.checked_add(self.size_pages)?;
         (last <= end.min(self.hi)).then_some(cand)
     }
@@ -144,12 +156,7 @@ mod tests {
         assert_eq!(Request::new(4, 8, 8, 12).unwrap().search_length(), 4);
         // No overflow on absurd alignments.
         let huge = (1u64 << 63) + 5;
-        assert_eq!(
-            Request::new(huge, 1 << 63, 0, u64::MAX)
-                .unwrap()
-                .search_length(),
-            u64::MAX
-        );
+        assert_eq!(Request::new(huge, 1 << 63, 0, u64::MAX).unwrap().search_length(), u64::MAX);
     }
 
     #[test]
@@ -161,11 +168,17 @@ mod tests {
         let w = Request::new(2, 1, 0, 9).unwrap();
         assert_eq!(w.candidate_in(8, 20), None, "window end cuts the block");
         let far = Request::new(1, 1 << 62, 0, u64::MAX).unwrap();
-        assert_eq!(
-            far.candidate_in(u64::MAX - 3, u64::MAX),
-            None,
-            "align_up overflow is a miss"
-        );
+        assert_eq!(far.candidate_in(u64::MAX - 3, u64::MAX), None, "align_up overflow is a miss");
+    }
+
+    #[test]
+    fn phase_shifts_the_candidate() {
+        let r = Request::new(2, 8, 0, 100).unwrap().with_phase(3).unwrap();
+        assert_eq!(r.candidate_in(0, 20), Some(3));
+        assert_eq!(r.candidate_in(4, 20), Some(11));
+        assert_eq!(r.candidate_in(11, 13), Some(11));
+        assert_eq!(r.candidate_in(12, 40), Some(19));
+        assert!(Request::new(1, 8, 0, 100).unwrap().with_phase(8).is_err());
     }
 
     #[test]

@@ -74,21 +74,14 @@ impl Default for FreeTree {
 impl FreeTree {
     /// An empty tree (no free space).
     pub fn new() -> Self {
-        FreeTree {
-            nodes: Vec::new(),
-            spare: Vec::new(),
-            root: NIL,
-            len: 0,
-            free_pages: 0,
-        }
+        FreeTree { nodes: Vec::new(), spare: Vec::new(), root: NIL, len: 0, free_pages: 0 }
     }
 
     /// A tree whose free space is exactly `[start, end)`.
     pub fn with_range(start: u64, end: u64) -> Self {
         let mut t = Self::new();
         if start < end {
-            t.insert_merge(start, end)
-                .expect("empty tree cannot overlap");
+            t.insert_merge(start, end).expect("empty tree cannot overlap");
         }
         t
     }
@@ -180,19 +173,13 @@ impl FreeTree {
                 self.root = self.set_range_at(self.root, ps, ps, end);
             }
             (false, true) => {
-                let (ns, ne) = (
-                    self.nodes[next as usize].start,
-                    self.nodes[next as usize].end,
-                );
+                let (ns, ne) = (self.nodes[next as usize].start, self.nodes[next as usize].end);
                 // Growing the next range downward keeps its place in the order.
                 self.root = self.set_range_at(self.root, ns, start, ne);
             }
             (true, true) => {
                 let ps = self.nodes[prev as usize].start;
-                let (ns, ne) = (
-                    self.nodes[next as usize].start,
-                    self.nodes[next as usize].end,
-                );
+                let (ns, ne) = (self.nodes[next as usize].start, self.nodes[next as usize].end);
                 // Unlink the next range first, then grow the previous one over both.
                 self.root = self.remove_at(self.root, ns);
                 self.len -= 1;
@@ -213,10 +200,7 @@ impl FreeTree {
             return Err(format!("len {} but {} ranges in the tree", self.len, count));
         }
         if sum != self.free_pages {
-            return Err(format!(
-                "free_pages {} but ranges sum to {}",
-                self.free_pages, sum
-            ));
+            return Err(format!("free_pages {} but ranges sum to {}", self.free_pages, sum));
         }
         Ok(())
     }
@@ -307,14 +291,7 @@ impl FreeTree {
     // ---- AVL mechanics ------------------------------------------------------------------
 
     fn new_node(&mut self, start: u64, end: u64) -> u32 {
-        let node = Node {
-            start,
-            end,
-            max_size: end - start,
-            left: NIL,
-            right: NIL,
-            height: 1,
-        };
+        let node = Node { start, end, max_size: end - start, left: NIL, right: NIL, height: 1 };
         if let Some(i) = self.spare.pop() {
             self.nodes[i as usize] = node;
             i
@@ -345,13 +322,7 @@ impl FreeTree {
     }
 
     fn update(&mut self, n: u32) {
-        let Node {
-            start,
-            end,
-            left,
-            right,
-            ..
-        } = self.nodes[n as usize];
+        let Node { start, end, left, right, .. } = self.nodes[n as usize];
         let h = 1 + self.height(left).max(self.height(right));
         let m = (end - start).max(self.max(left)).max(self.max(right));
         let node = &mut self.nodes[n as usize];
@@ -382,20 +353,14 @@ impl FreeTree {
         let Node { left, right, .. } = self.nodes[n as usize];
         let bf = self.height(left) - self.height(right);
         if bf > 1 {
-            let (ll, lr) = (
-                self.nodes[left as usize].left,
-                self.nodes[left as usize].right,
-            );
+            let (ll, lr) = (self.nodes[left as usize].left, self.nodes[left as usize].right);
             if self.height(ll) < self.height(lr) {
                 self.nodes[n as usize].left = self.rotate_left(left);
             }
             return self.rotate_right(n);
         }
         if bf < -1 {
-            let (rl, rr) = (
-                self.nodes[right as usize].left,
-                self.nodes[right as usize].right,
-            );
+            let (rl, rr) = (self.nodes[right as usize].left, self.nodes[right as usize].right);
             if self.height(rr) < self.height(rl) {
                 self.nodes[n as usize].right = self.rotate_right(right);
             }
@@ -419,13 +384,8 @@ impl FreeTree {
     }
 
     fn remove_at(&mut self, n: u32, key: u64) -> u32 {
-        assert!(
-            n != NIL,
-            "free tree: removing a start that is not in the tree"
-        );
-        let Node {
-            start, left, right, ..
-        } = self.nodes[n as usize];
+        assert!(n != NIL, "free tree: removing a start that is not in the tree");
+        let Node { start, left, right, .. } = self.nodes[n as usize];
         if key < start {
             let l = self.remove_at(left, key);
             self.nodes[n as usize].left = l;
@@ -461,10 +421,7 @@ impl FreeTree {
 
     /// Change the range of the node keyed `key`; the new start must keep its in-order place.
     fn set_range_at(&mut self, n: u32, key: u64, start: u64, end: u64) -> u32 {
-        assert!(
-            n != NIL,
-            "free tree: resizing a start that is not in the tree"
-        );
+        assert!(n != NIL, "free tree: resizing a start that is not in the tree");
         let cur = self.nodes[n as usize].start;
         if key < cur {
             let l = self.set_range_at(self.nodes[n as usize].left, key, start, end);
@@ -526,10 +483,7 @@ impl FreeTree {
             ));
         }
         if (hl - hr).abs() > 1 || node.height as i32 != 1 + hl.max(hr) {
-            return Err(format!(
-                "AVL balance broken at [{:#x}, {:#x})",
-                node.start, node.end
-            ));
+            return Err(format!("AVL balance broken at [{:#x}, {:#x})", node.start, node.end));
         }
         Ok((1 + hl.max(hr), m))
     }
@@ -581,18 +535,9 @@ mod tests {
     fn overlapping_give_back_is_refused_and_changes_nothing() {
         let mut t = FreeTree::with_range(10, 20);
         let before = t.ranges();
-        assert_eq!(
-            t.insert_merge(15, 25),
-            Err(TreeError::Overlap { start: 15, end: 25 })
-        );
-        assert_eq!(
-            t.insert_merge(5, 11),
-            Err(TreeError::Overlap { start: 5, end: 11 })
-        );
-        assert_eq!(
-            t.insert_merge(12, 13),
-            Err(TreeError::Overlap { start: 12, end: 13 })
-        );
+        assert_eq!(t.insert_merge(15, 25), Err(TreeError::Overlap { start: 15, end: 25 }));
+        assert_eq!(t.insert_merge(5, 11), Err(TreeError::Overlap { start: 5, end: 11 }));
+        assert_eq!(t.insert_merge(12, 13), Err(TreeError::Overlap { start: 12, end: 13 }));
         assert_eq!(t.insert_merge(3, 3), Err(TreeError::Empty));
         assert_eq!(t.ranges(), before);
         assert_eq!(t.free_pages(), 10);

@@ -18,9 +18,7 @@ pub struct Oracle {
 impl Oracle {
     /// Build from the ranges of a tree (or any sorted, disjoint list).
     pub fn from_ranges(ranges: &[(u64, u64)]) -> Self {
-        Oracle {
-            free: ranges.iter().copied().collect(),
-        }
+        Oracle { free: ranges.iter().copied().collect() }
     }
 
     /// The free ranges in address order.
@@ -31,10 +29,7 @@ impl Oracle {
     /// Lowest fit by linear scan: the first range (in address order) of at least `length`
     /// pages in which `req` fits; returns the candidate start.
     pub fn lowest_fit(&self, req: &Request, length: u64) -> Option<u64> {
-        self.free
-            .iter()
-            .filter(|(&s, &e)| e - s >= length)
-            .find_map(|(&s, &e)| req.candidate_in(s, e))
+        self.free.iter().filter(|(&s, &e)| e - s >= length).find_map(|(&s, &e)| req.candidate_in(s, e))
     }
 
     /// Remove `[start, start + size)` from the range that contains it.

@@ -54,19 +54,13 @@ impl Default for SizePools {
 impl SizePools {
     /// Empty pools.
     pub fn new() -> Self {
-        SizePools {
-            classes: vec![Class::default(); POOL_MAX_PAGES as usize],
-            len: 0,
-            dirty_pages: 0,
-        }
+        SizePools { classes: vec![Class::default(); POOL_MAX_PAGES as usize], len: 0, dirty_pages: 0 }
     }
 
     /// The class index of an area of `pages` pages, if it is poolable.
     #[inline]
     pub fn class_of(pages: u64) -> Option<usize> {
-        (1..=POOL_MAX_PAGES)
-            .contains(&pages)
-            .then(|| (pages - 1) as usize)
+        (1..=POOL_MAX_PAGES).contains(&pages).then(|| (pages - 1) as usize)
     }
 
     /// Number of pooled areas.
@@ -86,9 +80,7 @@ impl SizePools {
 
     /// Length of each class, index `i` for `i + 1` pages.
     pub fn class_lens(&self) -> impl Iterator<Item = u64> + '_ {
-        self.classes
-            .iter()
-            .map(|c| (c.dirty.len() + c.clean.len()) as u64)
+        self.classes.iter().map(|c| (c.dirty.len() + c.clean.len()) as u64)
     }
 
     /// Pool an area. Panics if `pages` is not poolable (the engine checks first).
@@ -109,12 +101,7 @@ impl SizePools {
     /// of the preferred side, then of the other side; a misaligned entry is rotated to the front
     /// and counts as a miss.
     #[inline]
-    pub fn pop(
-        &mut self,
-        pages: u64,
-        align_pages: u64,
-        prefer: PoolSide,
-    ) -> Option<(u64, PoolSide)> {
+    pub fn pop(&mut self, pages: u64, align_pages: u64, prefer: PoolSide) -> Option<(u64, PoolSide)> {
         let c = &mut self.classes[Self::class_of(pages)?];
         let order = match prefer {
             PoolSide::Dirty => [PoolSide::Dirty, PoolSide::Clean],
@@ -237,22 +224,10 @@ mod tests {
     fn decay_takes_a_quarter_of_clean_oldest_first_and_take_dirty_empties_dirty() {
         let mut p = SizePools::new();
         for s in 0..12 {
-            p.push(
-                s * 10,
-                4,
-                if s < 8 {
-                    PoolSide::Clean
-                } else {
-                    PoolSide::Dirty
-                },
-            );
+            p.push(s * 10, 4, if s < 8 { PoolSide::Clean } else { PoolSide::Dirty });
         }
         let d = p.decay(1, 4);
-        assert_eq!(
-            d,
-            vec![(0, 4), (10, 4)],
-            "a quarter of the 8 clean entries, oldest first"
-        );
+        assert_eq!(d, vec![(0, 4), (10, 4)], "a quarter of the 8 clean entries, oldest first");
         let dirty = p.take_dirty();
         assert_eq!(dirty.len(), 4);
         assert_eq!(p.len(), 6);

@@ -41,7 +41,13 @@ fn random_request(rng: &mut Rng, space: u64) -> Request {
     } else {
         (0, space)
     };
-    Request::new(size, align, lo, hi.max(lo + size)).unwrap()
+    let r = Request::new(size, align, lo, hi.max(lo + size)).unwrap();
+    if align > 1 && rng.below(3) == 0 {
+        let phase = rng.below(align);
+        r.with_phase(phase).unwrap()
+    } else {
+        r
+    }
 }
 
 #[test]
@@ -58,21 +64,13 @@ fn free_tree_matches_oracle_on_random_sequences() {
                 let req = random_request(&mut rng, SPACE);
                 let want = oracle.lowest_fit(&req, req.search_length());
                 let want_exact = oracle.lowest_fit(&req, req.size_pages);
-                assert_eq!(
-                    tree.peek_lowest(&req),
-                    want,
-                    "seed {seed} step {step}: {req:?}"
-                );
-                let got = if want.is_some() {
-                    tree.alloc(&req)
-                } else {
-                    tree.alloc_exact(&req)
-                };
+                assert_eq!(tree.peek_lowest(&req), want, "seed {seed} step {step}: {req:?}");
+                let got = if want.is_some() { tree.alloc(&req) } else { tree.alloc_exact(&req) };
                 let expect = want.or(want_exact);
                 assert_eq!(got.map(|g| g.0), expect, "seed {seed} step {step}: {req:?}");
                 if let Some((start, _)) = got {
                     assert!(oracle.take(start, req.size_pages));
-                    assert_eq!(start % req.align_pages, 0);
+                    assert_eq!(start % req.align_pages, req.phase_pages);
                     assert!(start >= req.lo && start + req.size_pages <= req.hi);
                     live.push((start, req.size_pages));
                 }
@@ -92,18 +90,13 @@ fn free_tree_matches_oracle_on_random_sequences() {
             }
             assert_eq!(tree.ranges(), oracle.ranges(), "seed {seed} step {step}");
             if step % 97 == 0 {
-                tree.check()
-                    .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+                tree.check().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
             }
         }
         for (s, n) in live.drain(..) {
             tree.insert_merge(s, s + n).unwrap();
         }
-        assert_eq!(
-            tree.ranges(),
-            vec![(0, SPACE)],
-            "seed {seed}: everything merges back"
-        );
+        assert_eq!(tree.ranges(), vec![(0, SPACE)], "seed {seed}: everything merges back");
         tree.check().unwrap();
     }
 }
@@ -120,11 +113,7 @@ fn size_pools_match_shadow_model() {
             match rng.below(6) {
                 0..=2 => {
                     let pages = 1 + rng.below(8);
-                    let side = if rng.below(2) == 0 {
-                        PoolSide::Dirty
-                    } else {
-                        PoolSide::Clean
-                    };
+                    let side = if rng.below(2) == 0 { PoolSide::Dirty } else { PoolSide::Clean };
                     pools.push(next_start, pages, side);
                     shadow.insert((next_start, pages));
                     next_start += 512;
@@ -133,10 +122,7 @@ fn size_pools_match_shadow_model() {
                     let pages = 1 + rng.below(8);
                     let align = 1 << rng.below(2);
                     if let Some((s, _)) = pools.pop(pages, align, PoolSide::Dirty) {
-                        assert!(
-                            shadow.remove(&(s, pages)),
-                            "popped an area that was not pooled"
-                        );
+                        assert!(shadow.remove(&(s, pages)), "popped an area that was not pooled");
                         assert_eq!(s % align, 0);
                     }
                 }
@@ -152,10 +138,6 @@ fn size_pools_match_shadow_model() {
         let mut rest: Vec<_> = pools.take_dirty().into_iter().collect();
         rest.extend(pools.decay(1, 1));
         rest.sort_unstable();
-        assert_eq!(
-            rest,
-            shadow.into_iter().collect::<Vec<_>>(),
-            "nothing lost, nothing doubled"
-        );
+        assert_eq!(rest, shadow.into_iter().collect::<Vec<_>>(), "nothing lost, nothing doubled");
     }
 }

@@ -34,7 +34,7 @@
 
 use crate::backing::Backing;
 use crate::lock::{with_nesting_allowed, LockStats, StatLock};
-use crate::node::{LazyArea, Node, Padded, ZONE_PAGES};
+use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
 use crate::options::ArenaOptions;
 use crate::purge::Worker;
 use crate::stats::ArenaStats;
@@ -47,6 +47,13 @@ use vmarena_core::{BusyArea, FreeTree, PoolSide, Request, RequestError, SizePool
 
 /// No allocating node (the kernel's `vn_id` 0).
 pub const NO_NODE: u16 = u16::MAX;
+
+/// Full purges an allocation tries, while they make progress, before it fails.
+const FULL_PURGE_RETRIES: usize = 4;
+
+/// Lazy pages, as a multiple of `lazy_max_pages`, at which a freeing thread purges itself
+/// because the worker has fallen behind (many more runnable threads than CPUs).
+const LAZY_BACKPRESSURE: i64 = 2;
 
 /// What the layer above records with each live area.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -125,6 +132,10 @@ pub enum AllocError {
         free_pages: u64,
         /// Largest free range.
         largest_free: u64,
+        /// Pages of live areas when the allocation gave up.
+        live_pages: u64,
+        /// Pages of lazily freed areas when the allocation gave up.
+        lazy_pages: u64,
     },
     /// A non-blocking request found no room without purging.
     WouldBlock,
@@ -135,16 +146,28 @@ impl fmt::Display for AllocError {
         match self {
             AllocError::Invalid(RequestError::ZeroSize) => write!(f, "size 0"),
             AllocError::Invalid(RequestError::BadAlignment) => write!(f, "alignment is not a power of two"),
-            AllocError::Invalid(RequestError::BadWindow) => write!(f, "window is empty or smaller than the request"),
+            AllocError::Invalid(RequestError::BadWindow) => {
+                write!(f, "window is empty or smaller than the request")
+            }
             AllocError::OutOfRange { window, arena } => write!(
                 f,
                 "window [{:#x}, {:#x}) is outside the arena [{:#x}, {:#x})",
                 window.0, window.1, arena.0, arena.1
             ),
-            AllocError::NoSpace { arena, pages, align_pages, window, free_pages, largest_free } => write!(
+            AllocError::NoSpace {
+                arena,
+                pages,
+                align_pages,
+                window,
+                free_pages,
+                largest_free,
+                live_pages,
+                lazy_pages,
+            } => write!(
                 f,
                 "{arena}: no room for {pages} pages (alignment {align_pages}) in pages [{:#x}, {:#x}) \
-                 after a full purge; {free_pages} pages free, largest free range {largest_free} pages",
+                 after a full purge; {free_pages} pages free, largest free range {largest_free} pages, \
+                 {live_pages} pages live, {lazy_pages} pages lazy",
                 window.0, window.1
             ),
             AllocError::WouldBlock => write!(f, "no room without purging, and the request may not block"),
@@ -216,14 +239,8 @@ pub struct PurgeReport {
 
 pub(crate) enum Kind {
     Global(Padded<StatLock<GlobalState>>),
-    Split {
-        free: Padded<StatLock<FreeTree>>,
-        busy: Padded<StatLock<BusyLazy>>,
-    },
-    Nodes {
-        free: Padded<StatLock<FreeTree>>,
-        nodes: Box<[Node]>,
-    },
+    Split { free: Padded<StatLock<FreeTree>>, busy: Padded<StatLock<BusyLazy>> },
+    Nodes { free: Padded<StatLock<FreeTree>>, nodes: Box<[Node]> },
 }
 
 #[derive(Default)]
@@ -284,14 +301,10 @@ impl Arena {
                 free: FreeTree::with_range(lo, hi),
                 bl: BusyLazy::default(),
             }))),
-            Strategy::Split => Kind::Split {
-                free: free(),
-                busy: Padded(StatLock::new(BusyLazy::default())),
-            },
-            Strategy::Nodes => Kind::Nodes {
-                free: free(),
-                nodes: (0..nr_nodes).map(|_| Node::new()).collect(),
-            },
+            Strategy::Split => Kind::Split { free: free(), busy: Padded(StatLock::new(BusyLazy::default())) },
+            Strategy::Nodes => {
+                Kind::Nodes { free: free(), nodes: (0..nr_nodes).map(|_| new_node()).collect() }
+            }
         };
         let shared = Arc::new(Shared {
             name: name.into(),
@@ -348,10 +361,7 @@ impl Arena {
         let sh = &*self.shared;
         let (lo, hi) = req.window.unwrap_or((sh.lo, sh.hi));
         if lo < sh.lo || hi > sh.hi {
-            return Err(AllocError::OutOfRange {
-                window: (lo, hi),
-                arena: (sh.lo, sh.hi),
-            });
+            return Err(AllocError::OutOfRange { window: (lo, hi), arena: (sh.lo, sh.hi) });
         }
         let r = Request::new(req.pages, req.align_pages, lo, hi).map_err(AllocError::Invalid)?;
         let default_window = (lo, hi) == (sh.lo, sh.hi);
@@ -362,13 +372,23 @@ impl Arena {
             return Err(AllocError::WouldBlock);
         }
         // Step::FullPurge: every lazy area released, every pool back in the tree; then retry.
-        sh.purge(PurgeKind::Full);
-        if let Some(a) = sh.try_alloc(&r, req, default_window) {
-            return Ok(a);
+        // Other threads may take the space a purge gave back before this thread retries, so
+        // repeat while purges still find something to give back (a bounded number of times).
+        for _ in 0..FULL_PURGE_RETRIES {
+            let progress = sh.purge(PurgeKind::Full).areas_to_tree > 0;
+            if let Some(a) = sh.try_alloc(&r, req, default_window) {
+                return Ok(a);
+            }
+            if !progress {
+                break;
+            }
         }
         sh.counters.alloc_failures.fetch_add(1, Relaxed);
         let (free_pages, largest_free) = sh.free_summary();
+        let st = sh.stats();
         Err(AllocError::NoSpace {
+            live_pages: st.live_pages,
+            lazy_pages: st.lazy_pages,
             arena: sh.name.clone(),
             pages: req.pages,
             align_pages: req.align_pages,
@@ -387,18 +407,16 @@ impl Arena {
                 sh.counters.bad_frees.fetch_add(1, Relaxed);
             }
             Ok(_) => {
-                if !sh.worker_started.load(Relaxed)
-                    && sh.opts.purge_thread
-                    && sh.opts.decay_interval_ms > 0
-                {
+                if !sh.worker_started.load(Relaxed) && sh.opts.purge_thread && sh.opts.decay_interval_ms > 0 {
                     // The decay interval needs the worker even below the threshold.
                     sh.worker_started.store(true, Relaxed);
                     sh.worker.start(&self.shared);
                 }
-                if sh.lazy_approx.load(Relaxed) > sh.lazy_max as i64
-                    && !sh.purge_requested.swap(true, Relaxed)
-                {
+                let lazy = sh.lazy_approx.load(Relaxed);
+                if lazy > sh.lazy_max as i64 && !sh.purge_requested.swap(true, Relaxed) {
                     sh.kick(&self.shared);
+                } else if lazy > LAZY_BACKPRESSURE * sh.lazy_max as i64 {
+                    sh.purge_unless_running();
                 }
             }
         }
@@ -412,8 +430,7 @@ impl Arena {
 
     /// Change the tag of a live area; false if `start` is not live.
     pub fn update_tag(&self, start: u64, f: impl FnOnce(&mut AreaTag)) -> bool {
-        self.shared
-            .with_busy(start, |b| b.get_mut(start).map(|a| f(&mut a.tag)).is_some())
+        self.shared.with_busy(start, |b| b.get_mut(start).map(|a| f(&mut a.tag)).is_some())
     }
 
     /// Release the memory of every lazy area now and decay pools as a background purge would.
@@ -436,7 +453,7 @@ impl Arena {
         let mut out = vec![0u64; vmarena_core::POOL_MAX_PAGES as usize];
         if let Kind::Nodes { nodes, .. } = &self.shared.kind {
             for n in nodes.iter() {
-                for (o, l) in out.iter_mut().zip(n.pool.lock().pools.class_lens()) {
+                for (o, l) in out.iter_mut().zip(n.lock().pools.class_lens()) {
                     *o += l;
                 }
             }
@@ -451,12 +468,11 @@ impl Arena {
             Kind::Global(g) => vec![("global", g.stats())],
             Kind::Split { free, busy } => vec![("free", free.stats()), ("busy", busy.stats())],
             Kind::Nodes { free, nodes } => {
-                let (mut busy, mut pool) = (LockStats::default(), LockStats::default());
+                let mut node = LockStats::default();
                 for n in nodes.iter() {
-                    busy.merge(&n.busy.stats());
-                    pool.merge(&n.pool.stats());
+                    node.merge(&n.stats());
                 }
-                vec![("free", free.stats()), ("busy", busy), ("pool", pool)]
+                vec![("free", free.stats()), ("node", node)]
             }
         }
     }
@@ -475,16 +491,12 @@ impl Arena {
                 (vec![b.busy.sorted()], b.lazy.clone())
             }
             Kind::Nodes { nodes, .. } => {
-                let busy = nodes.iter().map(|n| n.busy.lock().sorted()).collect();
+                let busy = nodes.iter().map(|n| n.lock().busy.sorted()).collect();
                 let mut lazy = Vec::new();
                 for n in nodes.iter() {
-                    let p = n.pool.lock();
+                    let p = n.lock();
                     lazy.extend(
-                        p.pools
-                            .entries()
-                            .into_iter()
-                            .filter(|e| e.2 == PoolSide::Dirty)
-                            .map(|e| (e.0, e.1)),
+                        p.pools.entries().into_iter().filter(|e| e.2 == PoolSide::Dirty).map(|e| (e.0, e.1)),
                     );
                     lazy.extend(p.lazy_tree.iter().map(|l| (l.start, l.pages)));
                 }
@@ -521,143 +533,198 @@ impl Shared {
         self.node_index((start / ZONE_PAGES) as usize)
     }
 
-    fn with_busy<R>(
-        &self,
-        start: u64,
-        f: impl FnOnce(&mut vmarena_core::BusyMap<AreaTag>) -> R,
-    ) -> R {
+    fn with_busy<R>(&self, start: u64, f: impl FnOnce(&mut vmarena_core::BusyMap<AreaTag>) -> R) -> R {
         match &self.kind {
             Kind::Global(g) => f(&mut g.lock().bl.busy),
             Kind::Split { busy, .. } => f(&mut busy.lock().busy),
-            Kind::Nodes { nodes, .. } => f(&mut nodes[self.shard_of(start)].busy.lock()),
+            Kind::Nodes { nodes, .. } => f(&mut nodes[self.shard_of(start)].lock().busy),
         }
     }
 
     /// One pass over the ladder's steps up to the exact tree search.
-    fn try_alloc(
-        &self,
-        r: &Request,
-        req: &AllocRequest,
-        default_window: bool,
-    ) -> Option<Allocation> {
+    fn try_alloc(&self, r: &Request, req: &AllocRequest, default_window: bool) -> Option<Allocation> {
         let fresh_from_tree = self.backing.zeroes_on_release();
+        let pages = r.size_pages;
+        let from_tree = |start: u64| {
+            self.counters.tree_allocs.fetch_add(1, Relaxed);
+            self.backing.prepare(start, pages);
+            Some(Allocation { start, pages, fresh: fresh_from_tree })
+        };
         match &self.kind {
             Kind::Global(g) => {
                 let mut g = g.lock();
                 let start = tree_alloc(&mut g.free, r)?;
-                let ok = g.bl.busy.insert(
-                    start,
-                    BusyArea {
-                        pages: r.size_pages,
-                        node: NO_NODE,
-                        tag: req.tag,
-                    },
-                );
+                let ok = g.bl.busy.insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
                 debug_assert!(ok, "tree handed out a live start");
                 drop(g);
-                self.counters.tree_allocs.fetch_add(1, Relaxed);
-                self.backing.prepare(start, r.size_pages);
-                Some(Allocation {
-                    start,
-                    pages: r.size_pages,
-                    fresh: fresh_from_tree,
-                })
+                from_tree(start)
             }
             Kind::Split { free, busy } => {
                 let start = tree_alloc(&mut free.lock(), r)?;
-                let ok = busy.lock().busy.insert(
-                    start,
-                    BusyArea {
-                        pages: r.size_pages,
-                        node: NO_NODE,
-                        tag: req.tag,
-                    },
-                );
+                let ok = busy.lock().busy.insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
                 debug_assert!(ok, "tree handed out a live start");
-                self.counters.tree_allocs.fetch_add(1, Relaxed);
-                self.backing.prepare(start, r.size_pages);
-                Some(Allocation {
-                    start,
-                    pages: r.size_pages,
-                    fresh: fresh_from_tree,
-                })
+                from_tree(start)
             }
             Kind::Nodes { free, nodes } => {
-                let me = if default_window {
-                    self.node_index(vmarena_platform::cpu::current())
+                if !default_window {
+                    // Like the kernel's non-default ranges: no pools, no allocating node.
+                    let start = tree_alloc(&mut free.lock(), r)?;
+                    self.insert_busy(nodes, start, BusyArea { pages, node: NO_NODE, tag: req.tag });
+                    return from_tree(start);
+                }
+                let me = self.node_index(vmarena_platform::cpu::current());
+                let area = BusyArea { pages, node: me as u16, tag: req.tag };
+                let mut g = nodes[me].lock();
+                // Steps Pool and LazyReuse.
+                if let Some((start, fresh)) = self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree) {
+                    if self.shard_of(start) == me {
+                        let ok = g.busy.insert(start, area);
+                        debug_assert!(ok, "pool handed out a live start");
+                    } else {
+                        drop(g);
+                        self.insert_busy(nodes, start, area);
+                    }
+                    return Some(Allocation { start, pages, fresh });
+                }
+                // Step Chunk: small areas are carved from a zone of this node's stripe.
+                let small = pages <= ZONE_PAGES && r.align_pages == 1;
+                if small {
+                    if let Some(start) = g.carve(pages) {
+                        let ok = g.busy.insert(start, area);
+                        debug_assert!(ok, "chunk handed out a live start");
+                        g.chunk_allocs += 1;
+                        drop(g);
+                        self.backing.prepare(start, pages);
+                        return Some(Allocation { start, pages, fresh: fresh_from_tree });
+                    }
+                }
+                let rest = if small { std::mem::replace(&mut g.chunk, (0, 0)) } else { (0, 0) };
+                drop(g);
+                // Steps Tree and TreeExact: a zone start of this node's stripe for poolable
+                // sizes (so this node is the area's busy home), else the lowest fit.
+                let (start, new_chunk) = {
+                    let mut f = free.lock();
+                    if rest.0 < rest.1 {
+                        f.insert_merge(rest.0, rest.1).expect("chunk remainder overlaps free space");
+                    }
+                    self.node_tree_alloc(&mut f, r, me, small)?
+                };
+                if self.shard_of(start) == me {
+                    let mut g = nodes[me].lock();
+                    let ok = g.busy.insert(start, area);
+                    debug_assert!(ok, "tree handed out a live start");
+                    let mut leftover = new_chunk;
+                    if let Some(c) = new_chunk {
+                        g.chunk_allocs += 1;
+                        if g.chunk.0 == g.chunk.1 {
+                            g.chunk = c;
+                            leftover = None;
+                        }
+                    }
+                    drop(g);
+                    if let Some((s, e)) = leftover.filter(|c| c.0 < c.1) {
+                        // Another thread on this node installed a chunk meanwhile.
+                        free.lock().insert_merge(s, e).expect("chunk remainder overlaps free space");
+                    }
                 } else {
-                    0
-                };
-                let mut got = None;
-                if default_window {
-                    got = self.node_take(&nodes[me], r, req.prefer_fresh, fresh_from_tree);
+                    debug_assert!(new_chunk.is_none());
+                    self.insert_busy(nodes, start, area);
                 }
-                let (start, fresh, from_tree) = match got {
-                    Some((s, f)) => (s, f, false),
-                    None => (tree_alloc(&mut free.lock(), r)?, fresh_from_tree, true),
-                };
-                let node = if default_window { me as u16 } else { NO_NODE };
-                let area = BusyArea {
-                    pages: r.size_pages,
-                    node,
-                    tag: req.tag,
-                };
-                let ok = nodes[self.shard_of(start)].busy.lock().insert(start, area);
-                debug_assert!(ok, "allocator handed out a live start");
-                if from_tree {
+                if new_chunk.is_none() {
                     self.counters.tree_allocs.fetch_add(1, Relaxed);
-                    self.backing.prepare(start, r.size_pages);
                 }
-                Some(Allocation {
-                    start,
-                    pages: r.size_pages,
-                    fresh,
-                })
+                self.backing.prepare(start, pages);
+                Some(Allocation { start, pages, fresh: fresh_from_tree })
             }
         }
     }
 
-    /// Steps Pool and LazyReuse on node `n`: `(start, fresh)`.
+    /// The tree steps for node `me`: a fresh chunk for small areas (returns the chunk's
+    /// remainder after the area), a zone start of the stripe for other poolable sizes, the
+    /// lowest fit otherwise or when the stripe has no room.
+    fn node_tree_alloc(
+        &self,
+        f: &mut FreeTree,
+        r: &Request,
+        me: usize,
+        small: bool,
+    ) -> Option<(u64, Option<(u64, u64)>)> {
+        let stripe = ZONE_PAGES * self.nr_nodes as u64;
+        let phase = me as u64 * ZONE_PAGES;
+        let phased = |size: u64, align: u64| {
+            Request::new(size, stripe.max(align), r.lo, r.hi).and_then(|q| q.with_phase(phase)).ok()
+        };
+        if small {
+            if let Some(q) = phased(ZONE_PAGES, 1) {
+                if let Some((s, _)) = f.alloc(&q) {
+                    return Some((s, Some((s + r.size_pages, s + ZONE_PAGES))));
+                }
+            }
+        } else if SizePools::class_of(r.size_pages).is_some() && r.align_pages <= ZONE_PAGES {
+            if let Some(q) = phased(r.size_pages, 1) {
+                if let Some((s, _)) = f.alloc(&q) {
+                    return Some((s, None));
+                }
+            }
+        }
+        tree_alloc(f, r).map(|s| (s, None))
+    }
+
+    #[inline]
+    fn insert_busy(&self, nodes: &[Node], start: u64, area: BusyArea<AreaTag>) {
+        let ok = nodes[self.shard_of(start)].lock().busy.insert(start, area);
+        debug_assert!(ok, "allocator handed out a live start");
+    }
+
+    /// Steps Pool and LazyReuse on the locked node: `(start, fresh)`.
     #[inline]
     fn node_take(
         &self,
-        n: &Node,
+        g: &mut NodeState,
         r: &Request,
         prefer_fresh: bool,
         zeroes: bool,
     ) -> Option<(u64, bool)> {
         let pages = r.size_pages;
-        let mut p = n.pool.lock();
         if SizePools::class_of(pages).is_some() {
-            let prefer = if prefer_fresh {
-                PoolSide::Clean
-            } else {
-                PoolSide::Dirty
-            };
-            match p.pools.pop(pages, r.align_pages, prefer) {
+            let prefer = if prefer_fresh { PoolSide::Clean } else { PoolSide::Dirty };
+            return match g.pools.pop(pages, r.align_pages, prefer) {
                 Some((start, side)) => {
-                    p.hits += 1;
+                    g.hits += 1;
                     if side == PoolSide::Dirty {
-                        p.sync(&self.lazy_approx, false);
+                        g.sync(&self.lazy_approx, false);
                     }
-                    return Some((start, side == PoolSide::Clean && zeroes));
+                    Some((start, side == PoolSide::Clean && zeroes))
                 }
                 None => {
-                    p.misses += 1;
-                    return None;
+                    g.misses += 1;
+                    None
                 }
-            }
+            };
         }
         // A large area freed by this node and not purged yet, of exactly this size.
-        let i = p
+        let i = g
             .lazy_tree
             .iter()
             .rposition(|l| l.reusable && l.pages == pages && l.start & (r.align_pages - 1) == 0)?;
-        let l = p.lazy_tree.swap_remove(i);
-        p.lazy_tree_pages -= l.pages;
-        p.lazy_reuses += 1;
-        p.sync(&self.lazy_approx, false);
+        let l = g.lazy_tree.swap_remove(i);
+        g.lazy_tree_pages -= l.pages;
+        g.lazy_reuses += 1;
+        g.sync(&self.lazy_approx, false);
         Some((l.start, false))
+    }
+
+    /// Put a freed area on its home node (locked): its pool, or the lazy list.
+    #[inline]
+    fn node_push(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
+        if tagged && SizePools::class_of(pages).is_some() {
+            g.pools.push(start, pages, PoolSide::Dirty);
+        } else {
+            g.lazy_tree.push(LazyArea { start, pages, reusable: tagged });
+            g.lazy_tree_pages += pages;
+        }
+        g.frees += 1;
+        g.sync(&self.lazy_approx, false);
     }
 
     fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
@@ -685,26 +752,16 @@ impl Shared {
             }
             Kind::Nodes { nodes, .. } => {
                 let shard = self.shard_of(start);
-                let a = nodes[shard].busy.lock().remove(start).ok_or(not_live)?;
+                let mut g = nodes[shard].lock();
+                let a = g.busy.remove(start).ok_or(not_live)?;
                 // Back to the node that allocated it; untagged areas wait on the shard's node.
-                let (home, tagged) = if a.node == NO_NODE {
-                    (shard, false)
+                let (home, tagged) = if a.node == NO_NODE { (shard, false) } else { (a.node as usize, true) };
+                if home == shard {
+                    self.node_push(&mut g, start, a.pages, tagged);
                 } else {
-                    (a.node as usize, true)
-                };
-                let mut p = nodes[home].pool.lock();
-                if tagged && SizePools::class_of(a.pages).is_some() {
-                    p.pools.push(start, a.pages, PoolSide::Dirty);
-                } else {
-                    p.lazy_tree.push(LazyArea {
-                        start,
-                        pages: a.pages,
-                        reusable: tagged,
-                    });
-                    p.lazy_tree_pages += a.pages;
+                    drop(g);
+                    self.node_push(&mut nodes[home].lock(), start, a.pages, tagged);
                 }
-                p.frees += 1;
-                p.sync(&self.lazy_approx, false);
                 Ok(a)
             }
         }
@@ -719,6 +776,15 @@ impl Shared {
         }
     }
 
+    /// Purge on this thread unless a purge is already running.
+    #[cold]
+    fn purge_unless_running(&self) {
+        if let Ok(guard) = self.purge_lock.try_lock() {
+            drop(guard);
+            self.purge(PurgeKind::Normal);
+        }
+    }
+
     pub(crate) fn decay_interval_ms(&self) -> u64 {
         self.opts.decay_interval_ms
     }
@@ -728,7 +794,7 @@ impl Shared {
         match &self.kind {
             Kind::Global(g) => g.lock().bl.lazy_pages,
             Kind::Split { busy, .. } => busy.lock().lazy_pages,
-            Kind::Nodes { nodes, .. } => nodes.iter().map(|n| n.pool.lock().lazy_pages()).sum(),
+            Kind::Nodes { nodes, .. } => nodes.iter().map(|n| n.lock().lazy_pages()).sum(),
         }
     }
 
@@ -754,6 +820,8 @@ impl Shared {
         let mut release: Vec<(u64, u64)> = Vec::new();
         let mut to_tree: Vec<(u64, u64)> = Vec::new();
         let mut refill: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
+        // Chunk remainders: free space that never was an area (no guard to retire).
+        let mut chunks: Vec<(u64, u64)> = Vec::new();
         match &self.kind {
             Kind::Global(g) => {
                 let mut g = g.lock();
@@ -774,18 +842,21 @@ impl Shared {
                 to_tree = lazy;
             }
             Kind::Nodes { nodes, .. } => {
-                let (num, den) = if full {
-                    (1, 1)
-                } else {
-                    (self.opts.pool_decay_percent, 100)
-                };
+                let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
                 for (i, n) in nodes.iter().enumerate() {
-                    let mut p = n.pool.lock();
+                    let mut p = n.lock();
                     let decayed = p.pools.decay(num, den);
                     let dirty = p.pools.take_dirty();
                     let lazy = std::mem::take(&mut p.lazy_tree);
                     p.lazy_tree_pages = 0;
                     p.sync(&self.lazy_approx, true);
+                    if full {
+                        // The failure path and the shrinker take the chunks back too.
+                        let (cs, ce) = std::mem::replace(&mut p.chunk, (0, 0));
+                        if cs < ce {
+                            chunks.push((cs, ce - cs));
+                        }
+                    }
                     drop(p);
                     // Decayed areas are clean: their memory was released by an earlier purge.
                     to_tree.extend_from_slice(&decayed);
@@ -804,7 +875,7 @@ impl Shared {
         let mut calls = self.backing.release(&release) as u64;
         if let Kind::Nodes { nodes, .. } = &self.kind {
             for (i, areas) in refill {
-                let mut p = nodes[i].pool.lock();
+                let mut p = nodes[i].lock();
                 for (s, pages) in areas {
                     p.pools.push(s, pages, PoolSide::Clean);
                 }
@@ -812,6 +883,7 @@ impl Shared {
         }
         calls += self.backing.retire(&to_tree) as u64;
         self.merge_into_tree(&to_tree);
+        self.merge_into_tree(&chunks);
         let pages_released: u64 = release.iter().map(|a| a.1).sum();
         let c = &self.counters;
         c.purges.fetch_add(1, Relaxed);
@@ -885,12 +957,11 @@ impl Shared {
             }
             Kind::Nodes { free, nodes } => {
                 for n in nodes.iter() {
-                    {
-                        let b = n.busy.lock();
-                        s.live_areas += b.len() as u64;
-                        s.live_pages += b.pages();
-                    }
-                    let p = n.pool.lock();
+                    let p = n.lock();
+                    s.live_areas += p.busy.len() as u64;
+                    s.live_pages += p.busy.pages();
+                    s.chunk_pages += p.chunk.1 - p.chunk.0;
+                    s.chunk_allocs += p.chunk_allocs;
                     s.lazy_pages += p.lazy_pages();
                     s.pooled_areas += p.pools.len();
                     s.pooled_pages += p.pools.entries().iter().map(|e| e.1).sum::<u64>();
@@ -912,19 +983,15 @@ impl Shared {
         with_nesting_allowed(|| {
             // (start, pages, what)
             let mut all: Vec<(u64, u64, &'static str)> = Vec::new();
-            let check_bl =
-                |bl: &BusyLazy, all: &mut Vec<(u64, u64, &'static str)>| -> Result<(), String> {
-                    all.extend(bl.busy.sorted().iter().map(|(s, a)| (*s, a.pages, "busy")));
-                    all.extend(bl.lazy.iter().map(|&(s, p)| (s, p, "lazy")));
-                    let lp: u64 = bl.lazy.iter().map(|a| a.1).sum();
-                    if lp != bl.lazy_pages {
-                        return Err(format!(
-                            "lazy_pages {} but lazy list holds {lp}",
-                            bl.lazy_pages
-                        ));
-                    }
-                    Ok(())
-                };
+            let check_bl = |bl: &BusyLazy, all: &mut Vec<(u64, u64, &'static str)>| -> Result<(), String> {
+                all.extend(bl.busy.sorted().iter().map(|(s, a)| (*s, a.pages, "busy")));
+                all.extend(bl.lazy.iter().map(|&(s, p)| (s, p, "lazy")));
+                let lp: u64 = bl.lazy.iter().map(|a| a.1).sum();
+                if lp != bl.lazy_pages {
+                    return Err(format!("lazy_pages {} but lazy list holds {lp}", bl.lazy_pages));
+                }
+                Ok(())
+            };
             match &self.kind {
                 Kind::Global(g) => {
                     let g = g.lock();
@@ -940,12 +1007,18 @@ impl Shared {
                     check_bl(&b, &mut all)?;
                 }
                 Kind::Nodes { free, nodes } => {
-                    let pools: Vec<_> = nodes.iter().map(|n| n.pool.lock()).collect();
+                    let node_guards: Vec<_> = nodes.iter().map(|n| n.lock()).collect();
                     let f = free.lock();
-                    let busy: Vec<_> = nodes.iter().map(|n| n.busy.lock()).collect();
                     f.check()?;
                     all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
-                    for (i, p) in pools.iter().enumerate() {
+                    for (i, p) in node_guards.iter().enumerate() {
+                        let (cs, ce) = p.chunk;
+                        if cs < ce {
+                            if self.shard_of(cs) != i || self.shard_of(ce - 1) != i {
+                                return Err(format!("node {i}: chunk [{cs:#x}, {ce:#x}) outside its stripe"));
+                            }
+                            all.push((cs, ce - cs, "chunk"));
+                        }
                         p.pools.check().map_err(|e| format!("node {i}: {e}"))?;
                         all.extend(p.pools.entries().iter().map(|e| (e.0, e.1, "pooled")));
                         all.extend(p.lazy_tree.iter().map(|l| (l.start, l.pages, "lazy")));
@@ -957,8 +1030,8 @@ impl Shared {
                             ));
                         }
                     }
-                    for (i, b) in busy.iter().enumerate() {
-                        for (s, a) in b.sorted() {
+                    for (i, p) in node_guards.iter().enumerate() {
+                        for (s, a) in p.busy.sorted() {
                             if self.shard_of(s) != i {
                                 return Err(format!(
                                     "busy area {s:#x} in shard {i}, belongs in {}",
@@ -966,17 +1039,14 @@ impl Shared {
                                 ));
                             }
                             if a.node != NO_NODE && a.node as usize >= self.nr_nodes {
-                                return Err(format!(
-                                    "busy area {s:#x} tagged with node {}",
-                                    a.node
-                                ));
+                                return Err(format!("busy area {s:#x} tagged with node {}", a.node));
                             }
                             all.push((s, a.pages, "busy"));
                         }
                     }
                 }
             }
-            // busy ∪ pooled ∪ lazy ∪ free must tile [lo, hi) exactly.
+            // busy ∪ pooled ∪ lazy ∪ chunk ∪ free must tile [lo, hi) exactly.
             all.sort_unstable_by_key(|a| a.0);
             let mut at = self.lo;
             for &(s, pages, what) in &all {
@@ -993,10 +1063,7 @@ impl Shared {
                 at = s + pages;
             }
             if at != self.hi {
-                return Err(format!(
-                    "pages [{at:#x}, {:#x}) are lost: in no list, tree or map",
-                    self.hi
-                ));
+                return Err(format!("pages [{at:#x}, {:#x}) are lost: in no list, tree or map", self.hi));
             }
             Ok(())
         })

@@ -23,8 +23,7 @@ pub mod strategy;
 pub mod table;
 
 pub use arena::{
-    AllocError, AllocRequest, Allocation, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step,
-    NO_NODE,
+    AllocError, AllocRequest, Allocation, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step, NO_NODE,
 };
 pub use backing::{Backing, NoBacking};
 pub use lock::{LockStats, StatLock};

@@ -115,11 +115,7 @@ impl<T> StatLock<T> {
     /// Take the lock.
     #[inline]
     pub fn lock(&self) -> StatGuard<'_, T> {
-        if self
-            .state
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if self.state.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_contended();
         }
         self.acquired()
@@ -128,11 +124,7 @@ impl<T> StatLock<T> {
     /// Take the lock only if it is free now.
     #[inline]
     pub fn try_lock(&self) -> Option<StatGuard<'_, T>> {
-        if self
-            .state
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
+        if self.state.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
             Some(self.acquired())
         } else {
             None
@@ -146,16 +138,10 @@ impl<T> StatLock<T> {
             let n = h.get() + 1;
             h.set(n);
             let allowed = NESTING_ALLOWED.with(|a| a.get());
-            debug_assert!(
-                n == 1 || allowed,
-                "lock order: two engine locks held at once"
-            );
+            debug_assert!(n == 1 || allowed, "lock order: two engine locks held at once");
         });
         // Only the holder writes these; the lock orders the writes.
-        self.acquisitions.store(
-            self.acquisitions.load(Ordering::Relaxed) + 1,
-            Ordering::Relaxed,
-        );
+        self.acquisitions.store(self.acquisitions.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if timing() {
             self.held_since.store(monotonic_ns(), Ordering::Relaxed);
         }
@@ -169,10 +155,7 @@ impl<T> StatLock<T> {
         let mut spins = 0u32;
         loop {
             if self.state.load(Ordering::Relaxed) == 0
-                && self
-                    .state
-                    .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
+                && self.state.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
             {
                 break;
             }
@@ -186,8 +169,7 @@ impl<T> StatLock<T> {
             }
         }
         self.contended.fetch_add(1, Ordering::Relaxed);
-        self.wait_ns
-            .fetch_add(monotonic_ns().saturating_sub(t0), Ordering::Relaxed);
+        self.wait_ns.fetch_add(monotonic_ns().saturating_sub(t0), Ordering::Relaxed);
     }
 
     /// The lock's figures so far.

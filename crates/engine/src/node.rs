@@ -1,14 +1,25 @@
-//! A node of the Nodes strategy: one busy shard and one set of size pools.
+//! A node of the Nodes strategy: one busy shard, one set of size pools, one chunk, one lock.
 //!
-//! Owns, under `busy` (the node's busy lock): the live areas whose start lies in a zone of this
-//! node, `(start / 16) % N == id`. Owns, under `pool` (the node's pool lock): the freed areas
-//! this node allocated: poolable ones (1..=256 pages) in [`SizePools`], others (larger, or
-//! allocated in a caller's window) on `lazy_tree` until a purge returns them to the free tree.
+//! Owns, under the node lock:
+//! - `busy`: the live areas whose start lies in a zone of this node's stripe,
+//!   `(start / ZONE_PAGES) % N == id` (the kernel's `addr_to_node`);
+//! - `pools`: freed areas this node allocated, 1..=256 pages, memory still resident (dirty) or
+//!   released (clean);
+//! - `lazy_tree`: other freed areas homed here (larger than 256 pages, or allocated in a
+//!   caller's window) until a purge releases them and returns them to the free tree;
+//! - `chunk`: one zone of this node's stripe, taken from the free tree, from which the node
+//!   carves small areas on pool misses.
 //!
-//! Lazy pages of the node (pooled dirty pages plus `lazy_tree` pages) are counted exactly under
-//! the pool lock and folded into the arena-wide approximate counter in steps of
-//! [`LAZY_SYNC_PAGES`], as a kernel `percpu_counter` does: the free path touches no shared
-//! counter in the common case.
+//! Why one lock for the shard and the pools: the kernel keeps `busy.lock` and `pool_lock`
+//! apart because the busy home of an area (by address) is unrelated to the CPU that allocates
+//! it. Here a node places the areas it allocates in its own stripe (the chunk for areas of at
+//! most one zone; a zone start of its stripe for larger poolable areas), so the node that pops
+//! an area from its pool is also the area's busy home. One acquisition then covers pop and
+//! insert, and one covers remove and push; the lines are touched by one CPU in the steady
+//! state. DESIGN.md records the measurement that led here.
+//!
+//! Lazy pages of the node are counted exactly under the lock and folded into the arena-wide
+//! approximate counter in steps of [`LAZY_SYNC_PAGES`], as a kernel `percpu_counter` does.
 
 use crate::lock::StatLock;
 use crate::AreaTag;
@@ -17,7 +28,8 @@ use vmarena_core::{BusyMap, SizePools};
 /// Pages of lazy change a node accumulates before it updates the arena-wide counter.
 pub const LAZY_SYNC_PAGES: u64 = 64;
 
-/// Zone size of the busy striping, in pages (the kernel's `vmap_zone_size`).
+/// Zone size of the busy striping, in pages (the kernel's `vmap_zone_size`). Also the size of
+/// a node's chunk and the largest area carved from it.
 pub const ZONE_PAGES: u64 = 16;
 
 /// A lazily freed area that is not in a pool.
@@ -31,19 +43,23 @@ pub(crate) struct LazyArea {
 }
 
 #[derive(Default)]
-pub(crate) struct NodePool {
+pub(crate) struct NodeState {
+    pub busy: BusyMap<AreaTag>,
     pub pools: SizePools,
     pub lazy_tree: Vec<LazyArea>,
     pub lazy_tree_pages: u64,
+    /// `[start, end)` not yet carved; empty when `start == end`.
+    pub chunk: (u64, u64),
     /// Lazy pages already added to the arena-wide counter.
     pub synced: u64,
     pub hits: u64,
     pub misses: u64,
     pub lazy_reuses: u64,
+    pub chunk_allocs: u64,
     pub frees: u64,
 }
 
-impl NodePool {
+impl NodeState {
     /// Exact lazy pages of this node.
     #[inline]
     pub fn lazy_pages(&self) -> u64 {
@@ -51,17 +67,24 @@ impl NodePool {
     }
 
     /// Fold the change since the last sync into `global` when it is large enough (or `force`).
-    /// Returns the new approximate global value when it synced.
     #[inline]
-    pub fn sync(&mut self, global: &std::sync::atomic::AtomicI64, force: bool) -> Option<i64> {
+    pub fn sync(&mut self, global: &std::sync::atomic::AtomicI64, force: bool) {
         let now = self.lazy_pages();
         let d = now as i64 - self.synced as i64;
         if d.unsigned_abs() >= LAZY_SYNC_PAGES || (force && d != 0) {
             self.synced = now;
-            Some(global.fetch_add(d, std::sync::atomic::Ordering::Relaxed) + d)
-        } else {
-            None
+            global.fetch_add(d, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// Carve `pages` from the front of the chunk.
+    #[inline]
+    pub fn carve(&mut self, pages: u64) -> Option<u64> {
+        let (s, e) = self.chunk;
+        (e - s >= pages).then(|| {
+            self.chunk.0 = s + pages;
+            s
+        })
     }
 }
 
@@ -77,16 +100,8 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-pub(crate) struct Node {
-    pub busy: Padded<StatLock<BusyMap<AreaTag>>>,
-    pub pool: Padded<StatLock<NodePool>>,
-}
+pub(crate) type Node = Padded<StatLock<NodeState>>;
 
-impl Node {
-    pub fn new() -> Self {
-        Node {
-            busy: Padded(StatLock::new(BusyMap::default())),
-            pool: Padded(StatLock::new(NodePool::default())),
-        }
-    }
+pub(crate) fn new_node() -> Node {
+    Padded(StatLock::new(NodeState::default()))
 }

@@ -60,9 +60,8 @@ impl Worker {
             }
             let weak = Arc::downgrade(arena);
             let me = self.clone();
-            let spawned = std::thread::Builder::new()
-                .name("vmarena-purge".into())
-                .spawn(move || run(me, weak));
+            let spawned =
+                std::thread::Builder::new().name("vmarena-purge".into()).spawn(move || run(me, weak));
             match spawned {
                 Ok(h) => {
                     st.thread = Some(h);

@@ -25,8 +25,12 @@ stats_table! {
         pool_misses, "allocs";
         /// Allocations served by reusing a large lazily freed area before any purge.
         lazy_reuses, "allocs";
-        /// Allocations carved from the free tree.
+        /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
+        /// Allocations carved from a node's chunk (a zone of its stripe taken from the tree).
+        chunk_allocs, "allocs";
+        /// Pages held in node chunks, not yet carved.
+        chunk_pages, "pages";
         /// Successful frees.
         frees, "frees";
         /// Purges run (normal and full).

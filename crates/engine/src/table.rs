@@ -63,9 +63,7 @@ impl OptionValue for bool {
         match s.trim().to_ascii_lowercase().as_str() {
             "1" | "true" | "yes" | "on" => Ok(true),
             "0" | "false" | "no" | "off" => Ok(false),
-            o => Err(format!(
-                "'{o}' is not a boolean (1/0, true/false, yes/no, on/off)"
-            )),
+            o => Err(format!("'{o}' is not a boolean (1/0, true/false, yes/no, on/off)")),
         }
     }
 }

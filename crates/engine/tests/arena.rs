@@ -6,13 +6,7 @@ use std::sync::{Arc, Mutex};
 use vmarena_engine::*;
 
 fn opts(s: Strategy) -> ArenaOptions {
-    ArenaOptions {
-        strategy: s,
-        nodes: 3,
-        purge_thread: false,
-        decay_interval_ms: 0,
-        ..Default::default()
-    }
+    ArenaOptions { strategy: s, nodes: 3, purge_thread: false, decay_interval_ms: 0, ..Default::default() }
 }
 
 fn arena(s: Strategy, lo: u64, hi: u64) -> Arena {
@@ -51,12 +45,7 @@ fn alloc_free_roundtrip_every_strategy() {
         let x = a.alloc(&AllocRequest::pages(4)).unwrap();
         assert_eq!(x.start, 1000, "{s}: lowest fit");
         assert!(x.start >= 1000 && x.start + 4 <= 2000);
-        let y = a
-            .alloc(&AllocRequest {
-                align_pages: 64,
-                ..AllocRequest::pages(3)
-            })
-            .unwrap();
+        let y = a.alloc(&AllocRequest { align_pages: 64, ..AllocRequest::pages(3) }).unwrap();
         assert_eq!(y.start % 64, 0, "{s}");
         assert_eq!(a.lookup(x.start).unwrap().pages, 4);
         assert_eq!(a.free(x.start).unwrap().pages, 4);
@@ -66,11 +55,7 @@ fn alloc_free_roundtrip_every_strategy() {
         assert_eq!((st.live_areas, st.frees), (0, 2), "{s}");
         a.shrink();
         a.check().unwrap();
-        assert_eq!(
-            a.stats().free_pages,
-            1000,
-            "{s}: everything back in the tree after shrink"
-        );
+        assert_eq!(a.stats().free_pages, 1000, "{s}: everything back in the tree after shrink");
         assert_eq!(a.stats().free_ranges, 1, "{s}: and merged into one range");
     }
 }
@@ -84,48 +69,22 @@ fn bad_input_is_refused_and_changes_nothing() {
         a.free(freed.start).unwrap();
         let before = (a.stats(), a.areas());
         use vmarena_core::RequestError::*;
+        assert_eq!(a.alloc(&AllocRequest::pages(0)), Err(AllocError::Invalid(ZeroSize)));
         assert_eq!(
-            a.alloc(&AllocRequest::pages(0)),
-            Err(AllocError::Invalid(ZeroSize))
-        );
-        assert_eq!(
-            a.alloc(&AllocRequest {
-                align_pages: 3,
-                ..AllocRequest::pages(1)
-            }),
+            a.alloc(&AllocRequest { align_pages: 3, ..AllocRequest::pages(1) }),
             Err(AllocError::Invalid(BadAlignment))
         );
         assert!(matches!(
-            a.alloc(&AllocRequest {
-                window: Some((10, 1 << 21)),
-                ..AllocRequest::pages(1)
-            }),
+            a.alloc(&AllocRequest { window: Some((10, 1 << 21)), ..AllocRequest::pages(1) }),
             Err(AllocError::OutOfRange { .. })
         ));
         assert_eq!(
-            a.alloc(&AllocRequest {
-                window: Some((10, 12)),
-                ..AllocRequest::pages(4)
-            }),
+            a.alloc(&AllocRequest { window: Some((10, 12)), ..AllocRequest::pages(4) }),
             Err(AllocError::Invalid(BadWindow))
         );
-        assert_eq!(
-            a.free(live.start + 1),
-            Err(FreeError::NotLive {
-                start: live.start + 1
-            }),
-            "interior"
-        );
-        assert_eq!(
-            a.free(freed.start),
-            Err(FreeError::NotLive { start: freed.start }),
-            "double free"
-        );
-        assert_eq!(
-            a.free(5 << 20),
-            Err(FreeError::NotLive { start: 5 << 20 }),
-            "foreign"
-        );
+        assert_eq!(a.free(live.start + 1), Err(FreeError::NotLive { start: live.start + 1 }), "interior");
+        assert_eq!(a.free(freed.start), Err(FreeError::NotLive { start: freed.start }), "double free");
+        assert_eq!(a.free(5 << 20), Err(FreeError::NotLive { start: 5 << 20 }), "foreign");
         let after = (a.stats(), a.areas());
         assert_eq!(before.1, after.1, "{s}: areas unchanged");
         let mut b = before.0.clone();
@@ -139,25 +98,17 @@ fn bad_input_is_refused_and_changes_nothing() {
 fn exhaustion_purges_then_fails_with_a_clear_error() {
     for s in Strategy::ALL {
         let a = arena(s, 0, 64);
-        let xs: Vec<_> = (0..16)
-            .map(|_| a.alloc(&AllocRequest::pages(4)).unwrap())
-            .collect();
+        let xs: Vec<_> = (0..16).map(|_| a.alloc(&AllocRequest::pages(4)).unwrap()).collect();
         let e = a.alloc(&AllocRequest::pages(1)).unwrap_err();
         let msg = e.to_string();
-        assert!(
-            msg.contains(&format!("test-{s}")) && msg.contains("after a full purge"),
-            "{msg}"
-        );
+        assert!(msg.contains(&format!("test-{s}")) && msg.contains("after a full purge"), "{msg}");
         assert!(msg.contains("0 pages free"), "{msg}");
         // Lazily freed areas are found again by the full purge on the failure path.
         for x in &xs[..2] {
             a.free(x.start).unwrap();
         }
         let big = a.alloc(&AllocRequest::pages(8)).unwrap();
-        assert_eq!(
-            big.start, 0,
-            "{s}: the two freed neighbours merged into one range"
-        );
+        assert_eq!(big.start, 0, "{s}: the two freed neighbours merged into one range");
         assert!(a.stats().full_purges >= 1);
         a.check().unwrap();
     }
@@ -168,16 +119,10 @@ fn nonblocking_request_does_not_purge() {
     let a = arena(Strategy::Nodes, 0, 8);
     let x = a.alloc(&AllocRequest::pages(8)).unwrap();
     a.free(x.start).unwrap();
-    let nb = AllocRequest {
-        nonblocking: true,
-        ..AllocRequest::pages(4)
-    };
+    let nb = AllocRequest { nonblocking: true, ..AllocRequest::pages(4) };
     assert_eq!(a.alloc(&nb), Err(AllocError::WouldBlock));
     assert_eq!(a.stats().purges, 0);
-    assert!(
-        a.alloc(&AllocRequest::pages(4)).is_ok(),
-        "the blocking request purges and succeeds"
-    );
+    assert!(a.alloc(&AllocRequest::pages(4)).is_ok(), "the blocking request purges and succeeds");
 }
 
 #[test]
@@ -202,23 +147,10 @@ fn nodes_reuse_freed_area_from_the_pool_before_any_purge() {
 #[test]
 fn purge_releases_lazy_memory_in_one_batch_refills_and_decays() {
     let rec = Arc::new(Recorder::default());
-    let a = Arena::new(
-        "rec",
-        0,
-        1 << 20,
-        opts(Strategy::Nodes),
-        Box::new(RecBacking(rec.clone())),
-    )
-    .unwrap();
-    let xs: Vec<_> = (0..40)
-        .map(|_| a.alloc(&AllocRequest::pages(3)).unwrap())
-        .collect();
+    let a = Arena::new("rec", 0, 1 << 20, opts(Strategy::Nodes), Box::new(RecBacking(rec.clone()))).unwrap();
+    let xs: Vec<_> = (0..40).map(|_| a.alloc(&AllocRequest::pages(3)).unwrap()).collect();
     let big = a.alloc(&AllocRequest::pages(300)).unwrap();
-    assert_eq!(
-        rec.prepared.lock().unwrap().len(),
-        41,
-        "every tree allocation is prepared"
-    );
+    assert_eq!(rec.prepared.lock().unwrap().len(), 41, "every tree allocation is prepared");
     for x in &xs {
         a.free(x.start).unwrap();
     }
@@ -239,12 +171,7 @@ fn purge_releases_lazy_memory_in_one_batch_refills_and_decays() {
     assert_eq!(r2.areas_released, 0);
     assert_eq!(a.stats().pooled_areas, 30);
     // Clean pooled areas are fresh.
-    let y = a
-        .alloc(&AllocRequest {
-            prefer_fresh: true,
-            ..AllocRequest::pages(3)
-        })
-        .unwrap();
+    let y = a.alloc(&AllocRequest { prefer_fresh: true, ..AllocRequest::pages(3) }).unwrap();
     assert!(y.fresh);
     a.free(y.start).unwrap();
     a.shrink();
@@ -257,9 +184,7 @@ fn global_and_split_purge_merges_lazy_areas_into_the_tree() {
     for s in [Strategy::Global, Strategy::Split] {
         let rec = Arc::new(Recorder::default());
         let a = Arena::new("rec", 0, 1000, opts(s), Box::new(RecBacking(rec.clone()))).unwrap();
-        let xs: Vec<_> = (0..10)
-            .map(|_| a.alloc(&AllocRequest::pages(5)).unwrap())
-            .collect();
+        let xs: Vec<_> = (0..10).map(|_| a.alloc(&AllocRequest::pages(5)).unwrap()).collect();
         for x in &xs {
             a.free(x.start).unwrap();
         }
@@ -277,31 +202,19 @@ fn global_and_split_purge_merges_lazy_areas_into_the_tree() {
 
 #[test]
 fn lazy_threshold_triggers_a_purge() {
-    let o = ArenaOptions {
-        lazy_max_pages: 100,
-        ..opts(Strategy::Nodes)
-    };
+    let o = ArenaOptions { lazy_max_pages: 100, ..opts(Strategy::Nodes) };
     let a = Arena::new("thr", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
-    let xs: Vec<_> = (0..200)
-        .map(|_| a.alloc(&AllocRequest::pages(300)).unwrap())
-        .collect();
+    let xs: Vec<_> = (0..200).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap()).collect();
     for x in xs {
         a.free(x.start).unwrap();
     }
-    assert!(
-        a.stats().purges >= 1,
-        "passing lazy_max_pages purged inline (no worker thread)"
-    );
+    assert!(a.stats().purges >= 1, "passing lazy_max_pages purged inline (no worker thread)");
     assert!(a.stats().lazy_pages <= 100 + 300 + 64 * 3);
 }
 
 #[test]
 fn background_worker_purges_without_further_calls() {
-    let o = ArenaOptions {
-        purge_thread: true,
-        decay_interval_ms: 50,
-        ..opts(Strategy::Nodes)
-    };
+    let o = ArenaOptions { purge_thread: true, decay_interval_ms: 50, ..opts(Strategy::Nodes) };
     let a = Arena::new("bg", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
     let o2 = ArenaOptions {
         lazy_max_pages: 64,
@@ -311,18 +224,14 @@ fn background_worker_purges_without_further_calls() {
     };
     let b = Arena::new("bg2", 0, 1 << 20, o2, Box::new(NoBacking)).unwrap();
     for ar in [&a, &b] {
-        let xs: Vec<_> = (0..100)
-            .map(|_| ar.alloc(&AllocRequest::pages(2)).unwrap())
-            .collect();
+        let xs: Vec<_> = (0..100).map(|_| ar.alloc(&AllocRequest::pages(2)).unwrap()).collect();
         for x in xs {
             ar.free(x.start).unwrap();
         }
     }
     // Nodes: lazy pages stay under the threshold, so only the decay interval can purge them.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while (a.stats().lazy_pages > 0 || b.stats().lazy_pages > 0)
-        && std::time::Instant::now() < deadline
-    {
+    while (a.stats().lazy_pages > 0 || b.stats().lazy_pages > 0) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(a.stats().lazy_pages, 0, "decay interval purge");
@@ -344,10 +253,7 @@ impl Rng {
 fn random_sequences_against_shadow_model() {
     for s in Strategy::ALL {
         for seed in 1..=6u64 {
-            let o = ArenaOptions {
-                lazy_max_pages: 500,
-                ..opts(s)
-            };
+            let o = ArenaOptions { lazy_max_pages: 500, ..opts(s) };
             let a = Arena::new("model", 100, 100 + 8192, o, Box::new(NoBacking)).unwrap();
             let mut rng = Rng(seed * 7919);
             let mut live: BTreeMap<u64, u64> = BTreeMap::new();
@@ -363,12 +269,8 @@ fn random_sequences_against_shadow_model() {
                         let lo = 100 + rng.next() % 4096;
                         (lo, lo + 2048)
                     });
-                    let req = AllocRequest {
-                        pages,
-                        align_pages: align,
-                        window,
-                        ..AllocRequest::pages(pages)
-                    };
+                    let req =
+                        AllocRequest { pages, align_pages: align, window, ..AllocRequest::pages(pages) };
                     match a.alloc(&req) {
                         Ok(x) => {
                             assert_eq!(x.start % align, 0);
@@ -380,10 +282,7 @@ fn random_sequences_against_shadow_model() {
                                 assert!(ps + pp <= x.start, "{s} seed {seed} step {step}: overlap");
                             }
                             if let Some((&ns, _)) = live.range(x.start..).next() {
-                                assert!(
-                                    x.start + pages <= ns,
-                                    "{s} seed {seed} step {step}: overlap"
-                                );
+                                assert!(x.start + pages <= ns, "{s} seed {seed} step {step}: overlap");
                             }
                             live.insert(x.start, pages);
                         }
@@ -391,10 +290,7 @@ fn random_sequences_against_shadow_model() {
                         Err(e) => panic!("{s}: unexpected {e}"),
                     }
                 } else if op < 9 && !live.is_empty() {
-                    let k = *live
-                        .keys()
-                        .nth((rng.next() % live.len() as u64) as usize)
-                        .unwrap();
+                    let k = *live.keys().nth((rng.next() % live.len() as u64) as usize).unwrap();
                     let pages = live.remove(&k).unwrap();
                     assert_eq!(a.free(k).unwrap().pages, pages);
                     assert!(a.free(k).is_err(), "double free refused");
@@ -406,8 +302,7 @@ fn random_sequences_against_shadow_model() {
                     };
                 }
                 if step % 250 == 0 {
-                    a.check()
-                        .unwrap_or_else(|e| panic!("{s} seed {seed} step {step}: {e}"));
+                    a.check().unwrap_or_else(|e| panic!("{s} seed {seed} step {step}: {e}"));
                     assert_eq!(a.stats().live_areas, live.len() as u64);
                 }
             }
@@ -417,11 +312,7 @@ fn random_sequences_against_shadow_model() {
             a.shrink();
             a.check().unwrap();
             let st = a.stats();
-            assert_eq!(
-                (st.free_pages, st.free_ranges, st.live_areas),
-                (8192, 1, 0),
-                "{s} seed {seed}"
-            );
+            assert_eq!((st.free_pages, st.free_ranges, st.live_areas), (8192, 1, 0), "{s} seed {seed}");
         }
     }
 }

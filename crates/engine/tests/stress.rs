@@ -27,21 +27,12 @@ fn run_nodes(strategy: Strategy, nodes: usize) {
         decay_interval_ms: 5,
         ..Default::default()
     };
-    let arena = Arc::new(
-        Arena::new(
-            format!("stress-{strategy}"),
-            0,
-            PAGES,
-            opts,
-            Box::new(NoBacking),
-        )
-        .unwrap(),
-    );
+    let arena =
+        Arc::new(Arena::new(format!("stress-{strategy}"), 0, PAGES, opts, Box::new(NoBacking)).unwrap());
     let owner: Arc<Vec<AtomicU64>> = Arc::new((0..PAGES).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
-    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS)
-        .map(|_| mpsc::sync_channel::<(u64, u64, u64)>(64))
-        .unzip();
+    let (txs, rxs): (Vec<_>, Vec<_>) =
+        (0..THREADS).map(|_| mpsc::sync_channel::<(u64, u64, u64)>(64)).unzip();
     let purger = {
         let (a, stop) = (arena.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -76,15 +67,8 @@ fn run_nodes(strategy: Strategy, nodes: usize) {
                         1..=4 => 1 + (seed >> 8) % 64,
                         _ => 1 + (seed >> 8) % 4,
                     };
-                    let align = if seed % 7 == 0 {
-                        1 << ((seed >> 20) % 6)
-                    } else {
-                        1
-                    };
-                    let req = AllocRequest {
-                        align_pages: align,
-                        ..AllocRequest::pages(pages)
-                    };
+                    let align = if seed % 7 == 0 { 1 << ((seed >> 20) % 6) } else { 1 };
+                    let req = AllocRequest { align_pages: align, ..AllocRequest::pages(pages) };
                     let x = a.alloc(&req).unwrap_or_else(|e| panic!("{strategy}: {e}"));
                     assert_eq!(x.start % align, 0);
                     let tag = ((t as u64 + 1) << 32) | i;
@@ -99,8 +83,7 @@ fn run_nodes(strategy: Strategy, nodes: usize) {
                         // Hand it to the next thread, unless its inbox is full (it may be done).
                         let local = if i % 2 == 0 {
                             peer.try_send(victim).err().map(|e| match e {
-                                mpsc::TrySendError::Full(v)
-                                | mpsc::TrySendError::Disconnected(v) => v,
+                                mpsc::TrySendError::Full(v) | mpsc::TrySendError::Disconnected(v) => v,
                             })
                         } else {
                             Some(victim)
@@ -141,11 +124,7 @@ fn run_nodes(strategy: Strategy, nodes: usize) {
     assert!(owner.iter().all(|o| o.load(Relaxed) == 0));
     arena.shrink();
     arena.check().unwrap();
-    assert_eq!(
-        (arena.stats().free_pages, arena.stats().free_ranges),
-        (PAGES, 1),
-        "{strategy}: nothing lost"
-    );
+    assert_eq!((arena.stats().free_pages, arena.stats().free_ranges), (PAGES, 1), "{strategy}: nothing lost");
 }
 
 #[test]

@@ -90,22 +90,12 @@ pub fn advise(ranges: &[(usize, usize)], advice: i32) -> usize {
                 let chunk = &ranges[done..(done + IOV_MAX).min(ranges.len())];
                 let iov: Vec<libc::iovec> = chunk
                     .iter()
-                    .map(|&(a, l)| libc::iovec {
-                        iov_base: a as *mut libc::c_void,
-                        iov_len: l,
-                    })
+                    .map(|&(a, l)| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: l })
                     .collect();
                 // SAFETY: iov points to `iov.len()` valid iovecs describing memory of this
                 // process that the caller owns; the advice does not touch other memory.
                 let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_process_madvise,
-                        fd,
-                        iov.as_ptr(),
-                        iov.len(),
-                        advice,
-                        0,
-                    )
+                    libc::syscall(libc::SYS_process_madvise, fd, iov.as_ptr(), iov.len(), advice, 0)
                 };
                 calls += 1;
                 let want: usize = chunk.iter().map(|&(_, l)| l).sum();
@@ -153,16 +143,10 @@ mod tests {
             // SAFETY: inside the reservation.
             unsafe { *p.add(i * page) = 0xAB };
         }
-        let ranges: Vec<(usize, usize)> = (0..64)
-            .step_by(2)
-            .map(|i| (r.base() + i * page, page))
-            .collect();
+        let ranges: Vec<(usize, usize)> = (0..64).step_by(2).map(|i| (r.base() + i * page, page)).collect();
         let calls = release(&ranges, Advice::DontNeed);
         assert!((1..=32).contains(&calls));
-        eprintln!(
-            "32 ranges released in {calls} calls (batched: {})",
-            batching_in_use(Advice::DontNeed)
-        );
+        eprintln!("32 ranges released in {calls} calls (batched: {})", batching_in_use(Advice::DontNeed));
         for i in 0..64 {
             // SAFETY: inside the reservation.
             let v = unsafe { *p.add(i * page) };

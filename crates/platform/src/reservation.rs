@@ -27,9 +27,8 @@ impl Reservation {
             .checked_add(page - 1)
             .map(|l| l & !(page - 1))
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-        let over = len
-            .checked_add(align - page)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        let over =
+            len.checked_add(align - page).ok_or_else(|| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
         // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing; no existing
         // memory is affected.
         let p = unsafe {
@@ -58,10 +57,7 @@ impl Reservation {
                 libc::munmap((base + len) as *mut libc::c_void, tail);
             }
         }
-        Ok(Reservation {
-            base,
-            len_bytes: len,
-        })
+        Ok(Reservation { base, len_bytes: len })
     }
 
     /// First byte of the reservation.

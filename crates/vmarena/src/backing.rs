@@ -22,20 +22,12 @@ pub(crate) struct MemoryBacking {
 impl MemoryBacking {
     fn data_range(&self, start: u64, pages: u64) -> Option<(usize, usize)> {
         let data = pages.checked_sub(self.guard_pages)?;
-        (data > 0).then(|| {
-            (
-                start as usize * self.page_bytes,
-                data as usize * self.page_bytes,
-            )
-        })
+        (data > 0).then(|| (start as usize * self.page_bytes, data as usize * self.page_bytes))
     }
 
     fn guard_range(&self, start: u64, pages: u64) -> (usize, usize) {
         let g = start + pages - self.guard_pages;
-        (
-            g as usize * self.page_bytes,
-            self.guard_pages as usize * self.page_bytes,
-        )
+        (g as usize * self.page_bytes, self.guard_pages as usize * self.page_bytes)
     }
 }
 
@@ -50,10 +42,7 @@ impl Backing for MemoryBacking {
     }
 
     fn release(&self, areas: &[(u64, u64)]) -> usize {
-        let ranges: Vec<_> = areas
-            .iter()
-            .filter_map(|&(s, p)| self.data_range(s, p))
-            .collect();
+        let ranges: Vec<_> = areas.iter().filter_map(|&(s, p)| self.data_range(s, p)).collect();
         release::release(&ranges, self.advice)
     }
 

@@ -95,10 +95,7 @@ pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
 #[no_mangle]
 pub extern "C" fn vmarena_size(p: *const libc::c_void) -> usize {
     guarded(0, || match crate::default_space::default_space_exists() {
-        true => default_space()
-            .ok()
-            .and_then(|s| s.size(p.cast()))
-            .unwrap_or(0),
+        true => default_space().ok().and_then(|s| s.size(p.cast())).unwrap_or(0),
         false => 0,
     })
 }

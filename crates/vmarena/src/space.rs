@@ -23,9 +23,7 @@ use std::panic::Location;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use vmarena_engine::{
-    AllocError, AllocRequest, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats,
-};
+use vmarena_engine::{AllocError, AllocRequest, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats};
 use vmarena_platform::{guard, Reservation};
 
 /// Why a `VmSpace` call failed. Nothing was changed.
@@ -102,15 +100,10 @@ pub struct SpaceStats {
 
 impl VmSpace {
     /// A space named `name` with the given options.
-    pub fn new(
-        name: &str,
-        opts: SpaceOptions,
-        arena_opts: ArenaOptions,
-    ) -> Result<VmSpace, String> {
+    pub fn new(name: &str, opts: SpaceOptions, arena_opts: ArenaOptions) -> Result<VmSpace, String> {
         let page_bytes = vmarena_platform::page_size();
         let page_shift = page_bytes.trailing_zeros();
-        let bytes =
-            usize::try_from(opts.space_bytes).map_err(|_| "space_bytes does not fit in usize")?;
+        let bytes = usize::try_from(opts.space_bytes).map_err(|_| "space_bytes does not fit in usize")?;
         if bytes < 16 * page_bytes {
             return Err(format!("space_bytes {bytes} is below 16 pages"));
         }
@@ -166,10 +159,7 @@ impl VmSpace {
 
     /// `[start, end)` of the reservation, in bytes.
     pub fn bounds(&self) -> (usize, usize) {
-        (
-            self.reservation.base(),
-            self.reservation.base() + self.reservation.len_bytes(),
-        )
+        (self.reservation.base(), self.reservation.base() + self.reservation.len_bytes())
     }
 
     /// Pages an allocation of `bytes` takes, guard included.
@@ -177,24 +167,16 @@ impl VmSpace {
         if bytes == 0 {
             return Err(VmError::ZeroSize);
         }
-        let data = bytes
-            .checked_add(self.page_bytes - 1)
-            .ok_or(VmError::Overflow(bytes))?
-            >> self.page_shift;
-        (data as u64)
-            .checked_add(self.guard_pages)
-            .ok_or(VmError::Overflow(bytes))
+        let data = bytes.checked_add(self.page_bytes - 1).ok_or(VmError::Overflow(bytes))? >> self.page_shift;
+        (data as u64).checked_add(self.guard_pages).ok_or(VmError::Overflow(bytes))
     }
 
     fn map_alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
         match e {
             AllocError::Invalid(vmarena_core::RequestError::ZeroSize) => VmError::ZeroSize,
-            AllocError::Invalid(vmarena_core::RequestError::BadAlignment) => {
-                VmError::BadAlignment(0)
-            }
+            AllocError::Invalid(vmarena_core::RequestError::BadAlignment) => VmError::BadAlignment(0),
             AllocError::WouldBlock => VmError::WouldBlock,
-            AllocError::Invalid(vmarena_core::RequestError::BadWindow)
-            | AllocError::OutOfRange { .. } => {
+            AllocError::Invalid(vmarena_core::RequestError::BadWindow) | AllocError::OutOfRange { .. } => {
                 let (lo, hi) = self.bounds();
                 VmError::NoSpace(format!(
                     "vmalloc for size {bytes} failed: larger than the whole {} space ({lo:#x} - {hi:#x}, {} MiB)",
@@ -236,15 +218,9 @@ impl VmSpace {
             window: None,
             prefer_fresh: zeroed,
             nonblocking,
-            tag: AreaTag {
-                caller: Some(caller),
-                requested_bytes: bytes as u64,
-            },
+            tag: AreaTag { caller: Some(caller), requested_bytes: bytes as u64 },
         };
-        let a = self
-            .arena
-            .alloc(&req)
-            .map_err(|e| self.map_alloc_error(e, bytes))?;
+        let a = self.arena.alloc(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
         let addr = (a.start as usize) << self.page_shift;
         if zeroed && !a.fresh {
             let len = ((a.pages - self.guard_pages) as usize) << self.page_shift;
@@ -271,11 +247,7 @@ impl VmSpace {
 
     /// Allocate `bytes` aligned to `align_bytes` (a power of two).
     #[track_caller]
-    pub fn vmalloc_aligned(
-        &self,
-        bytes: usize,
-        align_bytes: usize,
-    ) -> Result<NonNull<u8>, VmError> {
+    pub fn vmalloc_aligned(&self, bytes: usize, align_bytes: usize) -> Result<NonNull<u8>, VmError> {
         self.alloc_inner(bytes, align_bytes, false, false, Location::caller())
     }
 
@@ -295,17 +267,13 @@ impl VmSpace {
             return self.alloc_inner(bytes, 1, false, false, caller);
         };
         let start = self.start_page(p.as_ptr() as usize)?;
-        let area = self
-            .arena
-            .lookup(start)
-            .ok_or(VmError::NotLive(p.as_ptr() as usize))?;
+        let area = self.arena.lookup(start).ok_or(VmError::NotLive(p.as_ptr() as usize))?;
         let usable = ((area.pages - self.guard_pages) as usize) << self.page_shift;
         if bytes == 0 {
             return Err(VmError::ZeroSize);
         }
         if bytes <= usable {
-            self.arena
-                .update_tag(start, |t| t.requested_bytes = bytes as u64);
+            self.arena.update_tag(start, |t| t.requested_bytes = bytes as u64);
             return Ok(p);
         }
         let q = self.alloc_inner(bytes, 1, false, false, caller)?;
@@ -331,10 +299,7 @@ impl VmSpace {
             return Ok(());
         }
         let start = self.start_page(p as usize)?;
-        self.arena
-            .free(start)
-            .map(|_| ())
-            .map_err(|_| VmError::NotLive(p as usize))
+        self.arena.free(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
     }
 
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`.
@@ -379,10 +344,7 @@ impl VmSpace {
 
     /// Resident bytes of the whole reservation (`mincore`).
     pub fn resident_bytes(&self) -> u64 {
-        vmarena_platform::process::resident_bytes(
-            self.reservation.base(),
-            self.reservation.len_bytes(),
-        )
+        vmarena_platform::process::resident_bytes(self.reservation.base(), self.reservation.len_bytes())
     }
 
     /// Lock figures by lock class.

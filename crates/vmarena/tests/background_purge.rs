@@ -7,14 +7,8 @@ use vmarena::*;
 #[test]
 fn idle_space_gives_memory_back_without_calls() {
     for strategy in Strategy::ALL {
-        let so = SpaceOptions {
-            space_bytes: 1 << 30,
-            ..Default::default()
-        };
-        let ao = ArenaOptions {
-            strategy,
-            ..Default::default()
-        }; // worker on, 1 s interval
+        let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+        let ao = ArenaOptions { strategy, ..Default::default() }; // worker on, 1 s interval
         let s = VmSpace::new("bg", so, ao).unwrap();
         let rss0 = vmarena_platform_rss();
         let ptrs: Vec<_> = (0..48).map(|_| s.vmalloc(1 << 20).unwrap()).collect();
@@ -30,11 +24,7 @@ fn idle_space_gives_memory_back_without_calls() {
         while s.resident_bytes() > 0 && freed_at.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(
-            s.resident_bytes(),
-            0,
-            "{strategy}: memory still resident 5 s after the last free"
-        );
+        assert_eq!(s.resident_bytes(), 0, "{strategy}: memory still resident 5 s after the last free");
         eprintln!(
             "{strategy}: resident memory gone {} ms after the last free; process RSS {} -> {} MiB",
             freed_at.elapsed().as_millis(),

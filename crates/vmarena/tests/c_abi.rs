@@ -10,11 +10,7 @@ fn c_program_exercises_every_abi_function() {
     // target/<profile>/deps/c_abi-<hash> -> target/<profile>
     let exe = std::env::current_exe().unwrap();
     let libdir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    assert!(
-        libdir.join("libvmarena.so").exists(),
-        "libvmarena.so not built in {}",
-        libdir.display()
-    );
+    assert!(libdir.join("libvmarena.so").exists(), "libvmarena.so not built in {}", libdir.display());
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let bin = out_dir.join("vmarena_abi_test");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -30,11 +26,8 @@ fn c_program_exercises_every_abi_function() {
         .status()
         .expect("a C compiler (cc) is needed for this test");
     assert!(status.success(), "compiling the C test failed");
-    let out = Command::new(&bin)
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env("VMARENA_SPACE_BYTES", "4G")
-        .output()
-        .unwrap();
+    let out =
+        Command::new(&bin).env("LD_LIBRARY_PATH", &libdir).env("VMARENA_SPACE_BYTES", "4G").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "C test failed: {out:?}");

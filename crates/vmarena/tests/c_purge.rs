@@ -14,22 +14,11 @@ fn purge_call_releases_memory_immediately() {
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 3, 1 << 20) };
     }
     let space = vmarena::default_space().unwrap();
-    assert_eq!(
-        space.options().space_bytes,
-        1 << 30,
-        "environment read at creation"
-    );
+    assert_eq!(space.options().space_bytes, 1 << 30, "environment read at creation");
     for &p in &ptrs {
         assert_eq!(vmarena_vfree(p), 0);
     }
-    assert!(
-        space.resident_bytes() >= 32 << 20,
-        "lazily freed memory stays until a purge"
-    );
+    assert!(space.resident_bytes() >= 32 << 20, "lazily freed memory stays until a purge");
     assert_eq!(vmarena_purge(), 0);
-    assert_eq!(
-        space.resident_bytes(),
-        0,
-        "vmarena_purge() released everything"
-    );
+    assert_eq!(space.resident_bytes(), 0, "vmarena_purge() released everything");
 }

@@ -6,15 +6,8 @@ use std::process::Command;
 use vmarena::*;
 
 fn space() -> VmSpace {
-    let so = SpaceOptions {
-        space_bytes: 1 << 28,
-        ..Default::default()
-    };
-    let ao = ArenaOptions {
-        purge_thread: false,
-        decay_interval_ms: 0,
-        ..Default::default()
-    };
+    let so = SpaceOptions { space_bytes: 1 << 28, ..Default::default() };
+    let ao = ArenaOptions { purge_thread: false, decay_interval_ms: 0, ..Default::default() };
     VmSpace::new("guard", so, ao).unwrap()
 }
 
@@ -47,12 +40,7 @@ fn child(mode: &str) {
 
 fn run_child(mode: &str) -> std::process::Output {
     Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "guard_page_faults_on_write_past_end",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "guard_page_faults_on_write_past_end", "--nocapture", "--test-threads=1"])
         .env("VMARENA_GUARD_CHILD", mode)
         .output()
         .unwrap()
@@ -65,9 +53,7 @@ fn guard_page_faults_on_write_past_end() {
         return;
     }
     if !space().guards_enforced() {
-        eprintln!(
-            "skipped: this kernel has no MADV_GUARD_INSTALL (Linux 6.13+); guards are gaps only"
-        );
+        eprintln!("skipped: this kernel has no MADV_GUARD_INSTALL (Linux 6.13+); guards are gaps only");
         return;
     }
     let inside = run_child("inside");
@@ -77,10 +63,7 @@ fn guard_page_faults_on_write_past_end() {
         let out = run_child(mode);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("inside ok"), "{mode}: {out:?}");
-        assert!(
-            !stdout.contains("no fault"),
-            "{mode}: write past the end did not fault"
-        );
+        assert!(!stdout.contains("no fault"), "{mode}: write past the end did not fault");
         assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{mode}: {out:?}");
     }
 }

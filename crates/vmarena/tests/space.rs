@@ -4,16 +4,8 @@ use std::ptr::NonNull;
 use vmarena::*;
 
 fn space(strategy: Strategy) -> VmSpace {
-    let so = SpaceOptions {
-        space_bytes: 1 << 30,
-        ..Default::default()
-    };
-    let ao = ArenaOptions {
-        strategy,
-        purge_thread: false,
-        decay_interval_ms: 0,
-        ..Default::default()
-    };
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions { strategy, purge_thread: false, decay_interval_ms: 0, ..Default::default() };
     VmSpace::new(&format!("test-{strategy}"), so, ao).unwrap()
 }
 
@@ -32,9 +24,7 @@ fn vmalloc_family_on_real_memory() {
         assert_eq!(q.as_ptr() as usize % (1 << 21), 0);
         let z = s.vzalloc(5000).unwrap();
         // SAFETY: 8192 usable bytes.
-        assert!(unsafe { std::slice::from_raw_parts(z.as_ptr(), 8192) }
-            .iter()
-            .all(|&b| b == 0));
+        assert!(unsafe { std::slice::from_raw_parts(z.as_ptr(), 8192) }.iter().all(|&b| b == 0));
         s.vfree(p.as_ptr()).unwrap();
         s.vfree(q.as_ptr()).unwrap();
         s.vfree(z.as_ptr()).unwrap();
@@ -56,10 +46,7 @@ fn vzalloc_clears_reused_dirty_memory() {
         seen_reuse |= z == p;
         // SAFETY: 3 pages usable.
         let bytes = unsafe { std::slice::from_raw_parts(z.as_ptr(), 3 * 4096) };
-        assert!(
-            bytes.iter().all(|&b| b == 0),
-            "vzalloc returned dirty memory"
-        );
+        assert!(bytes.iter().all(|&b| b == 0), "vzalloc returned dirty memory");
         s.vfree(z.as_ptr()).unwrap();
     }
     assert!(seen_reuse, "the dirty area was reused at least once");
@@ -68,11 +55,7 @@ fn vzalloc_clears_reused_dirty_memory() {
     s.purge();
     let before = s.stats(false).vzalloc_memsets;
     let z = s.vzalloc(3 * 4096).unwrap();
-    assert_eq!(
-        s.stats(false).vzalloc_memsets,
-        before,
-        "released memory is known zero"
-    );
+    assert_eq!(s.stats(false).vzalloc_memsets, before, "released memory is known zero");
     s.vfree(z.as_ptr()).unwrap();
 }
 
@@ -89,11 +72,7 @@ fn vrealloc_keeps_contents() {
         assert_ne!(big, p);
         // SAFETY: at least 100 bytes.
         assert!((0..100).all(|i| unsafe { *big.as_ptr().add(i) } == i as u8));
-        assert_eq!(
-            s.vfree(p.as_ptr()),
-            Err(VmError::NotLive(p.as_ptr() as usize)),
-            "old area freed"
-        );
+        assert_eq!(s.vfree(p.as_ptr()), Err(VmError::NotLive(p.as_ptr() as usize)), "old area freed");
         let small = s.vrealloc(Some(big), 10).unwrap();
         assert_eq!(small, big, "shrink is in place");
         assert!((0..10).all(|i| unsafe { *small.as_ptr().add(i) } == i as u8));
@@ -132,15 +111,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         let interior = unsafe { live.as_ptr().add(4096) };
         assert_eq!(s.vfree(interior), Err(VmError::NotLive(interior as usize)));
         let unaligned = unsafe { live.as_ptr().add(1) };
-        assert_eq!(
-            s.vfree(unaligned),
-            Err(VmError::NotLive(unaligned as usize))
-        );
-        assert_eq!(
-            s.vfree(freed.as_ptr()),
-            Err(VmError::NotLive(freed.as_ptr() as usize)),
-            "double free"
-        );
+        assert_eq!(s.vfree(unaligned), Err(VmError::NotLive(unaligned as usize)));
+        assert_eq!(s.vfree(freed.as_ptr()), Err(VmError::NotLive(freed.as_ptr() as usize)), "double free");
         let mut local = 0u64;
         let foreign = &mut local as *mut u64 as *mut u8;
         assert_eq!(s.vfree(foreign), Err(VmError::NotLive(foreign as usize)));
@@ -154,16 +126,9 @@ fn bad_input_is_refused_and_changes_nothing() {
         after.bad_frees = before.0.bad_frees;
         // The oversized request ran the full purge of the failure path (which changes pools
         // and counters) and was then refused; compare what callers can see.
-        assert_eq!(
-            (after.live_areas, after.live_pages),
-            (before.0.live_areas, before.0.live_pages)
-        );
+        assert_eq!((after.live_areas, after.live_pages), (before.0.live_areas, before.0.live_pages));
         let info = s.vmallocinfo();
-        assert_eq!(
-            info.lines().filter(|l| l.ends_with("vmalloc")).count(),
-            1,
-            "{st}: {info}"
-        );
+        assert_eq!(info.lines().filter(|l| l.ends_with("vmalloc")).count(), 1, "{st}: {info}");
         assert_eq!(s.size(live.as_ptr()), Some(8192));
         s.vfree(live.as_ptr()).unwrap();
         s.check().unwrap();
@@ -172,15 +137,8 @@ fn bad_input_is_refused_and_changes_nothing() {
 
 #[test]
 fn nonblocking_never_purges() {
-    let so = SpaceOptions {
-        space_bytes: 64 * 4096,
-        ..Default::default()
-    };
-    let ao = ArenaOptions {
-        purge_thread: false,
-        decay_interval_ms: 0,
-        ..Default::default()
-    };
+    let so = SpaceOptions { space_bytes: 64 * 4096, ..Default::default() };
+    let ao = ArenaOptions { purge_thread: false, decay_interval_ms: 0, ..Default::default() };
     let s = VmSpace::new("tiny", so, ao).unwrap();
     let p = s.vmalloc(63 * 4096).unwrap();
     s.vfree(p.as_ptr()).unwrap();
@@ -199,20 +157,10 @@ fn vmallocinfo_has_the_kernel_format() {
     let lines: Vec<&str> = info.lines().collect();
     assert_eq!(lines.len(), 2, "{info}");
     let live = lines.iter().find(|l| l.ends_with(" vmalloc")).unwrap();
-    let want = format!(
-        "0x{:016x}-0x{:016x}   12288 ",
-        p.as_ptr() as usize,
-        p.as_ptr() as usize + 12288
-    );
+    let want = format!("0x{:016x}-0x{:016x}   12288 ", p.as_ptr() as usize, p.as_ptr() as usize + 12288);
     assert!(live.starts_with(&want), "{live}");
-    assert!(
-        live.contains("tests/space.rs:") && live.contains(" pages=2 vmalloc"),
-        "{live}"
-    );
-    let lazy = lines
-        .iter()
-        .find(|l| l.ends_with("unpurged vm_area"))
-        .unwrap();
+    assert!(live.contains("tests/space.rs:") && live.contains(" pages=2 vmalloc"), "{live}");
+    let lazy = lines.iter().find(|l| l.ends_with("unpurged vm_area")).unwrap();
     assert!(
         lazy.starts_with(&format!("0x{:016x}-", q.as_ptr() as usize)) && lazy.contains("    8192 "),
         "{lazy}"
@@ -232,15 +180,8 @@ fn purge_returns_memory_at_once() {
     for p in ptrs {
         s.vfree(p.as_ptr()).unwrap();
     }
-    assert!(
-        s.resident_bytes() >= 16 << 20,
-        "lazy: still resident before the purge"
-    );
+    assert!(s.resident_bytes() >= 16 << 20, "lazy: still resident before the purge");
     let released = s.purge();
-    assert_eq!(
-        released,
-        64 * 65,
-        "pages of every area, guard pages included"
-    );
+    assert_eq!(released, 64 * 65, "pages of every area, guard pages included");
     assert_eq!(s.resident_bytes(), 0);
 }

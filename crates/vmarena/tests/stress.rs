@@ -30,11 +30,7 @@ fn verify(p: *const u8, len: usize, tag: u64) {
     // SAFETY: `len` usable bytes at `p`.
     let w = unsafe { std::slice::from_raw_parts(p.cast::<u64>(), words) };
     for (i, x) in w.iter().enumerate() {
-        assert_eq!(
-            *x,
-            tag ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            "word {i} of {p:?} overwritten"
-        );
+        assert_eq!(*x, tag ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), "word {i} of {p:?} overwritten");
     }
     for i in words * 8..len {
         // SAFETY: inside the area.
@@ -46,20 +42,10 @@ fn verify(p: *const u8, len: usize, tag: u64) {
 struct Owned(usize, usize, u64);
 
 fn run(strategy: Strategy) {
-    let so = SpaceOptions {
-        space_bytes: 8 << 30,
-        ..Default::default()
-    };
-    let ao = ArenaOptions {
-        strategy,
-        lazy_max_pages: 8192,
-        decay_interval_ms: 10,
-        ..Default::default()
-    };
+    let so = SpaceOptions { space_bytes: 8 << 30, ..Default::default() };
+    let ao = ArenaOptions { strategy, lazy_max_pages: 8192, decay_interval_ms: 10, ..Default::default() };
     let space = Arc::new(VmSpace::new(&format!("stress-{strategy}"), so, ao).unwrap());
-    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS)
-        .map(|_| mpsc::sync_channel::<Owned>(32))
-        .unzip();
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| mpsc::sync_channel::<Owned>(32)).unzip();
     let handles: Vec<_> = rxs
         .into_iter()
         .enumerate()
@@ -82,12 +68,7 @@ fn run(strategy: Strategy) {
                         1..=8 => 1 + (seed >> 8) as usize % (64 << 10),
                         _ => 1 + (seed >> 8) as usize % (8 << 10),
                     };
-                    let p = if seed % 5 == 0 {
-                        s.vzalloc(bytes)
-                    } else {
-                        s.vmalloc(bytes)
-                    }
-                    .unwrap();
+                    let p = if seed % 5 == 0 { s.vzalloc(bytes) } else { s.vmalloc(bytes) }.unwrap();
                     let tag = ((t as u64) << 48) | i;
                     fill(p.as_ptr(), bytes, tag);
                     mine.push(Owned(p.as_ptr() as usize, bytes, tag));
@@ -96,8 +77,7 @@ fn run(strategy: Strategy) {
                         if i % 2 == 0 {
                             if let Err(e) = peer.try_send(o) {
                                 free(match e {
-                                    mpsc::TrySendError::Full(o)
-                                    | mpsc::TrySendError::Disconnected(o) => o,
+                                    mpsc::TrySendError::Full(o) | mpsc::TrySendError::Disconnected(o) => o,
                                 });
                             }
                         } else {
@@ -128,11 +108,7 @@ fn run(strategy: Strategy) {
     assert!(st.purges > 0, "{strategy}: purges ran during the test");
     space.shrink();
     space.check().unwrap();
-    assert_eq!(
-        space.stats(false).arena.free_ranges,
-        1,
-        "{strategy}: every page back, merged"
-    );
+    assert_eq!(space.stats(false).arena.free_ranges, 1, "{strategy}: every page back, merged");
     assert_eq!(space.resident_bytes(), 0, "{strategy}: every page released");
 }
 

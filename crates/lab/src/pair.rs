@@ -1,0 +1,276 @@
+//! `vmarena pair`: nanoseconds per vmalloc+vfree pair, per strategy and thread count, in one run.
+//!
+//! Every contender is built in the same process; rounds are interleaved (round 1 of every
+//! strategy and thread count, then round 2, ...) so that a noisy moment on a shared machine hits
+//! all of them alike, and the median round is reported. Per run the lab also records the lock
+//! figures (acquisitions and contended acquisitions per pair, the share of thread time spent
+//! waiting for locks) and the purges.
+
+use crate::machine::{json_str, Machine};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+use vmarena::{ArenaOptions, LockStats, SpaceOptions, Strategy, VmSpace};
+
+pub struct PairConfig {
+    pub strategies: Vec<Strategy>,
+    pub threads: Vec<usize>,
+    pub bytes: usize,
+    pub pairs: u64,
+    pub rounds: usize,
+    pub touch: bool,
+    pub guard_pages: u64,
+    pub lock_timing: bool,
+}
+
+#[derive(Clone, Default)]
+struct Sample {
+    /// Sum over threads of each thread's run time.
+    thread_ns: f64,
+    ns_per_pair: f64,
+    mpairs_per_s: f64,
+    locks: Vec<(&'static str, LockStats)>,
+    purges: u64,
+    pool_hit_rate: f64,
+}
+
+pub struct PairResult {
+    pub strategy: Strategy,
+    pub threads: usize,
+    samples: Vec<Sample>,
+}
+
+impl PairResult {
+    fn median(&self) -> Sample {
+        let mut s = self.samples.clone();
+        s.sort_by(|a, b| a.ns_per_pair.total_cmp(&b.ns_per_pair));
+        s[s.len() / 2].clone()
+    }
+}
+
+fn run_once(space: &Arc<VmSpace>, threads: usize, cfg: &PairConfig) -> Sample {
+    let before_locks = space.lock_stats();
+    let before = space.stats(false).arena;
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (s, b) = (space.clone(), barrier.clone());
+            let (pairs, bytes, touch) = (cfg.pairs, cfg.bytes, cfg.touch);
+            std::thread::spawn(move || {
+                b.wait();
+                let t0 = Instant::now();
+                for _ in 0..pairs {
+                    let p = s.vmalloc(bytes).expect("vmalloc failed during the benchmark");
+                    if touch {
+                        // SAFETY: at least one usable byte.
+                        unsafe { p.as_ptr().write_volatile(1) };
+                    }
+                    s.vfree(p.as_ptr()).expect("vfree failed during the benchmark");
+                }
+                t0.elapsed()
+            })
+        })
+        .collect();
+    barrier.wait();
+    let wall = Instant::now();
+    let per_thread: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let wall_ns = wall.elapsed().as_nanos() as f64;
+    let thread_ns: f64 = per_thread.iter().map(|d| d.as_nanos() as f64).sum();
+    let total_pairs = cfg.pairs as f64 * threads as f64;
+    let after = space.stats(false).arena;
+    let locks: Vec<(&'static str, LockStats)> = space
+        .lock_stats()
+        .into_iter()
+        .zip(before_locks)
+        .map(|((n, a), (_, b))| {
+            (
+                n,
+                LockStats {
+                    acquisitions: a.acquisitions - b.acquisitions,
+                    contended: a.contended - b.contended,
+                    wait_ns: a.wait_ns - b.wait_ns,
+                    hold_ns: a.hold_ns - b.hold_ns,
+                },
+            )
+        })
+        .collect();
+    let hits = (after.pool_hits - before.pool_hits) as f64;
+    let misses = (after.pool_misses - before.pool_misses) as f64;
+    Sample {
+        thread_ns,
+        ns_per_pair: thread_ns / total_pairs,
+        mpairs_per_s: total_pairs / wall_ns * 1e3,
+        purges: after.purges - before.purges,
+        pool_hit_rate: if hits + misses > 0.0 { hits / (hits + misses) } else { 0.0 },
+        locks,
+    }
+}
+
+impl Sample {
+    /// Share of thread time spent waiting for locks (the seeds' spinlock slowpath figure).
+    fn wait_share(&self) -> f64 {
+        self.locks.iter().map(|l| l.1.wait_ns as f64).sum::<f64>() / self.thread_ns.max(1.0)
+    }
+}
+
+pub fn run(cfg: &PairConfig) -> Vec<PairResult> {
+    vmarena::set_lock_timing(cfg.lock_timing);
+    let spaces: Vec<(Strategy, Arc<VmSpace>)> = cfg
+        .strategies
+        .iter()
+        .map(|&s| {
+            let so =
+                SpaceOptions { space_bytes: 8 << 30, guard_pages: cfg.guard_pages, ..Default::default() };
+            let ao = ArenaOptions { strategy: s, ..Default::default() }.with_env().unwrap_or_default();
+            (s, Arc::new(VmSpace::new(&format!("pair-{s}"), so, ao).expect("cannot build the space")))
+        })
+        .collect();
+    let mut results: Vec<PairResult> = Vec::new();
+    for &(s, _) in &spaces {
+        for &t in &cfg.threads {
+            results.push(PairResult { strategy: s, threads: t, samples: Vec::new() });
+        }
+    }
+    // Warm-up: fault in the structures and let pools fill.
+    for (_, sp) in &spaces {
+        for &t in &cfg.threads {
+            let warm = PairConfig { pairs: (cfg.pairs / 10).max(1000), ..clone_cfg(cfg) };
+            run_once(sp, t, &warm);
+        }
+    }
+    let total = cfg.rounds * results.len();
+    let mut done = 0;
+    let started = Instant::now();
+    for _ in 0..cfg.rounds {
+        for (s, sp) in &spaces {
+            for &t in &cfg.threads {
+                let r = run_once(sp, t, cfg);
+                results.iter_mut().find(|x| x.strategy == *s && x.threads == t).unwrap().samples.push(r);
+                done += 1;
+                eprint!("\r[pair] {done}/{total} runs, {:.1} s", started.elapsed().as_secs_f64());
+            }
+        }
+    }
+    eprintln!();
+    vmarena::set_lock_timing(false);
+    results
+}
+
+fn clone_cfg(c: &PairConfig) -> PairConfig {
+    PairConfig {
+        strategies: c.strategies.clone(),
+        threads: c.threads.clone(),
+        bytes: c.bytes,
+        pairs: c.pairs,
+        rounds: c.rounds,
+        touch: c.touch,
+        guard_pages: c.guard_pages,
+        lock_timing: c.lock_timing,
+    }
+}
+
+pub fn print(cfg: &PairConfig, results: &[PairResult], m: &Machine) {
+    println!(
+        "# vmarena pair: vmalloc({}) + vfree, {} pairs per thread, median of {} rounds",
+        cfg.bytes, cfg.pairs, cfg.rounds
+    );
+    println!("# {}", m.line());
+    println!("# touch: {}, guard pages: {}, lock timing: {}", cfg.touch, cfg.guard_pages, cfg.lock_timing);
+    println!();
+    println!(
+        "{:<8} {:>7} {:>10} {:>10} {:>9} {:>9} {:>8}  locks (acq/pair, contended %, wait share)",
+        "strategy", "threads", "ns/pair", "Mpairs/s", "scaling", "pool hit", "purges"
+    );
+    for r in results {
+        let m = r.median();
+        let base = results
+            .iter()
+            .find(|x| x.strategy == r.strategy && x.threads == cfg.threads[0])
+            .map(|x| x.median().mpairs_per_s)
+            .unwrap_or(m.mpairs_per_s);
+        let pairs = cfg.pairs as f64 * r.threads as f64;
+        let locks: Vec<String> = m
+            .locks
+            .iter()
+            .map(|(n, l)| {
+                format!(
+                    "{n} {:.2}/{:.1}%",
+                    l.acquisitions as f64 / pairs,
+                    if l.acquisitions > 0 { 100.0 * l.contended as f64 / l.acquisitions as f64 } else { 0.0 }
+                )
+            })
+            .collect();
+        println!(
+            "{:<8} {:>7} {:>10.1} {:>10.2} {:>8.2}x {:>8.1}% {:>8}  {}, wait {:.1}%",
+            r.strategy.name(),
+            r.threads,
+            m.ns_per_pair,
+            m.mpairs_per_s,
+            m.mpairs_per_s / base,
+            100.0 * m.pool_hit_rate,
+            m.purges,
+            locks.join(", "),
+            100.0 * m.wait_share()
+        );
+    }
+    // Ratios against nodes, per thread count.
+    println!();
+    for &t in &cfg.threads {
+        let Some(nodes) = results.iter().find(|x| x.strategy == Strategy::Nodes && x.threads == t) else {
+            continue;
+        };
+        let n = nodes.median().mpairs_per_s;
+        let others: Vec<String> = results
+            .iter()
+            .filter(|x| x.threads == t && x.strategy != Strategy::Nodes)
+            .map(|x| format!("nodes/{} = {:.2}x", x.strategy.name(), n / x.median().mpairs_per_s))
+            .collect();
+        if !others.is_empty() {
+            println!("throughput at {t} thread(s): {}", others.join(", "));
+        }
+    }
+}
+
+pub fn json(cfg: &PairConfig, results: &[PairResult], m: &Machine) -> String {
+    let mut rows = Vec::new();
+    for r in results {
+        let s = r.median();
+        let locks: Vec<String> = s
+            .locks
+            .iter()
+            .map(|(n, l)| {
+                format!(
+                    "{{\"lock\":{},\"acquisitions\":{},\"contended\":{},\"wait_ns\":{},\"hold_ns\":{}}}",
+                    json_str(n),
+                    l.acquisitions,
+                    l.contended,
+                    l.wait_ns,
+                    l.hold_ns
+                )
+            })
+            .collect();
+        let all: Vec<String> = r.samples.iter().map(|x| format!("{:.2}", x.ns_per_pair)).collect();
+        rows.push(format!(
+            "{{\"strategy\":{},\"threads\":{},\"ns_per_pair\":{:.2},\"mpairs_per_s\":{:.4},\"pool_hit_rate\":{:.4},\"purges\":{},\"lock_wait_share\":{:.5},\"locks\":[{}],\"rounds_ns_per_pair\":[{}]}}",
+            json_str(r.strategy.name()),
+            r.threads,
+            s.ns_per_pair,
+            s.mpairs_per_s,
+            s.pool_hit_rate,
+            s.purges,
+            s.wait_share(),
+            locks.join(","),
+            all.join(",")
+        ));
+    }
+    format!(
+        "{{\"benchmark\":\"pair\",\"params\":{{\"bytes\":{},\"pairs\":{},\"rounds\":{},\"touch\":{},\"guard_pages\":{},\"lock_timing\":{}}},\"machine\":{},\"results\":[{}]}}\n",
+        cfg.bytes,
+        cfg.pairs,
+        cfg.rounds,
+        cfg.touch,
+        cfg.guard_pages,
+        cfg.lock_timing,
+        m.json(),
+        rows.join(",")
+    )
+}
