@@ -1,108 +1,213 @@
 //! The busy map: live areas by start page.
 //!
-//! Owns: one record per live area of one busy shard (the engine keeps one `BusyMap` per shard,
-//! under that shard's busy lock; the Global strategy has a single shard). Does not own: free,
+//! Owns: one record per live area of one busy shard (the engine keeps one `BusyMap` per node
+//! under the node lock; the Global and Split strategies have a single one). Does not own: free,
 //! lazy or pooled areas.
 //!
 //! A free names the exact start of a live area; anything else (an interior page, a foreign
-//! address, a second free) finds no record and is refused before anything changes. The map is a
-//! hash table with a multiplicative hash of the start page: the free path needs exact lookups
-//! only, and O(1) beats an ordered tree there. Ordered views (for `vmallocinfo`) sort a copy.
+//! address, a second free) finds no record and is refused before anything changes. Only exact
+//! lookups are needed on the hot paths, so this is a hash table, not an ordered tree; ordered
+//! views (`vmallocinfo`, the checker) sort a copy.
 //!
-//! Invariant: records never overlap (checked by the engine, which sees all shards at once).
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+//! Table: open addressing with linear probing over a power-of-two number of slots, Fibonacci
+//! hashing of the start page (one multiply), at most half full, and backward-shift deletion (no
+//! tombstones, so probe sequences never degrade). It shrinks when it falls below an eighth full.
+//! Slots are stored in 64-byte-aligned lines, so the table of one node never shares a cache
+//! line with another allocation (two nodes' tables side by side cost the Nodes strategy its
+//! two-thread scaling when they did: see DESIGN.md).
+//!
+//! Invariants (checked by [`BusyMap::check`]): every key sits in the probe run that starts at
+//! its home slot (no empty slot between home and key); `len` counts the keys; `pages` sums
+//! their sizes.
 
 /// One live area.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BusyArea<T: Copy> {
     /// Size in pages, guard pages included.
     pub pages: u64,
     /// Index of the node that allocated the area (the kernel's `vn_id`); `u16::MAX` for none.
     pub node: u16,
-    /// Whatever the layer above records with the area (caller, flags, requested bytes).
+    /// Whatever the layer above records with the area (caller, requested bytes).
     pub tag: T,
 }
 
-/// Fibonacci hashing of a page number: one multiply, good spread for page-aligned keys.
-#[derive(Default)]
-pub struct PageHasher(u64);
+const EMPTY: u64 = 0;
+const MIN_SLOTS: usize = 16;
+const KEYS_PER_LINE: usize = 8;
+const VALS_PER_LINE: usize = 2;
 
-impl Hasher for PageHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (x ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 ^= self.0 >> 29;
-    }
-}
+/// A cache line (or a few) of slots, aligned so that no other data shares it.
+#[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
+struct Line<X: Copy, const N: usize>([X; N]);
 
 /// Live areas of one shard, keyed by start page.
 #[derive(Clone, Debug)]
-pub struct BusyMap<T: Copy> {
-    map: HashMap<u64, BusyArea<T>, BuildHasherDefault<PageHasher>>,
+pub struct BusyMap<T: Copy + Default> {
+    /// `start + 1` per slot; 0 marks an empty slot.
+    keys: Vec<Line<u64, KEYS_PER_LINE>>,
+    vals: Vec<Line<BusyArea<T>, VALS_PER_LINE>>,
+    slots: usize,
+    shift: u32,
+    len: usize,
     pages: u64,
 }
 
-impl<T: Copy> Default for BusyMap<T> {
+impl<T: Copy + Default> Default for BusyMap<T> {
     fn default() -> Self {
-        BusyMap { map: HashMap::default(), pages: 0 }
+        Self::with_slots(MIN_SLOTS)
     }
 }
 
-impl<T: Copy> BusyMap<T> {
+impl<T: Copy + Default> BusyMap<T> {
+    fn with_slots(slots: usize) -> Self {
+        debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
+        BusyMap {
+            keys: vec![Line([EMPTY; KEYS_PER_LINE]); slots / KEYS_PER_LINE],
+            vals: vec![Line([BusyArea::default(); VALS_PER_LINE]); slots / VALS_PER_LINE],
+            slots,
+            shift: 64 - slots.trailing_zeros(),
+            len: 0,
+            pages: 0,
+        }
+    }
+
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.slots - 1
+    }
+
+    #[inline]
+    fn key(&self, i: usize) -> u64 {
+        self.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE]
+    }
+
+    #[inline]
+    fn set_key(&mut self, i: usize, k: u64) {
+        self.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE] = k;
+    }
+
+    #[inline]
+    fn val(&self, i: usize) -> &BusyArea<T> {
+        &self.vals[i / VALS_PER_LINE].0[i % VALS_PER_LINE]
+    }
+
+    #[inline]
+    fn val_mut(&mut self, i: usize) -> &mut BusyArea<T> {
+        &mut self.vals[i / VALS_PER_LINE].0[i % VALS_PER_LINE]
+    }
+
+    /// `(key, value)` of every occupied slot.
+    fn occupied(&self) -> impl Iterator<Item = (usize, u64, &BusyArea<T>)> + '_ {
+        (0..self.slots).map(|i| (i, self.key(i), self.val(i))).filter(|x| x.1 != EMPTY)
+    }
+
+    /// The slot holding `key`, if any.
+    #[inline]
+    fn find(&self, key: u64) -> Option<usize> {
+        let mut i = self.home(key);
+        loop {
+            let k = self.key(i);
+            if k == key {
+                return Some(i);
+            }
+            if k == EMPTY {
+                return None;
+            }
+            i = (i + 1) & self.mask();
+        }
+    }
+
+    fn resize(&mut self, slots: usize) {
+        let old = std::mem::replace(self, Self::with_slots(slots));
+        for (_, k, v) in old.occupied() {
+            self.insert_new(k, *v);
+        }
+    }
+
+    /// Insert a key known to be absent, with room guaranteed.
+    #[inline]
+    fn insert_new(&mut self, key: u64, area: BusyArea<T>) {
+        let mut i = self.home(key);
+        while self.key(i) != EMPTY {
+            i = (i + 1) & self.mask();
+        }
+        self.set_key(i, key);
+        *self.val_mut(i) = area;
+        self.len += 1;
+        self.pages += area.pages;
+    }
+
     /// Record a live area. Returns false (and changes nothing) if the start is already live.
     #[inline]
     pub fn insert(&mut self, start: u64, area: BusyArea<T>) -> bool {
-        use std::collections::hash_map::Entry;
-        match self.map.entry(start) {
-            Entry::Occupied(_) => false,
-            Entry::Vacant(v) => {
-                v.insert(area);
-                self.pages += area.pages;
-                true
-            }
+        let key = start.wrapping_add(1);
+        if self.find(key).is_some() {
+            return false;
         }
+        if (self.len + 1) * 2 > self.slots {
+            self.resize(self.slots * 2);
+        }
+        self.insert_new(key, area);
+        true
     }
 
     /// Remove the record of the area starting at `start`.
     #[inline]
     pub fn remove(&mut self, start: u64) -> Option<BusyArea<T>> {
-        let a = self.map.remove(&start)?;
-        self.pages -= a.pages;
-        Some(a)
+        let mut hole = self.find(start.wrapping_add(1))?;
+        let area = *self.val(hole);
+        self.len -= 1;
+        self.pages -= area.pages;
+        // Backward-shift deletion: pull later members of the run into the hole when the hole
+        // lies on their probe path (between their home and their slot, cyclically).
+        let mask = self.mask();
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let k = self.key(j);
+            if k == EMPTY {
+                break;
+            }
+            let home = self.home(k);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.set_key(hole, k);
+                *self.val_mut(hole) = *self.val(j);
+                hole = j;
+            }
+        }
+        self.set_key(hole, EMPTY);
+        if self.slots > MIN_SLOTS && self.len * 8 < self.slots {
+            self.resize(self.slots / 2);
+        }
+        Some(area)
     }
 
     /// The record of the area starting at `start`.
     #[inline]
     pub fn get(&self, start: u64) -> Option<&BusyArea<T>> {
-        self.map.get(&start)
+        self.find(start.wrapping_add(1)).map(|i| self.val(i))
     }
 
     /// Mutable access to a record (to update its tag).
     #[inline]
     pub fn get_mut(&mut self, start: u64) -> Option<&mut BusyArea<T>> {
-        self.map.get_mut(&start)
+        self.find(start.wrapping_add(1)).map(|i| self.val_mut(i))
     }
 
     /// Number of live areas.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
     /// True when the shard holds no live area.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
     }
 
     /// Pages of live areas, guards included.
@@ -112,9 +217,33 @@ impl<T: Copy> BusyMap<T> {
 
     /// Every record, `(start, area)`, sorted by start.
     pub fn sorted(&self) -> Vec<(u64, BusyArea<T>)> {
-        let mut v: Vec<_> = self.map.iter().map(|(&s, &a)| (s, a)).collect();
+        let mut v: Vec<_> = self.occupied().map(|(_, k, &a)| (k - 1, a)).collect();
         v.sort_unstable_by_key(|&(s, _)| s);
         v
+    }
+
+    /// Check the table invariants of the module doc.
+    pub fn check(&self) -> Result<(), String> {
+        let mask = self.mask();
+        let (mut len, mut pages) = (0usize, 0u64);
+        for (i, k, v) in self.occupied() {
+            len += 1;
+            pages += v.pages;
+            let mut j = self.home(k);
+            while j != i {
+                if self.key(j) == EMPTY {
+                    return Err(format!("busy map: start {:#x} unreachable from its home slot", k - 1));
+                }
+                j = (j + 1) & mask;
+            }
+        }
+        if len != self.len || pages != self.pages {
+            return Err(format!(
+                "busy map counters: len {} ({len}), pages {} ({pages})",
+                self.len, self.pages
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -134,5 +263,40 @@ mod tests {
         assert_eq!(m.remove(10), None, "second free finds nothing");
         assert!(m.is_empty());
         assert_eq!(m.pages(), 0);
+        assert!(m.insert(0, a) && m.insert(u64::MAX - 1, a), "extreme starts");
+        assert_eq!(m.sorted().iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, u64::MAX - 1]);
+        m.check().unwrap();
+    }
+
+    #[test]
+    fn matches_a_shadow_map_through_growth_and_shrink() {
+        use std::collections::BTreeMap;
+        let mut m: BusyMap<u32> = BusyMap::default();
+        let mut shadow = BTreeMap::new();
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for step in 0..200_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Clustered keys (as page starts are) and a phase of mostly removals.
+            let key = (x % 5000) * if step % 3 == 0 { 16 } else { 1 };
+            let grow = (step / 50_000) % 2 == 0;
+            if x % 10 < if grow { 6 } else { 3 } {
+                let a = BusyArea { pages: x % 7 + 1, node: 1, tag: step };
+                let fresh = !shadow.contains_key(&key);
+                if fresh {
+                    shadow.insert(key, a);
+                }
+                assert_eq!(m.insert(key, a), fresh, "insert of {key:#x}");
+            } else {
+                assert_eq!(m.remove(key), shadow.remove(&key));
+            }
+            if step % 10_000 == 0 {
+                m.check().unwrap();
+                assert_eq!(m.sorted(), shadow.iter().map(|(&k, &v)| (k, v)).collect::<Vec<_>>());
+            }
+        }
+        m.check().unwrap();
+        assert_eq!(m.len(), shadow.len());
     }
 }

@@ -22,6 +22,9 @@ use std::collections::VecDeque;
 /// Largest pooled area, in pages (the kernel's `MAX_VA_SIZE_PAGES`).
 pub const POOL_MAX_PAGES: u64 = 256;
 
+/// Entries of a class queue's first buffer (16 x 8 bytes = two cache lines).
+const FIRST_CAPACITY: usize = 16;
+
 /// Which side of a size class an entry is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolSide {
@@ -87,13 +90,19 @@ impl SizePools {
     #[inline]
     pub fn push(&mut self, start: u64, pages: u64, side: PoolSide) {
         let c = &mut self.classes[Self::class_of(pages).expect("area too large for the pools")];
-        match side {
+        let q = match side {
             PoolSide::Dirty => {
-                c.dirty.push_back(start);
                 self.dirty_pages += pages;
+                &mut c.dirty
             }
-            PoolSide::Clean => c.clean.push_back(start),
+            PoolSide::Clean => &mut c.clean,
+        };
+        if q.capacity() == 0 {
+            // A first buffer of 128 bytes: the hot end of one node's queue then never shares a
+            // cache line with another node's queue allocated next to it.
+            q.reserve_exact(FIRST_CAPACITY);
         }
+        q.push_back(start);
         self.len += 1;
     }
 

@@ -264,6 +264,8 @@ pub(crate) struct Shared {
     node_mask: Option<usize>,
     lazy_max: u64,
     backing: Box<dyn Backing>,
+    /// `backing.zeroes_on_release()`, asked once.
+    zeroes_on_release: bool,
     kind: Kind,
     /// Lazy pages, arena-wide (exact for Global/Split; within nodes x LAZY_SYNC_PAGES for Nodes).
     lazy_approx: AtomicI64,
@@ -314,6 +316,7 @@ impl Arena {
             node_mask: nr_nodes.is_power_of_two().then(|| nr_nodes - 1),
             nr_nodes,
             opts,
+            zeroes_on_release: backing.zeroes_on_release(),
             backing,
             kind,
             lazy_approx: AtomicI64::new(0),
@@ -543,7 +546,7 @@ impl Shared {
 
     /// One pass over the ladder's steps up to the exact tree search.
     fn try_alloc(&self, r: &Request, req: &AllocRequest, default_window: bool) -> Option<Allocation> {
-        let fresh_from_tree = self.backing.zeroes_on_release();
+        let fresh_from_tree = self.zeroes_on_release;
         let pages = r.size_pages;
         let from_tree = |start: u64| {
             self.counters.tree_allocs.fetch_add(1, Relaxed);
@@ -598,7 +601,7 @@ impl Shared {
                         return Some(Allocation { start, pages, fresh: fresh_from_tree });
                     }
                 }
-                let rest = if small { std::mem::replace(&mut g.chunk, (0, 0)) } else { (0, 0) };
+                let rest = if small { std::mem::take(&mut g.chunk) } else { (0, 0) };
                 drop(g);
                 // Steps Tree and TreeExact: a zone start of this node's stripe for poolable
                 // sizes (so this node is the area's busy home), else the lowest fit.
@@ -852,7 +855,7 @@ impl Shared {
                     p.sync(&self.lazy_approx, true);
                     if full {
                         // The failure path and the shrinker take the chunks back too.
-                        let (cs, ce) = std::mem::replace(&mut p.chunk, (0, 0));
+                        let (cs, ce) = std::mem::take(&mut p.chunk);
                         if cs < ce {
                             chunks.push((cs, ce - cs));
                         }

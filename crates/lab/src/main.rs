@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print every option (with its environment variable) and every statistic, as Markdown.
+    Options,
     /// Nanoseconds per vmalloc+vfree pair for each strategy and thread count, in one run.
     ///
     /// Each thread repeats vmalloc(size) + vfree on a space of its strategy. Reports the median
@@ -50,6 +52,9 @@ enum Command {
         /// Measure lock hold times too (costs two clock reads per lock).
         #[arg(long)]
         lock_timing: bool,
+        /// What the pairs run against: memory (a VmSpace) or none (the bare integer engine).
+        #[arg(long, value_enum, default_value = "memory")]
+        backing: pair::Backing,
         /// Write all parameters, the machine and every figure as JSON.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -60,7 +65,19 @@ fn main() {
     let cli = Cli::parse();
     let m = machine::Machine::detect();
     match cli.command {
-        Command::Pair { strategy, threads, size, pairs, rounds, touch, guard_pages, lock_timing, json } => {
+        Command::Options => print_tables(),
+        Command::Pair {
+            strategy,
+            threads,
+            size,
+            pairs,
+            rounds,
+            touch,
+            guard_pages,
+            lock_timing,
+            backing,
+            json,
+        } => {
             if threads.is_empty() || threads.contains(&0) || rounds == 0 || pairs == 0 || size == 0 {
                 eprintln!("vmarena pair: --threads, --rounds, --pairs and --size must be positive");
                 std::process::exit(2);
@@ -74,6 +91,7 @@ fn main() {
                 touch,
                 guard_pages,
                 lock_timing,
+                backing,
             };
             let results = pair::run(&cfg);
             pair::print(&cfg, &results, &m);
@@ -83,6 +101,29 @@ fn main() {
                     std::process::exit(1);
                 }
             }
+        }
+    }
+}
+
+fn print_tables() {
+    use vmarena_engine_tables::*;
+    println!("### Space options (`VmSpace`, default space)\n");
+    options_md(vmarena::SpaceOptions::TABLE);
+    println!("\n### Arena options (every strategy)\n");
+    options_md(vmarena::ArenaOptions::TABLE);
+    println!("\n### Arena statistics (`Arena::stats`, `VmSpace::stats`)\n");
+    println!("| name | unit | meaning |\n|---|---|---|");
+    for d in vmarena::ArenaStats::TABLE {
+        println!("| `{}` | {} | {} |", d.name, d.unit, d.doc);
+    }
+}
+
+mod vmarena_engine_tables {
+    pub fn options_md(t: &[vmarena::OptionDoc]) {
+        println!("| option | unit | default | environment | meaning |\n|---|---|---|---|---|");
+        for d in t {
+            let unit = d.unit.replace('|', "\\|");
+            println!("| `{}` | {} | `{}` | `{}` | {} |", d.name, unit, d.default, d.env, d.doc);
         }
     }
 }

@@ -10,6 +10,49 @@ use crate::machine::{json_str, Machine};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 use vmarena::{ArenaOptions, LockStats, SpaceOptions, Strategy, VmSpace};
+use vmarena_engine::{AllocRequest, Arena, NoBacking};
+
+/// What the pairs run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backing {
+    /// A `VmSpace`: real memory, guard pages, `vmalloc`/`vfree`.
+    Memory,
+    /// An integer `Arena` with no memory behind it: the engine alone, no syscalls.
+    None,
+}
+
+/// One contender: a space, or a bare arena.
+enum Target {
+    Space(VmSpace),
+    Arena(Arena),
+}
+
+impl Target {
+    fn arena(&self) -> &Arena {
+        match self {
+            Target::Space(s) => s.arena(),
+            Target::Arena(a) => a,
+        }
+    }
+
+    #[inline]
+    fn pair(&self, bytes: usize, pages: u64, touch: bool) {
+        match self {
+            Target::Space(s) => {
+                let p = s.vmalloc(bytes).expect("vmalloc failed during the benchmark");
+                if touch {
+                    // SAFETY: at least one usable byte.
+                    unsafe { p.as_ptr().write_volatile(1) };
+                }
+                s.vfree(p.as_ptr()).expect("vfree failed during the benchmark");
+            }
+            Target::Arena(a) => {
+                let x = a.alloc(&AllocRequest::pages(pages)).expect("alloc failed during the benchmark");
+                a.free(x.start).expect("free failed during the benchmark");
+            }
+        }
+    }
+}
 
 pub struct PairConfig {
     pub strategies: Vec<Strategy>,
@@ -20,6 +63,7 @@ pub struct PairConfig {
     pub touch: bool,
     pub guard_pages: u64,
     pub lock_timing: bool,
+    pub backing: Backing,
 }
 
 #[derive(Clone, Default)]
@@ -47,24 +91,22 @@ impl PairResult {
     }
 }
 
-fn run_once(space: &Arc<VmSpace>, threads: usize, cfg: &PairConfig) -> Sample {
-    let before_locks = space.lock_stats();
-    let before = space.stats(false).arena;
+fn run_once(target: &Arc<Target>, threads: usize, cfg: &PairConfig) -> Sample {
+    let arena = target.arena();
+    let before_locks = arena.lock_stats();
+    let before = arena.stats();
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|_| {
-            let (s, b) = (space.clone(), barrier.clone());
+            let (t, b) = (target.clone(), barrier.clone());
             let (pairs, bytes, touch) = (cfg.pairs, cfg.bytes, cfg.touch);
+            // The bare arena gets the same page count a space would use (data plus guards).
+            let pages = bytes.div_ceil(vmarena_platform::page_size()) as u64 + cfg.guard_pages;
             std::thread::spawn(move || {
                 b.wait();
                 let t0 = Instant::now();
                 for _ in 0..pairs {
-                    let p = s.vmalloc(bytes).expect("vmalloc failed during the benchmark");
-                    if touch {
-                        // SAFETY: at least one usable byte.
-                        unsafe { p.as_ptr().write_volatile(1) };
-                    }
-                    s.vfree(p.as_ptr()).expect("vfree failed during the benchmark");
+                    t.pair(bytes, pages, touch);
                 }
                 t0.elapsed()
             })
@@ -76,8 +118,8 @@ fn run_once(space: &Arc<VmSpace>, threads: usize, cfg: &PairConfig) -> Sample {
     let wall_ns = wall.elapsed().as_nanos() as f64;
     let thread_ns: f64 = per_thread.iter().map(|d| d.as_nanos() as f64).sum();
     let total_pairs = cfg.pairs as f64 * threads as f64;
-    let after = space.stats(false).arena;
-    let locks: Vec<(&'static str, LockStats)> = space
+    let after = arena.stats();
+    let locks: Vec<(&'static str, LockStats)> = arena
         .lock_stats()
         .into_iter()
         .zip(before_locks)
@@ -114,14 +156,29 @@ impl Sample {
 
 pub fn run(cfg: &PairConfig) -> Vec<PairResult> {
     vmarena::set_lock_timing(cfg.lock_timing);
-    let spaces: Vec<(Strategy, Arc<VmSpace>)> = cfg
+    let spaces: Vec<(Strategy, Arc<Target>)> = cfg
         .strategies
         .iter()
         .map(|&s| {
-            let so =
-                SpaceOptions { space_bytes: 8 << 30, guard_pages: cfg.guard_pages, ..Default::default() };
-            let ao = ArenaOptions { strategy: s, ..Default::default() }.with_env().unwrap_or_default();
-            (s, Arc::new(VmSpace::new(&format!("pair-{s}"), so, ao).expect("cannot build the space")))
+            // Environment options apply, except the strategy, which is the contender's own.
+            let ao = ArenaOptions { strategy: s, ..ArenaOptions::default().with_env().unwrap_or_default() };
+            let name = format!("pair-{s}");
+            let t = match cfg.backing {
+                Backing::Memory => {
+                    let so = SpaceOptions {
+                        space_bytes: 8 << 30,
+                        guard_pages: cfg.guard_pages,
+                        ..Default::default()
+                    };
+                    Target::Space(VmSpace::new(&name, so, ao).expect("cannot build the space"))
+                }
+                // The page count of an 8 GiB space, without memory.
+                Backing::None => Target::Arena(
+                    Arena::new(name, 1 << 20, (1 << 20) + (2 << 20), ao, Box::new(NoBacking))
+                        .expect("cannot build the arena"),
+                ),
+            };
+            (s, Arc::new(t))
         })
         .collect();
     let mut results: Vec<PairResult> = Vec::new();
@@ -165,6 +222,7 @@ fn clone_cfg(c: &PairConfig) -> PairConfig {
         touch: c.touch,
         guard_pages: c.guard_pages,
         lock_timing: c.lock_timing,
+        backing: c.backing,
     }
 }
 
@@ -174,7 +232,10 @@ pub fn print(cfg: &PairConfig, results: &[PairResult], m: &Machine) {
         cfg.bytes, cfg.pairs, cfg.rounds
     );
     println!("# {}", m.line());
-    println!("# touch: {}, guard pages: {}, lock timing: {}", cfg.touch, cfg.guard_pages, cfg.lock_timing);
+    println!(
+        "# backing: {:?}, touch: {}, guard pages: {}, lock timing: {}",
+        cfg.backing, cfg.touch, cfg.guard_pages, cfg.lock_timing
+    );
     println!();
     println!(
         "{:<8} {:>7} {:>10} {:>10} {:>9} {:>9} {:>8}  locks (acq/pair, contended %, wait share)",
@@ -263,7 +324,8 @@ pub fn json(cfg: &PairConfig, results: &[PairResult], m: &Machine) -> String {
         ));
     }
     format!(
-        "{{\"benchmark\":\"pair\",\"params\":{{\"bytes\":{},\"pairs\":{},\"rounds\":{},\"touch\":{},\"guard_pages\":{},\"lock_timing\":{}}},\"machine\":{},\"results\":[{}]}}\n",
+        "{{\"benchmark\":\"pair\",\"params\":{{\"backing\":\"{:?}\",\"bytes\":{},\"pairs\":{},\"rounds\":{},\"touch\":{},\"guard_pages\":{},\"lock_timing\":{}}},\"machine\":{},\"results\":[{}]}}\n",
+        cfg.backing,
         cfg.bytes,
         cfg.pairs,
         cfg.rounds,

@@ -58,7 +58,7 @@ mod tests {
         // A release over the whole range must keep the marker: probe with mincore-free means,
         // by removing it and checking that removal reports success, then reading the page.
         crate::release::release(&[(r.base(), 4 * page)], crate::Advice::DontNeed);
-        assert_eq!(remove_many(&[(r.base() + page, page), (r.base() + 3 * page, page)]) >= 1, true);
+        assert!(remove_many(&[(r.base() + page, page), (r.base() + 3 * page, page)]) >= 1);
         // SAFETY: the marker is gone, the page is ordinary memory of the reservation again.
         unsafe { *(r.base() as *mut u8).add(page) = 1 };
     }

@@ -26,6 +26,7 @@ mod vmallocinfo;
 pub use default_space::default_space;
 pub use options::{ReleaseAdvice, SpaceOptions};
 pub use space::{SpaceStats, VmError, VmSpace};
+pub use vmarena_engine::table::{OptionDoc, StatDoc};
 pub use vmarena_engine::{ArenaOptions, ArenaStats, LockStats, Strategy};
 pub use vmarena_platform::Advice;
 

@@ -68,7 +68,7 @@ fn run(strategy: Strategy) {
                         1..=8 => 1 + (seed >> 8) as usize % (64 << 10),
                         _ => 1 + (seed >> 8) as usize % (8 << 10),
                     };
-                    let p = if seed % 5 == 0 { s.vzalloc(bytes) } else { s.vmalloc(bytes) }.unwrap();
+                    let p = if seed.is_multiple_of(5) { s.vzalloc(bytes) } else { s.vmalloc(bytes) }.unwrap();
                     let tag = ((t as u64) << 48) | i;
                     fill(p.as_ptr(), bytes, tag);
                     mine.push(Owned(p.as_ptr() as usize, bytes, tag));
