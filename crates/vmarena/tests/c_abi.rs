@@ -7,11 +7,19 @@ use std::process::Command;
 #[test]
 fn c_program_exercises_every_abi_function() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    // target/<profile>/deps/c_abi-<hash> -> target/<profile>
-    let exe = std::env::current_exe().unwrap();
-    let libdir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    assert!(libdir.join("libvmarena.so").exists(), "libvmarena.so not built in {}", libdir.display());
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    // `cargo test` builds the library as an rlib only: build the shared library of the current
+    // sources here, in a target directory of its own (the test run holds the main one).
+    let target = out_dir.join("c-abi-target");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "vmarena", "--lib", "--target-dir"])
+        .arg(&target)
+        .current_dir(&root)
+        .status()
+        .expect("cargo is needed to build libvmarena.so");
+    assert!(status.success(), "building libvmarena.so failed");
+    let libdir = target.join("debug");
+    assert!(libdir.join("libvmarena.so").exists(), "libvmarena.so not built in {}", libdir.display());
     let bin = out_dir.join("vmarena_abi_test");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
