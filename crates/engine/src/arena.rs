@@ -39,10 +39,10 @@ use crate::options::ArenaOptions;
 use crate::purge::Worker;
 use crate::stats::ArenaStats;
 use crate::strategy::{BusyLazy, GlobalState, Strategy};
+use crate::sync::Ordering::Relaxed;
+use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Mutex};
 use std::fmt;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
 use vmarena_core::{BusyArea, FreeTree, PoolSide, Request, RequestError, SizePools};
 
 /// No allocating node (the kernel's `vn_id` 0).
@@ -243,7 +243,6 @@ pub(crate) enum Kind {
     Nodes { free: Padded<StatLock<FreeTree>>, nodes: Box<[Node]> },
 }
 
-#[derive(Default)]
 struct Counters {
     tree_allocs: AtomicU64,
     purges: AtomicU64,
@@ -253,6 +252,22 @@ struct Counters {
     release_calls: AtomicU64,
     alloc_failures: AtomicU64,
     bad_frees: AtomicU64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        let z = || AtomicU64::new(0);
+        Counters {
+            tree_allocs: z(),
+            purges: z(),
+            full_purges: z(),
+            areas_released: z(),
+            pages_released: z(),
+            release_calls: z(),
+            alloc_failures: z(),
+            bad_frees: z(),
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -575,7 +590,7 @@ impl Shared {
                     self.insert_busy(nodes, start, BusyArea { pages, node: NO_NODE, tag: req.tag });
                     return from_tree(start);
                 }
-                let me = self.node_index(vmarena_platform::cpu::current());
+                let me = self.node_index(crate::sync::current_cpu());
                 let area = BusyArea { pages, node: me as u16, tag: req.tag };
                 let mut g = nodes[me].lock();
                 // Steps Pool and LazyReuse.

@@ -20,6 +20,7 @@ pub mod options;
 mod purge;
 pub mod stats;
 pub mod strategy;
+pub mod sync;
 pub mod table;
 
 pub use arena::{

@@ -25,21 +25,23 @@
 //! the `StatLock`s each thread holds and assert the count stays at one outside the checker.
 #![allow(unsafe_code)]
 
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use vmarena_platform::process::monotonic_ns;
 
+/// Process-wide switch; a plain std atomic (a setting, not part of any protocol).
 static TIMING: AtomicBool = AtomicBool::new(false);
 
 /// Switch hold-time measurement on or off for every `StatLock` in the process.
 pub fn set_timing(on: bool) {
-    TIMING.store(on, Ordering::Relaxed);
+    TIMING.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// True while hold times are measured.
 pub fn timing() -> bool {
-    TIMING.load(Ordering::Relaxed)
+    TIMING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A snapshot of one lock's figures (or the sum over a class of locks).
@@ -82,7 +84,7 @@ unsafe impl<T: Send> Sync for StatLock<T> {}
 // SAFETY: as above; the lock owns `T`.
 unsafe impl<T: Send> Send for StatLock<T> {}
 
-#[cfg(debug_assertions)]
+#[cfg(all(debug_assertions, not(loom)))]
 thread_local! {
     static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     static NESTING_ALLOWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -90,17 +92,17 @@ thread_local! {
 
 /// Allow this thread to hold several `StatLock`s at once while `f` runs (the checker only).
 pub fn with_nesting_allowed<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(debug_assertions)]
+    #[cfg(all(debug_assertions, not(loom)))]
     NESTING_ALLOWED.with(|n| n.set(true));
     let r = f();
-    #[cfg(debug_assertions)]
+    #[cfg(all(debug_assertions, not(loom)))]
     NESTING_ALLOWED.with(|n| n.set(false));
     r
 }
 
 impl<T> StatLock<T> {
     /// A new unlocked lock around `value`.
-    pub const fn new(value: T) -> Self {
+    pub fn new(value: T) -> Self {
         StatLock {
             state: AtomicU32::new(0),
             acquisitions: AtomicU64::new(0),
@@ -133,7 +135,7 @@ impl<T> StatLock<T> {
 
     #[inline]
     fn acquired(&self) -> StatGuard<'_, T> {
-        #[cfg(debug_assertions)]
+        #[cfg(all(debug_assertions, not(loom)))]
         HELD.with(|h| {
             let n = h.get() + 1;
             h.set(n);
@@ -162,10 +164,10 @@ impl<T> StatLock<T> {
             if spins < 64 {
                 spins += 1;
                 for _ in 0..(1u32 << spins.min(6)) {
-                    std::hint::spin_loop();
+                    crate::sync::spin_loop();
                 }
             } else {
-                std::thread::yield_now();
+                crate::sync::yield_now();
             }
         }
         self.contended.fetch_add(1, Ordering::Relaxed);
@@ -221,7 +223,7 @@ impl<T> Drop for StatGuard<'_, T> {
                 l.store(l.load(Ordering::Relaxed) + held, Ordering::Relaxed);
             }
         }
-        #[cfg(debug_assertions)]
+        #[cfg(all(debug_assertions, not(loom)))]
         HELD.with(|h| h.set(h.get() - 1));
         self.lock.state.store(0, Ordering::Release);
     }

@@ -68,12 +68,12 @@ impl NodeState {
 
     /// Fold the change since the last sync into `global` when it is large enough (or `force`).
     #[inline]
-    pub fn sync(&mut self, global: &std::sync::atomic::AtomicI64, force: bool) {
+    pub fn sync(&mut self, global: &crate::sync::AtomicI64, force: bool) {
         let now = self.lazy_pages();
         let d = now as i64 - self.synced as i64;
         if d.unsigned_abs() >= LAZY_SYNC_PAGES || (force && d != 0) {
             self.synced = now;
-            global.fetch_add(d, std::sync::atomic::Ordering::Relaxed);
+            global.fetch_add(d, crate::sync::Ordering::Relaxed);
         }
     }
 

@@ -14,121 +14,145 @@
 //! much never has one. After a `fork()` the child has no worker thread; the next wake-up in the
 //! child starts a new one.
 
-use crate::arena::{PurgeKind, Shared};
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::thread::JoinHandle;
-use std::time::Duration;
+#[cfg(loom)]
+pub(crate) use stub::Worker;
+#[cfg(not(loom))]
+pub(crate) use worker::Worker;
 
-#[derive(Default)]
-struct State {
-    wake: bool,
-    shutdown: bool,
-    thread: Option<JoinHandle<()>>,
-    pid: u32,
+/// Under loom there is no background thread: models purge inline or from a model thread.
+#[cfg(loom)]
+mod stub {
+    use crate::arena::Shared;
+    use crate::sync::Arc;
+
+    #[derive(Default)]
+    pub(crate) struct Worker;
+
+    impl Worker {
+        pub fn wake(&self, _arena: &Arc<Shared>) {}
+        pub fn start(&self, _arena: &Arc<Shared>) {}
+        pub fn shutdown(&self) {}
+    }
 }
 
-/// See the module documentation.
-#[derive(Default)]
-pub(crate) struct Worker {
-    state: Mutex<State>,
-    cv: Condvar,
-}
+#[cfg(not(loom))]
+mod worker {
+    use crate::arena::{PurgeKind, Shared};
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Arc, Condvar, Mutex, Weak};
+    use std::thread::JoinHandle;
+    use std::time::Duration;
 
-impl Worker {
-    /// Wake the worker for a purge now, starting it if this process has none yet.
-    pub fn wake(self: &Arc<Self>, arena: &Arc<Shared>) {
-        self.start_or_wake(arena, true);
+    #[derive(Default)]
+    struct State {
+        wake: bool,
+        shutdown: bool,
+        thread: Option<JoinHandle<()>>,
+        pid: u32,
     }
 
-    /// Start the worker (for the decay interval) without asking for a purge now.
-    pub fn start(self: &Arc<Self>, arena: &Arc<Shared>) {
-        self.start_or_wake(arena, false);
+    /// See the module documentation.
+    #[derive(Default)]
+    pub(crate) struct Worker {
+        state: Mutex<State>,
+        cv: Condvar,
     }
 
-    fn start_or_wake(self: &Arc<Self>, arena: &Arc<Shared>, wake: bool) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.shutdown {
-            return;
+    impl Worker {
+        /// Wake the worker for a purge now, starting it if this process has none yet.
+        pub fn wake(self: &Arc<Self>, arena: &Arc<Shared>) {
+            self.start_or_wake(arena, true);
         }
-        st.wake |= wake;
-        let pid = std::process::id();
-        if st.thread.is_none() || st.pid != pid {
-            if st.pid != pid {
-                // Inherited from the parent across fork(): that thread does not exist here.
-                std::mem::forget(st.thread.take());
-            }
-            let weak = Arc::downgrade(arena);
-            let me = self.clone();
-            let spawned =
-                std::thread::Builder::new().name("vmarena-purge".into()).spawn(move || run(me, weak));
-            match spawned {
-                Ok(h) => {
-                    st.thread = Some(h);
-                    st.pid = pid;
-                }
-                Err(_) => {
-                    // No thread to be had: purge on this thread instead.
-                    drop(st);
-                    if wake {
-                        arena.purge(PurgeKind::Normal);
-                    }
-                    return;
-                }
-            }
-        }
-        self.cv.notify_one();
-    }
 
-    /// Stop the worker and wait for it (unless called from the worker itself).
-    pub fn shutdown(&self) {
-        let handle = {
+        /// Start the worker (for the decay interval) without asking for a purge now.
+        pub fn start(self: &Arc<Self>, arena: &Arc<Shared>) {
+            self.start_or_wake(arena, false);
+        }
+
+        fn start_or_wake(self: &Arc<Self>, arena: &Arc<Shared>, wake: bool) {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.shutdown = true;
-            self.cv.notify_all();
-            if st.pid == std::process::id() {
-                st.thread.take()
-            } else {
-                None
-            }
-        };
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
-    }
-}
-
-fn run(w: Arc<Worker>, weak: Weak<Shared>) {
-    loop {
-        let Some(arena) = weak.upgrade() else { return };
-        let interval = arena.decay_interval_ms();
-        // Wait without holding the arena alive, so dropping it can stop this thread.
-        drop(arena);
-        let woken = {
-            let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
-            while !st.wake && !st.shutdown {
-                if interval == 0 {
-                    st = w.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                } else {
-                    let (s, timeout) =
-                        w.cv.wait_timeout(st, Duration::from_millis(interval))
-                            .unwrap_or_else(|e| e.into_inner());
-                    st = s;
-                    if timeout.timed_out() {
-                        break;
-                    }
-                }
-            }
             if st.shutdown {
                 return;
             }
-            std::mem::take(&mut st.wake)
-        };
-        let Some(arena) = weak.upgrade() else { return };
-        if woken || arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
-            arena.purge(PurgeKind::Normal);
+            st.wake |= wake;
+            let pid = std::process::id();
+            if st.thread.is_none() || st.pid != pid {
+                if st.pid != pid {
+                    // Inherited from the parent across fork(): that thread does not exist here.
+                    std::mem::forget(st.thread.take());
+                }
+                let weak = Arc::downgrade(arena);
+                let me = self.clone();
+                let spawned =
+                    std::thread::Builder::new().name("vmarena-purge".into()).spawn(move || run(me, weak));
+                match spawned {
+                    Ok(h) => {
+                        st.thread = Some(h);
+                        st.pid = pid;
+                    }
+                    Err(_) => {
+                        // No thread to be had: purge on this thread instead.
+                        drop(st);
+                        if wake {
+                            arena.purge(PurgeKind::Normal);
+                        }
+                        return;
+                    }
+                }
+            }
+            self.cv.notify_one();
+        }
+
+        /// Stop the worker and wait for it (unless called from the worker itself).
+        pub fn shutdown(&self) {
+            let handle = {
+                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                st.shutdown = true;
+                self.cv.notify_all();
+                if st.pid == std::process::id() {
+                    st.thread.take()
+                } else {
+                    None
+                }
+            };
+            if let Some(h) = handle {
+                if h.thread().id() != std::thread::current().id() {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+
+    fn run(w: Arc<Worker>, weak: Weak<Shared>) {
+        loop {
+            let Some(arena) = weak.upgrade() else { return };
+            let interval = arena.decay_interval_ms();
+            // Wait without holding the arena alive, so dropping it can stop this thread.
+            drop(arena);
+            let woken = {
+                let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
+                while !st.wake && !st.shutdown {
+                    if interval == 0 {
+                        st = w.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    } else {
+                        let (s, timeout) =
+                            w.cv.wait_timeout(st, Duration::from_millis(interval))
+                                .unwrap_or_else(|e| e.into_inner());
+                        st = s;
+                        if timeout.timed_out() {
+                            break;
+                        }
+                    }
+                }
+                if st.shutdown {
+                    return;
+                }
+                std::mem::take(&mut st.wake)
+            };
+            let Some(arena) = weak.upgrade() else { return };
+            if woken || arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
+                arena.purge(PurgeKind::Normal);
+            }
         }
     }
 }

@@ -1,0 +1,45 @@
+//! The synchronisation primitives the engine uses, from `std` or, under `--cfg loom`, from
+//! [loom](https://docs.rs/loom), so that the same code is model-checked (as crossbeam does).
+//!
+//! Under loom the current CPU is a per-thread value the model sets with `set_cpu`, so that node
+//! choice is deterministic across the executions loom explores; the purge worker is not built
+//! (models run with `purge_thread = false` and purge inline or from a model thread).
+
+#[cfg(not(loom))]
+mod imp {
+    pub use std::hint::spin_loop;
+    pub use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub use std::sync::{Arc, Mutex};
+    pub use std::thread::yield_now;
+
+    /// The CPU this thread runs on now.
+    #[inline]
+    pub fn current_cpu() -> usize {
+        vmarena_platform::cpu::current()
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    pub use loom::hint::spin_loop;
+    pub use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub use loom::sync::{Arc, Mutex};
+    pub use loom::thread::yield_now;
+    use std::cell::Cell;
+
+    loom::thread_local! {
+        static CPU: Cell<usize> = Cell::new(0);
+    }
+
+    /// The CPU the model says this thread runs on.
+    pub fn current_cpu() -> usize {
+        CPU.with(|c| c.get())
+    }
+
+    /// Set the CPU this model thread runs on.
+    pub fn set_cpu(cpu: usize) {
+        CPU.with(|c| c.set(cpu))
+    }
+}
+
+pub use imp::*;
