@@ -146,14 +146,29 @@ impl<T: Copy + Default> BusyMap<T> {
     /// Record a live area. Returns false (and changes nothing) if the start is already live.
     #[inline]
     pub fn insert(&mut self, start: u64, area: BusyArea<T>) -> bool {
-        let key = start.wrapping_add(1);
-        if self.find(key).is_some() {
-            return false;
-        }
         if (self.len + 1) * 2 > self.slots {
+            if self.get(start).is_some() {
+                return false;
+            }
             self.resize(self.slots * 2);
         }
-        self.insert_new(key, area);
+        // One probe: the key is either in the run before the first empty slot, or absent.
+        let key = start.wrapping_add(1);
+        let mut i = self.home(key);
+        loop {
+            let k = self.key(i);
+            if k == key {
+                return false;
+            }
+            if k == EMPTY {
+                break;
+            }
+            i = (i + 1) & self.mask();
+        }
+        self.set_key(i, key);
+        *self.val_mut(i) = area;
+        self.len += 1;
+        self.pages += area.pages;
         true
     }
 

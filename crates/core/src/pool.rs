@@ -112,28 +112,29 @@ impl SizePools {
     #[inline]
     pub fn pop(&mut self, pages: u64, align_pages: u64, prefer: PoolSide) -> Option<(u64, PoolSide)> {
         let c = &mut self.classes[Self::class_of(pages)?];
-        let order = match prefer {
-            PoolSide::Dirty => [PoolSide::Dirty, PoolSide::Clean],
-            PoolSide::Clean => [PoolSide::Clean, PoolSide::Dirty],
+        let (first, second) = match prefer {
+            PoolSide::Dirty => ((&mut c.dirty, PoolSide::Dirty), (&mut c.clean, PoolSide::Clean)),
+            PoolSide::Clean => ((&mut c.clean, PoolSide::Clean), (&mut c.dirty, PoolSide::Dirty)),
         };
-        for side in order {
-            let q = match side {
-                PoolSide::Dirty => &mut c.dirty,
-                PoolSide::Clean => &mut c.clean,
-            };
-            let Some(&start) = q.back() else { continue };
-            if start & (align_pages - 1) != 0 {
-                q.rotate_right(1);
-                continue;
-            }
-            q.pop_back();
-            self.len -= 1;
-            if side == PoolSide::Dirty {
-                self.dirty_pages -= pages;
-            }
-            return Some((start, side));
+        let side = Self::pop_aligned(first.0, align_pages)
+            .map(|s| (s, first.1))
+            .or_else(|| Self::pop_aligned(second.0, align_pages).map(|s| (s, second.1)))?;
+        self.len -= 1;
+        if side.1 == PoolSide::Dirty {
+            self.dirty_pages -= pages;
         }
-        None
+        Some(side)
+    }
+
+    /// The newest entry if it is aligned; a misaligned one is rotated to the front (a miss).
+    #[inline]
+    fn pop_aligned(q: &mut VecDeque<u64>, align_pages: u64) -> Option<u64> {
+        let &start = q.back()?;
+        if start & (align_pages - 1) != 0 {
+            q.rotate_right(1);
+            return None;
+        }
+        q.pop_back()
     }
 
     /// Detach every dirty entry: `(start, pages)` pairs, for a purge to release.
