@@ -32,7 +32,8 @@
 pub struct Request {
     /// Pages wanted (non-zero).
     pub size_pages: u64,
-    /// Alignment of the start in pages (a power of two, at least 1).
+    /// Alignment of the start in pages: a power of two for requests built with
+    /// [`Request::new`]; any modulus for [`Request::striped`].
     pub align_pages: u64,
     /// The start must be `phase_pages` past a multiple of `align_pages` (`< align_pages`).
     /// The engine uses it to carve a zone of one node's stripe.
@@ -69,6 +70,25 @@ impl Request {
         Ok(Request { size_pages, align_pages, phase_pages: 0, lo, hi })
     }
 
+    /// A request whose start must be `phase` past a multiple of `modulus` (any modulus of at
+    /// least 1, `phase < modulus`): the start of a zone of one node's stripe, where the stripe
+    /// period (`16 x nodes` pages) need not be a power of two.
+    pub fn striped(
+        size_pages: u64,
+        modulus: u64,
+        phase: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Self, RequestError> {
+        if modulus == 0 || phase >= modulus {
+            return Err(RequestError::BadAlignment);
+        }
+        let mut r = Request::new(size_pages, 1, lo, hi)?;
+        r.align_pages = modulus;
+        r.phase_pages = phase;
+        Ok(r)
+    }
+
     /// The same request with the start constrained to `phase` past a multiple of the
     /// alignment (`phase < align_pages`).
     pub fn with_phase(mut self, phase: u64) -> Result<Self, RequestError> {
@@ -91,10 +111,19 @@ impl Request {
     /// Where the request would start inside the free block `[start, end)`, if it fits there.
     pub fn candidate_in(&self, start: u64, end: u64) -> Option<u64> {
         let base = start.max(self.lo);
-        let cand = if base <= self.phase_pages {
+        let cand = if self.align_pages == 1 {
+            base
+        } else if base <= self.phase_pages {
             self.phase_pages
-        } else {
+        } else if self.align_pages.is_power_of_two() {
             align_up(base - self.phase_pages, self.align_pages)?.checked_add(self.phase_pages)?
+        } else {
+            let off = (base - self.phase_pages) % self.align_pages;
+            if off == 0 {
+                base
+            } else {
+                base.checked_add(self.align_pages - off)?
+            }
         };
         let last = cand.checked_add(self.size_pages)?;
         (last <= end.min(self.hi)).then_some(cand)
@@ -179,6 +208,17 @@ mod tests {
         assert_eq!(r.candidate_in(11, 13), Some(11));
         assert_eq!(r.candidate_in(12, 40), Some(19));
         assert!(Request::new(1, 8, 0, 100).unwrap().with_phase(8).is_err());
+    }
+
+    #[test]
+    fn striped_requests_take_any_modulus() {
+        let r = Request::striped(4, 48, 16, 0, 1000).unwrap();
+        assert_eq!(r.candidate_in(0, 100), Some(16));
+        assert_eq!(r.candidate_in(17, 100), Some(64));
+        assert_eq!(r.candidate_in(64, 67), None);
+        assert_eq!(r.search_length(), 4 + 47);
+        assert!(Request::striped(4, 0, 0, 0, 10).is_err());
+        assert!(Request::striped(4, 3, 3, 0, 10).is_err());
     }
 
     #[test]

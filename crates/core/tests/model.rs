@@ -41,12 +41,18 @@ fn random_request(rng: &mut Rng, space: u64) -> Request {
     } else {
         (0, space)
     };
-    let r = Request::new(size, align, lo, hi.max(lo + size)).unwrap();
-    if align > 1 && rng.below(3) == 0 {
-        let phase = rng.below(align);
-        r.with_phase(phase).unwrap()
-    } else {
-        r
+    let hi = hi.max(lo + size);
+    match rng.below(6) {
+        0 if align > 1 => {
+            let phase = rng.below(align);
+            Request::new(size, align, lo, hi).unwrap().with_phase(phase).unwrap()
+        }
+        1 => {
+            // A stripe period that is not a power of two (16 x 3 nodes).
+            let phase = 16 * rng.below(3);
+            Request::striped(size, 48, phase, lo, hi).unwrap()
+        }
+        _ => Request::new(size, align, lo, hi).unwrap(),
     }
 }
 
@@ -70,7 +76,7 @@ fn free_tree_matches_oracle_on_random_sequences() {
                 assert_eq!(got.map(|g| g.0), expect, "seed {seed} step {step}: {req:?}");
                 if let Some((start, _)) = got {
                     assert!(oracle.take(start, req.size_pages));
-                    assert_eq!(start % req.align_pages, req.phase_pages);
+                    assert_eq!(start % req.align_pages, req.phase_pages, "{req:?}");
                     assert!(start >= req.lo && start + req.size_pages <= req.hi);
                     live.push((start, req.size_pages));
                 }

@@ -669,17 +669,15 @@ impl Shared {
     ) -> Option<(u64, Option<(u64, u64)>)> {
         let stripe = ZONE_PAGES * self.nr_nodes as u64;
         let phase = me as u64 * ZONE_PAGES;
-        let phased = |size: u64, align: u64| {
-            Request::new(size, stripe.max(align), r.lo, r.hi).and_then(|q| q.with_phase(phase)).ok()
-        };
+        let phased = |size: u64| Request::striped(size, stripe, phase, r.lo, r.hi).ok();
         if small {
-            if let Some(q) = phased(ZONE_PAGES, 1) {
+            if let Some(q) = phased(ZONE_PAGES) {
                 if let Some((s, _)) = f.alloc(&q) {
                     return Some((s, Some((s + r.size_pages, s + ZONE_PAGES))));
                 }
             }
         } else if SizePools::class_of(r.size_pages).is_some() && r.align_pages <= ZONE_PAGES {
-            if let Some(q) = phased(r.size_pages, 1) {
+            if let Some(q) = phased(r.size_pages) {
                 if let Some((s, _)) = f.alloc(&q) {
                     return Some((s, None));
                 }

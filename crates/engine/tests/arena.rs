@@ -43,7 +43,15 @@ fn alloc_free_roundtrip_every_strategy() {
     for s in Strategy::ALL {
         let a = arena(s, 1000, 2000);
         let x = a.alloc(&AllocRequest::pages(4)).unwrap();
-        assert_eq!(x.start, 1000, "{s}: lowest fit");
+        if s == Strategy::Nodes {
+            // The first zone of the allocating node's stripe (3 nodes: a 48-page period).
+            let node = a.lookup(x.start).unwrap().node as u64;
+            assert_eq!(x.start % 16, 0, "{s}: a chunk starts at a zone");
+            assert_eq!((x.start / 16) % 3, node, "{s}: in the node's stripe");
+            assert!(x.start < 1000 + 48, "{s}: the lowest such zone");
+        } else {
+            assert_eq!(x.start, 1000, "{s}: lowest fit");
+        }
         assert!(x.start >= 1000 && x.start + 4 <= 2000);
         let y = a.alloc(&AllocRequest { align_pages: 64, ..AllocRequest::pages(3) }).unwrap();
         assert_eq!(y.start % 64, 0, "{s}");
@@ -314,5 +322,24 @@ fn random_sequences_against_shadow_model() {
             let st = a.stats();
             assert_eq!((st.free_pages, st.free_ranges, st.live_areas), (8192, 1, 0), "{s} seed {seed}");
         }
+    }
+}
+
+#[test]
+fn nodes_place_small_areas_in_their_own_stripe_with_any_node_count() {
+    for nodes in [2, 3, 5] {
+        let o = ArenaOptions { nodes, ..opts(Strategy::Nodes) };
+        let a = Arena::new("stripes", 0, 1 << 16, o, Box::new(NoBacking)).unwrap();
+        let xs: Vec<_> = (0..200).map(|i| a.alloc(&AllocRequest::pages(1 + i % 16)).unwrap()).collect();
+        for x in &xs {
+            let node = a.lookup(x.start).unwrap().node as u64;
+            assert_eq!(
+                (x.start / ZONE_PAGES) % nodes as u64,
+                node,
+                "{nodes} nodes: area {x:?} outside its stripe"
+            );
+        }
+        assert!(a.stats().chunk_allocs > 0);
+        a.check().unwrap();
     }
 }

@@ -54,16 +54,38 @@ impl Target {
     }
 }
 
+#[derive(clap::Args, Clone)]
 pub struct PairConfig {
+    /// Strategies to compare, comma separated.
+    #[arg(long = "strategy", value_delimiter = ',', default_value = "global,split,nodes")]
     pub strategies: Vec<Strategy>,
+    /// Thread counts, comma separated; the first is the scaling baseline.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
+    /// Bytes per allocation.
+    #[arg(long = "size", default_value_t = 4096)]
     pub bytes: usize,
+    /// Pairs per thread per round.
+    #[arg(long, default_value_t = 1_000_000)]
     pub pairs: u64,
+    /// Rounds (the median is reported).
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
+    /// Write one byte to each area (page faults then dominate).
+    #[arg(long)]
     pub touch: bool,
+    /// Guard pages after each area.
+    #[arg(long, default_value_t = 1)]
     pub guard_pages: u64,
+    /// Measure lock hold times too (costs two clock reads per lock).
+    #[arg(long)]
     pub lock_timing: bool,
+    /// What the pairs run against: memory (a VmSpace) or none (the bare integer engine).
+    #[arg(long, value_enum, default_value = "memory")]
     pub backing: Backing,
+    /// Write all parameters, the machine and every figure as JSON.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Default)]
@@ -190,7 +212,7 @@ pub fn run(cfg: &PairConfig) -> Vec<PairResult> {
     // Warm-up: fault in the structures and let pools fill.
     for (_, sp) in &spaces {
         for &t in &cfg.threads {
-            let warm = PairConfig { pairs: (cfg.pairs / 10).max(1000), ..clone_cfg(cfg) };
+            let warm = PairConfig { pairs: (cfg.pairs / 10).max(1000), ..cfg.clone() };
             run_once(sp, t, &warm);
         }
     }
@@ -210,20 +232,6 @@ pub fn run(cfg: &PairConfig) -> Vec<PairResult> {
     eprintln!();
     vmarena::set_lock_timing(false);
     results
-}
-
-fn clone_cfg(c: &PairConfig) -> PairConfig {
-    PairConfig {
-        strategies: c.strategies.clone(),
-        threads: c.threads.clone(),
-        bytes: c.bytes,
-        pairs: c.pairs,
-        rounds: c.rounds,
-        touch: c.touch,
-        guard_pages: c.guard_pages,
-        lock_timing: c.lock_timing,
-        backing: c.backing,
-    }
 }
 
 pub fn print(cfg: &PairConfig, results: &[PairResult], m: &Machine) {
