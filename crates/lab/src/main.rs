@@ -6,6 +6,7 @@
 
 mod machine;
 mod pair;
+mod test_vmalloc;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,13 @@ enum Command {
     /// rate, purges, and lock figures per lock class (acquisitions and contended acquisitions
     /// per pair, share of thread time spent waiting).
     Pair(pair::PairConfig),
+    /// The kernel's test_vmalloc cases and report lines, against vmarena's strategies.
+    ///
+    /// Parameters take the kernel's names, as flags or as modprobe words
+    /// (`vmarena test-vmalloc run_test_mask=7 nr_threads=2`); --mode applies a preset of
+    /// test_vmalloc.sh. Every strategy in --strategy runs the same cases in this process;
+    /// a comparison table ends the report.
+    TestVmalloc(test_vmalloc::Args),
 }
 
 fn main() {
@@ -34,6 +42,12 @@ fn main() {
     let m = machine::Machine::detect();
     match cli.command {
         Command::Options => print_tables(),
+        Command::TestVmalloc(a) => {
+            if let Err(e) = test_vmalloc::main(a, &m) {
+                eprintln!("vmarena test-vmalloc: {e}");
+                std::process::exit(2);
+            }
+        }
         Command::Pair(cfg) => {
             if cfg.threads.is_empty()
                 || cfg.threads.contains(&0)

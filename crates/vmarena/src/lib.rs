@@ -20,6 +20,7 @@ mod backing;
 pub mod capi;
 mod default_space;
 pub mod options;
+pub mod rcu;
 pub mod space;
 mod vmallocinfo;
 

@@ -251,6 +251,13 @@ impl VmSpace {
         self.alloc_inner(bytes, align_bytes, false, false, Location::caller())
     }
 
+    /// Allocate `bytes` of zeroed memory aligned to `align_bytes` (a power of two): the
+    /// kernel's `__vmalloc_node(size, align, GFP_KERNEL | __GFP_ZERO, ...)`.
+    #[track_caller]
+    pub fn vzalloc_aligned(&self, bytes: usize, align_bytes: usize) -> Result<NonNull<u8>, VmError> {
+        self.alloc_inner(bytes, align_bytes, true, false, Location::caller())
+    }
+
     /// As `vmalloc`, but never waits for a purge (the kernel's GFP_NOWAIT path).
     #[track_caller]
     pub fn vmalloc_nonblocking(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {

@@ -1,0 +1,380 @@
+//! `Rcu`: deferred freeing with grace periods (the kernel's `kvfree_rcu`), for one space.
+//!
+//! Owns: the areas retired by `kvfree_rcu*` until a grace period has passed, and the readers
+//! registered with the domain. Does not own: the space (shared through an `Arc`).
+//!
+//! A reader that may still hold pointers to areas other threads retire brackets its accesses
+//! with [`Reader::read_lock`]. An area retired with [`Rcu::kvfree_rcu`] is freed only after every
+//! reader that was inside a read-side section when it was retired has left it. Epochs implement
+//! this (epoch-based reclamation):
+//!
+//! ```text
+//!  epoch:        2          3            4
+//!  reader A:   [pin@2 ............ unpin]
+//!  retire x:        tag 2
+//!  reader B:                 [pin@3 .. unpin]
+//!  x is freed once no reader is pinned at an epoch <= 2 (A has left): B cannot have seen x,
+//!  it pinned after x was retired (and so unlinked by the caller).
+//! ```
+//!
+//! - `read_lock` stores the current epoch in the reader's slot (sequentially consistent, so
+//!   that a reclaimer either sees the pin or the reader sees the unlink);
+//! - `poll` advances the epoch when every pinned reader has seen the current one, then frees
+//!   every retired area whose tag is below the oldest pinned epoch (all of them when nobody is
+//!   pinned);
+//! - retiring calls `poll` every [`POLL_EVERY`] areas, and the one-argument form waits for a
+//!   grace period (`synchronize`) when [`BACKLOG_MAX`] areas are pending, as
+//!   `kvfree_rcu_mightsleep` may sleep.
+//!
+//! The two-argument form (`kvfree_rcu_embedded`) needs no memory of its own: like the kernel's
+//! `rcu_head` inside the object, it links the area through its first 16 bytes.
+//!
+//! Locks: `state` (a mutex) guards the retired lists; reader slots are atomics.
+
+use crate::space::VmSpace;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+/// Retirements between two polls.
+pub const POLL_EVERY: usize = 64;
+/// Pending areas at which the one-argument form waits for a grace period.
+pub const BACKLOG_MAX: usize = 1 << 16;
+
+struct ReaderSlot {
+    /// Epoch at pin time; 0 when not in a read-side section.
+    pinned: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// One-argument retirements: `(address, epoch)`.
+    queued: Vec<(usize, u64)>,
+    /// Two-argument retirements: head of the list linked through the areas, and its length.
+    embedded_head: usize,
+    embedded_len: usize,
+    since_poll: usize,
+}
+
+/// A grace-period domain over one space. See the module documentation.
+pub struct Rcu {
+    space: Arc<VmSpace>,
+    epoch: AtomicU64,
+    readers: Mutex<Vec<Arc<ReaderSlot>>>,
+    state: Mutex<State>,
+    freed: AtomicU64,
+}
+
+/// A registered reader (one per thread that reads).
+pub struct Reader {
+    slot: Arc<ReaderSlot>,
+    rcu: Arc<Rcu>,
+}
+
+/// A read-side critical section; dropping it leaves the section.
+pub struct ReadGuard<'a> {
+    reader: &'a Reader,
+}
+
+impl Rcu {
+    /// A domain whose retired areas go back to `space`.
+    pub fn new(space: Arc<VmSpace>) -> Arc<Rcu> {
+        Arc::new(Rcu {
+            space,
+            epoch: AtomicU64::new(2),
+            readers: Mutex::new(Vec::new()),
+            state: Mutex::new(State::default()),
+            freed: AtomicU64::new(0),
+        })
+    }
+
+    /// Register a reader.
+    pub fn register_reader(self: &Arc<Self>) -> Reader {
+        let slot = Arc::new(ReaderSlot { pinned: AtomicU64::new(0) });
+        self.readers.lock().unwrap_or_else(|e| e.into_inner()).push(slot.clone());
+        Reader { slot, rcu: self.clone() }
+    }
+
+    /// Retire the area at `p` (the kernel's one-argument `kvfree_rcu`): freed after a grace
+    /// period. May wait for one when many areas are pending. `p` must be a live area of the
+    /// space, unreachable for readers that start from now on.
+    pub fn kvfree_rcu(&self, p: NonNull<u8>) {
+        let backlog = {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.queued.push((p.as_ptr() as usize, self.epoch.load(SeqCst)));
+            st.since_poll += 1;
+            (st.since_poll >= POLL_EVERY).then(|| st.queued.len() + st.embedded_len)
+        };
+        if let Some(pending) = backlog {
+            self.poll();
+            if pending >= BACKLOG_MAX {
+                self.synchronize();
+            }
+        }
+    }
+
+    /// Retire the area at `p` without allocating (the kernel's two-argument `kvfree_rcu` with
+    /// the `rcu_head` inside the object): its first 16 bytes are overwritten with the link.
+    /// Returns false (and retires nothing) if `p` is not a live area of at least 16 bytes.
+    pub fn kvfree_rcu_embedded(&self, p: NonNull<u8>) -> bool {
+        if self.space.size(p.as_ptr()).is_none_or(|s| s < 16) {
+            return false;
+        }
+        let poll = {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let link = p.as_ptr().cast::<u64>();
+            // SAFETY: `p` is a live area of at least 16 bytes, page aligned, that the caller
+            // gives up; readers may read it but nobody writes it any more, and its first 16
+            // bytes become the retire link (next, epoch) under the state lock.
+            unsafe {
+                link.write(st.embedded_head as u64);
+                link.add(1).write(self.epoch.load(SeqCst));
+            }
+            st.embedded_head = p.as_ptr() as usize;
+            st.embedded_len += 1;
+            st.since_poll += 1;
+            st.since_poll >= POLL_EVERY
+        };
+        if poll {
+            self.poll();
+        }
+        true
+    }
+
+    /// The oldest epoch a pinned reader holds, and whether every pinned reader has seen `now`.
+    fn readers_view(&self, now: u64) -> (u64, bool) {
+        let readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut oldest = u64::MAX;
+        let mut all_current = true;
+        for r in readers.iter() {
+            let e = r.pinned.load(SeqCst);
+            if e != 0 {
+                oldest = oldest.min(e);
+                all_current &= e == now;
+            }
+        }
+        (oldest, all_current)
+    }
+
+    /// Advance the epoch if it can, and free every area whose grace period has passed.
+    /// Returns the number of areas freed.
+    pub fn poll(&self) -> usize {
+        let now = self.epoch.load(SeqCst);
+        let (_, all_current) = self.readers_view(now);
+        if all_current {
+            let _ = self.epoch.compare_exchange(now, now + 1, SeqCst, SeqCst);
+        }
+        let (oldest, _) = self.readers_view(self.epoch.load(SeqCst));
+        let mut ready: Vec<usize> = Vec::new();
+        {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.since_poll = 0;
+            st.queued.retain(|&(p, tag)| {
+                let safe = tag < oldest;
+                if safe {
+                    ready.push(p);
+                }
+                !safe
+            });
+            // Walk the embedded list, keeping the areas still in their grace period.
+            let (mut cur, mut keep_head, mut keep_tail, mut kept) =
+                (st.embedded_head, 0usize, 0usize, 0usize);
+            while cur != 0 {
+                let link = cur as *mut u64;
+                // SAFETY: every entry of the list is a retired area whose first 16 bytes hold
+                // (next, epoch), written under the state lock, which is held here.
+                let (next, tag) = unsafe { (link.read() as usize, link.add(1).read()) };
+                if tag < oldest {
+                    ready.push(cur);
+                } else {
+                    if keep_tail == 0 {
+                        keep_head = cur;
+                    } else {
+                        // SAFETY: `keep_tail` is a kept entry of the list (see above).
+                        unsafe { (keep_tail as *mut u64).write(cur as u64) };
+                    }
+                    keep_tail = cur;
+                    kept += 1;
+                }
+                cur = next;
+            }
+            if keep_tail != 0 {
+                // SAFETY: as above.
+                unsafe { (keep_tail as *mut u64).write(0) };
+            }
+            st.embedded_head = keep_head;
+            st.embedded_len = kept;
+        }
+        for &p in &ready {
+            self.space.vfree(p as *mut u8).expect("an area retired with kvfree_rcu was freed twice");
+        }
+        self.freed.fetch_add(ready.len() as u64, SeqCst);
+        ready.len()
+    }
+
+    /// Areas waiting for their grace period.
+    pub fn pending(&self) -> usize {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.queued.len() + st.embedded_len
+    }
+
+    /// Areas freed so far.
+    pub fn freed(&self) -> u64 {
+        self.freed.load(SeqCst)
+    }
+
+    /// Wait until every area retired before this call is freed (`synchronize_rcu` followed by
+    /// the frees). Must not be called inside a read-side section of this domain.
+    pub fn synchronize(&self) {
+        let target = self.epoch.load(SeqCst);
+        loop {
+            self.poll();
+            let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let oldest_queued = st.queued.iter().map(|q| q.1).min().unwrap_or(u64::MAX);
+            let embedded_pending = st.embedded_len > 0;
+            drop(st);
+            if oldest_queued > target && (!embedded_pending || self.embedded_all_after(target)) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn embedded_all_after(&self, target: u64) -> bool {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cur = st.embedded_head;
+        while cur != 0 {
+            // SAFETY: list entries are retired areas holding (next, epoch); the lock is held.
+            let (next, tag) =
+                unsafe { ((cur as *const u64).read() as usize, (cur as *const u64).add(1).read()) };
+            if tag <= target {
+                return false;
+            }
+            cur = next;
+        }
+        true
+    }
+}
+
+impl Drop for Rcu {
+    fn drop(&mut self) {
+        // No reader can exist any more (each holds an Arc): everything pending is safe.
+        let st = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for (p, _) in st.queued {
+            let _ = self.space.vfree(p as *mut u8);
+        }
+        let mut cur = st.embedded_head;
+        while cur != 0 {
+            // SAFETY: as in `poll`; the domain is being dropped, nobody else holds the list.
+            let next = unsafe { (cur as *const u64).read() } as usize;
+            let _ = self.space.vfree(cur as *mut u8);
+            cur = next;
+        }
+    }
+}
+
+impl Reader {
+    /// Enter a read-side section: areas retired from now on stay allocated until it ends.
+    pub fn read_lock(&self) -> ReadGuard<'_> {
+        self.slot.pinned.store(self.rcu.epoch.load(SeqCst), SeqCst);
+        ReadGuard { reader: self }
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        self.reader.slot.pinned.store(0, SeqCst);
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let mut readers = self.rcu.readers.lock().unwrap_or_else(|e| e.into_inner());
+        readers.retain(|r| !Arc::ptr_eq(r, &self.slot));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ArenaOptions, SpaceOptions};
+
+    fn space() -> Arc<VmSpace> {
+        let so = SpaceOptions { space_bytes: 1 << 28, ..Default::default() };
+        let ao = ArenaOptions { purge_thread: false, decay_interval_ms: 0, ..Default::default() };
+        Arc::new(VmSpace::new("rcu", so, ao).unwrap())
+    }
+
+    #[test]
+    fn a_pinned_reader_delays_the_free_until_it_leaves() {
+        for embedded in [false, true] {
+            let s = space();
+            let rcu = Rcu::new(s.clone());
+            let reader = rcu.register_reader();
+            let p = s.vmalloc(4096).unwrap();
+            let guard = reader.read_lock();
+            if embedded {
+                assert!(rcu.kvfree_rcu_embedded(p));
+            } else {
+                rcu.kvfree_rcu(p);
+            }
+            for _ in 0..5 {
+                rcu.poll();
+            }
+            assert_eq!(rcu.pending(), 1, "still inside the reader's section");
+            assert!(s.size(p.as_ptr()).is_some(), "not freed under a reader");
+            drop(guard);
+            rcu.poll();
+            assert_eq!(rcu.pending(), 0);
+            assert_eq!(s.size(p.as_ptr()), None, "freed after the grace period");
+            // A reader that pins once the epoch has moved past a retirement does not hold it back.
+            let q = s.vmalloc(4096).unwrap();
+            rcu.kvfree_rcu(q);
+            let before = rcu.epoch.load(SeqCst);
+            while rcu.epoch.load(SeqCst) == before {
+                rcu.poll();
+            }
+            let _late = reader.read_lock();
+            rcu.poll();
+            assert_eq!(s.size(q.as_ptr()), None, "freed although a later reader is pinned");
+        }
+    }
+
+    #[test]
+    fn bad_embedded_retire_is_refused() {
+        let s = space();
+        let rcu = Rcu::new(s.clone());
+        let p = s.vmalloc(4096).unwrap();
+        let interior = NonNull::new(unsafe { p.as_ptr().add(4096 - 8) }).unwrap();
+        assert!(!rcu.kvfree_rcu_embedded(interior));
+        assert_eq!(rcu.pending(), 0);
+        s.vfree(p.as_ptr()).unwrap();
+    }
+
+    #[test]
+    fn many_retirements_from_threads_all_come_back() {
+        let s = space();
+        let rcu = Rcu::new(s.clone());
+        std::thread::scope(|sc| {
+            for t in 0..4 {
+                let (rcu, s) = (rcu.clone(), s.clone());
+                sc.spawn(move || {
+                    let reader = rcu.register_reader();
+                    for i in 0..2000 {
+                        let p = s.vmalloc(4096).unwrap();
+                        let _g = (i % 7 == 0).then(|| reader.read_lock());
+                        if (i + t) % 2 == 0 {
+                            rcu.kvfree_rcu(p);
+                        } else {
+                            assert!(rcu.kvfree_rcu_embedded(p));
+                        }
+                    }
+                });
+            }
+        });
+        rcu.synchronize();
+        assert_eq!(rcu.pending(), 0);
+        assert_eq!(rcu.freed(), 8000);
+        assert_eq!(s.stats(false).arena.live_areas, 0);
+    }
+}
