@@ -71,6 +71,9 @@ pub struct Args {
     /// Size of each strategy's space.
     #[arg(long, default_value_t = 64 << 30)]
     pub space_bytes: u64,
+    /// Measure lock hold times too (two clock reads per lock acquisition).
+    #[arg(long)]
+    pub lock_timing: bool,
     /// Seed of the workers' random numbers (worker i uses seed + i).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -515,6 +518,8 @@ pub fn main(a: Args, m: &Machine) -> Result<(), String> {
         a.seed
     );
     println!("# {}", m.line());
+    println!("# lock timing: {}", a.lock_timing);
+    vmarena::set_lock_timing(a.lock_timing);
     let mut results = Vec::new();
     for &s in &a.strategy {
         let c: Arc<dyn Contender> = Arc::new(VmarenaContender::new(s, a.space_bytes)?);
