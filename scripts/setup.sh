@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what vmarena needs on a fresh Debian machine with the Rust toolchain: a C compiler
-# (for the C ABI test) and the rustfmt/clippy components. Safe to run again.
+# (for the C ABI test and the peers' allocators), strace (for `vmarena test-vmalloc --syscalls`)
+# and the rustfmt/clippy components. Safe to run again.
 set -euo pipefail
-if ! command -v cc >/dev/null 2>&1; then
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v strace >/dev/null 2>&1 || need+=(strace)
+if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc libc6-dev >/dev/null
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
   else
-    echo "setup: no C compiler (cc) and no apt-get; install gcc or clang" >&2
+    echo "setup: missing ${need[*]} and no apt-get to install them" >&2
     exit 1
   fi
 fi

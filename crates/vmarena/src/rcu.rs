@@ -1,7 +1,9 @@
-//! `Rcu`: deferred freeing with grace periods (the kernel's `kvfree_rcu`), for one space.
+//! `Rcu`: deferred freeing with grace periods (the kernel's `kvfree_rcu`).
 //!
 //! Owns: the areas retired by `kvfree_rcu*` until a grace period has passed, and the readers
-//! registered with the domain. Does not own: the space (shared through an `Arc`).
+//! registered with the domain. Does not own: the memory; a domain frees through the function it
+//! was built with (`Rcu::new` for a `VmSpace`, `Rcu::with_free` for any allocator, which the
+//! lab uses to give the peers the same mechanism).
 //!
 //! A reader that may still hold pointers to areas other threads retire brackets its accesses
 //! with [`Reader::read_lock`]. An area retired with [`Rcu::kvfree_rcu`] is freed only after every
@@ -56,9 +58,15 @@ struct State {
     since_poll: usize,
 }
 
-/// A grace-period domain over one space. See the module documentation.
+/// Frees an area.
+pub type FreeFn = Box<dyn Fn(NonNull<u8>) + Send + Sync>;
+/// Usable bytes of a live area, `None` for anything else.
+pub type SizeFn = Box<dyn Fn(NonNull<u8>) -> Option<usize> + Send + Sync>;
+
+/// A grace-period domain. See the module documentation.
 pub struct Rcu {
-    space: Arc<VmSpace>,
+    free: FreeFn,
+    size: SizeFn,
     epoch: AtomicU64,
     readers: Mutex<Vec<Arc<ReaderSlot>>>,
     state: Mutex<State>,
@@ -79,8 +87,20 @@ pub struct ReadGuard<'a> {
 impl Rcu {
     /// A domain whose retired areas go back to `space`.
     pub fn new(space: Arc<VmSpace>) -> Arc<Rcu> {
+        let s2 = space.clone();
+        Self::with_free(
+            Box::new(move |p| {
+                space.vfree(p.as_ptr()).expect("an area retired with kvfree_rcu was freed twice")
+            }),
+            Box::new(move |p| s2.size(p.as_ptr())),
+        )
+    }
+
+    /// A domain that frees with `free` and checks areas with `size`.
+    pub fn with_free(free: FreeFn, size: SizeFn) -> Arc<Rcu> {
         Arc::new(Rcu {
-            space,
+            free,
+            size,
             epoch: AtomicU64::new(2),
             readers: Mutex::new(Vec::new()),
             state: Mutex::new(State::default()),
@@ -117,7 +137,7 @@ impl Rcu {
     /// the `rcu_head` inside the object): its first 16 bytes are overwritten with the link.
     /// Returns false (and retires nothing) if `p` is not a live area of at least 16 bytes.
     pub fn kvfree_rcu_embedded(&self, p: NonNull<u8>) -> bool {
-        if self.space.size(p.as_ptr()).is_none_or(|s| s < 16) {
+        if (self.size)(p).is_none_or(|s| s < 16) {
             return false;
         }
         let poll = {
@@ -206,7 +226,7 @@ impl Rcu {
             st.embedded_len = kept;
         }
         for &p in &ready {
-            self.space.vfree(p as *mut u8).expect("an area retired with kvfree_rcu was freed twice");
+            (self.free)(NonNull::new(p as *mut u8).expect("retired areas are not null"));
         }
         self.freed.fetch_add(ready.len() as u64, SeqCst);
         ready.len()
@@ -261,13 +281,13 @@ impl Drop for Rcu {
         // No reader can exist any more (each holds an Arc): everything pending is safe.
         let st = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
         for (p, _) in st.queued {
-            let _ = self.space.vfree(p as *mut u8);
+            (self.free)(NonNull::new(p as *mut u8).expect("retired areas are not null"));
         }
         let mut cur = st.embedded_head;
         while cur != 0 {
             // SAFETY: as in `poll`; the domain is being dropped, nobody else holds the list.
             let next = unsafe { (cur as *const u64).read() } as usize;
-            let _ = self.space.vfree(cur as *mut u8);
+            (self.free)(NonNull::new(cur as *mut u8).expect("retired areas are not null"));
             cur = next;
         }
     }

@@ -13,16 +13,18 @@
 //! ```
 
 pub mod cases;
+pub mod child;
 pub mod contender;
+pub mod driver;
+pub mod peers;
+pub mod report;
 
-use crate::machine::{json_str, Machine};
-use cases::{CaseEnv, Rng, CASES};
+use crate::machine::Machine;
+use cases::CASES;
 use contender::{Contender, VmarenaContender};
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
-use vmarena::{LockStats, Strategy};
+use peers::{Peer, PeerContender};
+use std::sync::Arc;
+use vmarena::Strategy;
 
 /// The script's modes (`test_vmalloc.sh performance|stress|smoke`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -68,6 +70,18 @@ pub struct Args {
     /// vmarena strategies to run, comma separated; each gets a space of its own.
     #[arg(long, value_delimiter = ',', default_value = "nodes")]
     pub strategy: Vec<Strategy>,
+    /// Peers to run the same cases against, comma separated: glibc, jemalloc, mimalloc, mmap.
+    #[arg(long, value_delimiter = ',')]
+    pub peer: Vec<Peer>,
+    /// Count each contender's syscalls in a second run under `strace -f -c` (slow).
+    #[arg(long)]
+    pub syscalls: bool,
+    /// Run in this process instead of one child process per contender (no process figures).
+    #[arg(long)]
+    pub in_process: bool,
+    /// Internal: run one contender (`vmarena-<strategy>` or a peer) and print its result line.
+    #[arg(long, hide = true)]
+    pub child: Option<String>,
     /// Size of each strategy's space.
     #[arg(long, default_value_t = 64 << 30)]
     pub space_bytes: u64,
@@ -86,7 +100,7 @@ pub struct Args {
 }
 
 /// The driver's parameters after defaults, mode and overrides, with the kernel's clamping.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Params {
     pub run_test_mask: u64,
     pub nr_threads: usize,
@@ -194,345 +208,91 @@ impl Params {
         Ok(())
     }
 
+    /// The parameters as `key=value` words (how the parent hands them to a child).
+    pub fn words(&self) -> Vec<String> {
+        vec![
+            format!("run_test_mask={}", self.run_test_mask),
+            format!("nr_threads={}", self.nr_threads),
+            format!("test_repeat_count={}", self.test_repeat_count),
+            format!("test_loop_count={}", self.test_loop_count),
+            format!("nr_pages={}", self.nr_pages),
+            format!("sequential_test_order={}", self.sequential_test_order as u8),
+            format!("use_huge={}", self.use_huge as u8),
+            format!("nr_pcpu_objects={}", self.nr_pcpu_objects),
+        ]
+    }
+
     /// Indexes of the masked cases, in order.
     pub fn cases(&self) -> Vec<usize> {
         (0..CASES.len()).filter(|i| self.run_test_mask & (1 << i) != 0).collect()
     }
 }
 
-/// One worker's figures for one case.
-#[derive(Clone, Debug, Default)]
-pub struct CaseResult {
-    pub passed: u64,
-    pub failed: u64,
-    pub xfailed: u64,
-    /// Sum over the repetitions, microseconds.
-    pub total_us: u64,
-    pub skipped: Option<&'static str>,
+/// Build the contender called `name` (`vmarena-<strategy>` or a peer's name).
+pub fn contender(name: &str, space_bytes: u64) -> Result<Arc<dyn Contender>, String> {
+    if let Some(s) = name.strip_prefix("vmarena-") {
+        return Ok(Arc::new(VmarenaContender::new(s.parse()?, space_bytes)?));
+    }
+    let peer =
+        <Peer as clap::ValueEnum>::from_str(name, true).map_err(|_| format!("unknown contender '{name}'"))?;
+    Ok(Arc::new(PeerContender::new(peer)))
 }
 
-/// One worker's run.
-#[derive(Clone, Debug, Default)]
-pub struct WorkerResult {
-    pub cases: Vec<CaseResult>,
-    pub cycles: u64,
-    pub wall_ns: u64,
-}
-
-/// One contender's run.
-pub struct RunResult {
-    pub name: String,
-    pub workers: Vec<WorkerResult>,
-    pub locks: Vec<(&'static str, LockStats)>,
-    pub wall: Duration,
-}
-
-/// The kernel's shuffle: for i from n-1 down to 1, swap with j below i (Sattolo's algorithm:
-/// no element keeps its place).
-pub fn shuffle(order: &mut [usize], rng: &mut Rng) {
-    for i in (1..order.len()).rev() {
-        let j = rng.below(i as u64) as usize;
-        order.swap(i, j);
-    }
-}
-
-/// Run the masked cases on `c` with `p`, workers started together.
-pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResult {
-    let before = c.lock_stats();
-    let barrier = Arc::new(Barrier::new(p.nr_threads + 1));
-    let done = Arc::new(AtomicU64::new(0));
-    let total_steps = (p.nr_threads * p.cases().len()) as u64 * p.test_repeat_count;
-    let handles: Vec<_> = (0..p.nr_threads)
-        .map(|w| {
-            let (c, p, b, done) = (c.clone(), p.clone(), barrier.clone(), done.clone());
-            std::thread::Builder::new()
-                .name(format!("vmalloc_test/{w}"))
-                .spawn(move || {
-                    let mut env = CaseEnv {
-                        c: &*c,
-                        loops: p.test_loop_count,
-                        nr_pages: p.nr_pages,
-                        cpus,
-                        rng: Rng(seed + w as u64 + 1),
-                    };
-                    let mut order = p.cases();
-                    if !p.sequential_test_order {
-                        shuffle(&mut order, &mut env.rng);
-                    }
-                    let mut res = WorkerResult {
-                        cases: vec![CaseResult::default(); CASES.len()],
-                        ..Default::default()
-                    };
-                    b.wait();
-                    let t0 = Instant::now();
-                    let start = vmarena_platform::process::cycles();
-                    for &i in &order {
-                        let case = &CASES[i];
-                        let r = &mut res.cases[i];
-                        let Some(run) = case.run else {
-                            r.skipped = case.skip;
-                            done.fetch_add(p.test_repeat_count, Relaxed);
-                            continue;
-                        };
-                        for _ in 0..p.test_repeat_count {
-                            let t = Instant::now();
-                            let rv = run(&mut env);
-                            r.total_us += t.elapsed().as_micros() as u64;
-                            match (rv, case.xfail) {
-                                (0, _) => r.passed += 1,
-                                (_, true) => r.xfailed += 1,
-                                (_, false) => r.failed += 1,
-                            }
-                            done.fetch_add(1, Relaxed);
-                        }
-                    }
-                    res.cycles = vmarena_platform::process::cycles() - start;
-                    res.wall_ns = t0.elapsed().as_nanos() as u64;
-                    res
-                })
-                .expect("cannot start a worker")
-        })
-        .collect();
-    let t0 = Instant::now();
-    barrier.wait();
-    // Like the kernel's main thread, wait in steps, reporting progress.
-    let name = c.name();
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let every = if tty { Duration::from_secs(2) } else { Duration::from_secs(10) };
-    let mut next = every;
-    while !handles.iter().all(|h| h.is_finished()) {
-        std::thread::sleep(Duration::from_millis(100));
-        if t0.elapsed() >= next {
-            next += every;
-            let line = format!(
-                "[test-vmalloc] {name}: {}/{total_steps} repetitions, {:.0} s",
-                done.load(Relaxed),
-                t0.elapsed().as_secs_f64()
-            );
-            if tty {
-                eprint!("\r{line}   ");
-            } else {
-                eprintln!("{line}");
-            }
-        }
-    }
-    let workers: Vec<_> = handles.into_iter().map(|h| h.join().expect("a worker panicked")).collect();
-    let wall = t0.elapsed();
-    if tty && wall >= every {
-        eprintln!();
-    }
-    c.quiesce();
-    let locks = c
-        .lock_stats()
-        .into_iter()
-        .zip(before.into_iter().chain(std::iter::repeat(("", LockStats::default()))))
-        .map(|((n, a), (_, b))| {
-            (
-                n,
-                LockStats {
-                    acquisitions: a.acquisitions - b.acquisitions,
-                    contended: a.contended - b.contended,
-                    wait_ns: a.wait_ns - b.wait_ns,
-                    hold_ns: a.hold_ns - b.hold_ns,
-                },
-            )
-        })
-        .collect();
-    RunResult { name, workers, locks, wall }
-}
-
-/// The kernel's report lines for one contender.
-pub fn summary_lines(r: &RunResult, p: &Params) -> String {
-    let mut out = String::new();
-    for w in &r.workers {
-        for i in p.cases() {
-            let c = &w.cases[i];
-            let name = CASES[i].name;
-            if let Some(why) = c.skipped {
-                let _ = writeln!(out, "Summary: {name} skipped: {why}");
-                continue;
-            }
-            let _ = writeln!(
-                out,
-                "Summary: {name} passed: {} failed: {} xfailed: {} repeat: {} loops: {} avg: {} usec",
-                c.passed,
-                c.failed,
-                c.xfailed,
-                p.test_repeat_count,
-                p.test_loop_count,
-                c.total_us / p.test_repeat_count
-            );
-        }
-    }
-    for (i, w) in r.workers.iter().enumerate() {
-        let _ = writeln!(out, "All test took worker{i}={} cycles", w.cycles);
-    }
-    out
-}
-
-/// Lock figures of one contender's run and the share of worker time spent waiting for locks.
-pub fn lock_lines(r: &RunResult) -> String {
-    let thread_ns: u64 = r.workers.iter().map(|w| w.wall_ns).sum();
-    let mut out = String::new();
-    let mut wait = 0u64;
-    for (n, l) in &r.locks {
-        wait += l.wait_ns;
-        let _ = writeln!(
-            out,
-            "lock {n:<6} acquisitions {:>12} contended {:>10} ({:>5.2}%) wait {:>10.3} ms hold {:>10.3} ms",
-            l.acquisitions,
-            l.contended,
-            if l.acquisitions > 0 { 100.0 * l.contended as f64 / l.acquisitions as f64 } else { 0.0 },
-            l.wait_ns as f64 / 1e6,
-            l.hold_ns as f64 / 1e6
-        );
-    }
-    let _ = writeln!(
-        out,
-        "lock wait share: {:.2}% of worker time ({:.3} ms of {:.3} ms)",
-        100.0 * wait as f64 / thread_ns.max(1) as f64,
-        wait as f64 / 1e6,
-        thread_ns as f64 / 1e6
-    );
-    out
-}
-
-/// Nanoseconds per loop of case `i`, averaged over workers and repetitions.
-fn ns_per_loop(r: &RunResult, p: &Params, i: usize) -> Option<f64> {
-    let ws = &r.workers;
-    if ws.is_empty() || ws[0].cases[i].skipped.is_some() {
-        return None;
-    }
-    let us: u64 = ws.iter().map(|w| w.cases[i].total_us).sum();
-    Some(us as f64 * 1000.0 / (ws.len() as f64 * p.test_repeat_count as f64 * p.test_loop_count as f64))
-}
-
-/// The comparison table: per case, time per loop for each contender and its ratio to the
-/// reference contender (vmarena-nodes when it ran, else the first).
-pub fn comparison(results: &[RunResult], p: &Params) -> String {
-    let reference = results.iter().position(|r| r.name == "vmarena-nodes").unwrap_or(0);
-    let mut out = String::new();
-    let _ = write!(out, "{:<32}", "ns per loop (ratio to ref)");
-    for r in results {
-        let _ = write!(out, " {:>24}", r.name);
-    }
-    out.push('\n');
-    for i in p.cases() {
-        let _ = write!(out, "{:<32}", CASES[i].name);
-        let base = ns_per_loop(&results[reference], p, i);
-        for r in results {
-            match (ns_per_loop(r, p, i), base) {
-                (Some(v), Some(b)) if b > 0.0 => {
-                    let _ = write!(out, " {:>15.1} ({:>5.2}x)", v, v / b);
-                }
-                (Some(v), _) => {
-                    let _ = write!(out, " {v:>24.1}");
-                }
-                (None, _) => {
-                    let _ = write!(out, " {:>24}", "skipped");
-                }
-            }
-        }
-        out.push('\n');
-    }
-    let _ = writeln!(out, "(ref: {})", results[reference].name);
-    out
-}
-
-pub fn json(results: &[RunResult], p: &Params, seed: u64, m: &Machine) -> String {
-    let mut rs = Vec::new();
-    for r in results {
-        let workers: Vec<String> = r
-            .workers
-            .iter()
-            .map(|w| {
-                let cases: Vec<String> = p
-                    .cases()
-                    .into_iter()
-                    .map(|i| {
-                        let c = &w.cases[i];
-                        format!(
-                            "{{\"case\":{},\"bit\":{i},\"passed\":{},\"failed\":{},\"xfailed\":{},\"avg_usec\":{},\"skipped\":{}}}",
-                            json_str(CASES[i].name),
-                            c.passed,
-                            c.failed,
-                            c.xfailed,
-                            c.total_us / p.test_repeat_count,
-                            c.skipped.map(json_str).unwrap_or_else(|| "null".into())
-                        )
-                    })
-                    .collect();
-                format!("{{\"cycles\":{},\"wall_ns\":{},\"cases\":[{}]}}", w.cycles, w.wall_ns, cases.join(","))
-            })
-            .collect();
-        let locks: Vec<String> = r
-            .locks
-            .iter()
-            .map(|(n, l)| {
-                format!(
-                    "{{\"lock\":{},\"acquisitions\":{},\"contended\":{},\"wait_ns\":{},\"hold_ns\":{}}}",
-                    json_str(n),
-                    l.acquisitions,
-                    l.contended,
-                    l.wait_ns,
-                    l.hold_ns
-                )
-            })
-            .collect();
-        rs.push(format!(
-            "{{\"contender\":{},\"wall_ms\":{:.3},\"workers\":[{}],\"locks\":[{}]}}",
-            json_str(&r.name),
-            r.wall.as_secs_f64() * 1e3,
-            workers.join(","),
-            locks.join(",")
-        ));
-    }
-    format!(
-        "{{\"benchmark\":\"test-vmalloc\",\"params\":{{\"run_test_mask\":{},\"nr_threads\":{},\"test_repeat_count\":{},\"test_loop_count\":{},\"nr_pages\":{},\"sequential_test_order\":{},\"use_huge\":{},\"nr_pcpu_objects\":{},\"seed\":{seed}}},\"machine\":{},\"results\":[{}]}}\n",
-        p.run_test_mask,
-        p.nr_threads,
-        p.test_repeat_count,
-        p.test_loop_count,
-        p.nr_pages,
-        p.sequential_test_order as u8,
-        p.use_huge as u8,
-        p.nr_pcpu_objects,
-        m.json(),
-        rs.join(",")
-    )
-}
-
-/// The subcommand: resolve, run every contender, print.
+/// The subcommand: resolve, run every contender (each in a child process unless
+/// `--in-process`), print the reports and the comparison tables.
 pub fn main(a: Args, m: &Machine) -> Result<(), String> {
     let p = Params::resolve(&a, m.cores)?;
-    println!(
-        "# test_vmalloc: run_test_mask={} nr_threads={} test_repeat_count={} test_loop_count={} nr_pages={} sequential_test_order={} use_huge={} nr_pcpu_objects={} seed={}",
-        p.run_test_mask,
-        p.nr_threads,
-        p.test_repeat_count,
-        p.test_loop_count,
-        p.nr_pages,
-        p.sequential_test_order as u8,
-        p.use_huge as u8,
-        p.nr_pcpu_objects,
-        a.seed
-    );
-    println!("# {}", m.line());
-    println!("# lock timing: {}", a.lock_timing);
     vmarena::set_lock_timing(a.lock_timing);
+    if let Some(name) = &a.child {
+        let c = contender(name, a.space_bytes)?;
+        let faults = vmarena_platform::process::minor_faults();
+        let mut r = driver::run(c, &p, a.seed, m.cores);
+        r.proc = child::proc_figures(faults);
+        print!("{}", report::summary_lines(&r, &p));
+        print!("{}", report::lock_lines(&r));
+        println!("{}{}", child::RESULT_TAG, serde_json::to_string(&r).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let mut words = p.words();
+    words.push(format!("seed={}", a.seed));
+    println!("# test_vmalloc: {}", words.join(" "));
+    println!("# {}", m.line());
+    println!("# lock timing: {}; one child process per contender: {}", a.lock_timing, !a.in_process);
+    let names: Vec<String> = a
+        .strategy
+        .iter()
+        .map(|s| format!("vmarena-{s}"))
+        .chain(a.peer.iter().map(|x| x.name().to_string()))
+        .collect();
+    if names.is_empty() {
+        return Err("no contender: give --strategy or --peer".into());
+    }
     let mut results = Vec::new();
-    for &s in &a.strategy {
-        let c: Arc<dyn Contender> = Arc::new(VmarenaContender::new(s, a.space_bytes)?);
-        let r = run(c, &p, a.seed, m.cores);
-        println!("\n## {} ({:.3} s)", r.name, r.wall.as_secs_f64());
-        print!("{}", summary_lines(&r, &p));
-        print!("{}", lock_lines(&r));
+    for name in &names {
+        println!("\n## {name}");
+        let mut r = if a.in_process {
+            let r = driver::run(contender(name, a.space_bytes)?, &p, a.seed, m.cores);
+            print!("{}", report::summary_lines(&r, &p));
+            print!("{}", report::lock_lines(&r));
+            r
+        } else {
+            child::run_child(name, &p, a.space_bytes, a.seed, a.lock_timing)?
+        };
+        if a.syscalls && !a.in_process {
+            eprintln!("[test-vmalloc] {name}: counting syscalls under strace");
+            r.proc.syscalls = Some(child::count_syscalls(name, &p, a.space_bytes, a.seed)?);
+        }
+        println!("({name}: {:.3} s)", r.wall_ns as f64 / 1e9);
         results.push(r);
     }
     println!();
-    print!("{}", comparison(&results, &p));
+    print!("{}", report::comparison(&results, &p));
+    if !a.in_process {
+        println!();
+        print!("{}", report::process_table(&results));
+    }
     if let Some(path) = &a.json {
-        std::fs::write(path, json(&results, &p, a.seed, m))
+        std::fs::write(path, report::json(&results, &p, a.seed, m))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
@@ -591,7 +351,7 @@ mod tests {
     fn shuffle_moves_every_element() {
         for seed in 1..200 {
             let mut order: Vec<usize> = (0..7).collect();
-            shuffle(&mut order, &mut Rng(seed));
+            driver::shuffle(&mut order, &mut cases::Rng(seed));
             assert!(order.iter().enumerate().all(|(i, &v)| i != v), "Sattolo: no fixed point ({order:?})");
             let mut sorted = order.clone();
             sorted.sort();
@@ -600,26 +360,51 @@ mod tests {
     }
 
     #[test]
-    fn every_case_runs_and_reports_in_the_kernel_format() {
-        let c: Arc<dyn Contender> = Arc::new(VmarenaContender::new(Strategy::Nodes, 8 << 30).unwrap());
-        let p = Params { run_test_mask: 0x1fff, nr_threads: 2, test_loop_count: 3, ..Params::default() };
-        let r = run(c, &p, 1, 2);
-        let text = summary_lines(&r, &p);
+    fn every_case_runs_on_every_contender_and_reports_in_the_kernel_format() {
+        for name in ["vmarena-nodes", "vmarena-global", "glibc", "jemalloc", "mimalloc", "mmap"] {
+            let c = contender(name, 8 << 30).unwrap();
+            let p = Params { run_test_mask: 0x1fff, nr_threads: 2, test_loop_count: 3, ..Params::default() };
+            let r = driver::run(c, &p, 1, 2);
+            check_report(&r, &p, name);
+        }
+    }
+
+    #[test]
+    fn words_round_trip() {
+        let p =
+            Params { run_test_mask: 0x55, nr_threads: 3, sequential_test_order: true, ..Params::default() };
+        let words: Vec<String> = p.words();
+        let a = args(&words.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(Params::resolve(&a, 2).unwrap(), p);
+    }
+
+    fn check_report(r: &driver::RunResult, p: &Params, who: &str) {
+        let text = report::summary_lines(r, p);
         let summary: Vec<&str> = text.lines().filter(|l| l.starts_with("Summary: ")).collect();
-        assert_eq!(summary.len(), 2 * 13);
+        assert_eq!(summary.len(), 2 * 13, "{who}");
         for (i, case) in CASES.iter().enumerate() {
             let line = summary[i];
             assert!(line.starts_with(&format!("Summary: {} ", case.name)), "{line}");
             if case.skip.is_some() {
                 assert!(line.contains(" skipped: "), "{line}");
             } else if case.name == "align_shift_alloc_test" {
-                assert!(line.contains("passed: 0 failed: 0 xfailed: 1 repeat: 1 loops: 3 avg: "), "{line}");
+                // Huge alignments cannot be met: expected to fail (a peer may fail it too).
+                assert!(
+                    line.contains("passed: 0 failed: 0 xfailed: 1 ")
+                        || line.contains("passed: 1 failed: 0 xfailed: 0 "),
+                    "{who}: {line}"
+                );
             } else {
-                assert!(line.contains("passed: 1 failed: 0 xfailed: 0 repeat: 1 loops: 3 avg: "), "{line}");
+                assert!(
+                    line.contains("passed: 1 failed: 0 xfailed: 0 repeat: 1 loops: 3 avg: "),
+                    "{who}: {line}"
+                );
                 assert!(line.ends_with(" usec"), "{line}");
             }
         }
         assert!(text.contains("All test took worker0=") && text.contains("All test took worker1="));
-        assert!(lock_lines(&r).contains("lock wait share: "));
+        if who.starts_with("vmarena") {
+            assert!(report::lock_lines(r).contains("lock wait share: "));
+        }
     }
 }
