@@ -29,6 +29,7 @@ pub fn proc_figures(faults_before: u64) -> ProcFigures {
         rss_idle: pr::rss_bytes(),
         vm_pte: pr::page_table_bytes(),
         minor_faults,
+        managed_idle: None,
         syscalls: None,
     }
 }

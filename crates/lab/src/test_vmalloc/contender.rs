@@ -30,6 +30,11 @@ pub trait Contender: Send + Sync {
     }
     /// Wait for every deferred free to complete.
     fn quiesce(&self) {}
+    /// Resident bytes of the memory the contender manages itself, where it can tell (vmarena:
+    /// its reservation); `None` for the peers, whose memory is part of the process heap.
+    fn managed_resident_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A vmarena strategy over its own space.
@@ -90,5 +95,9 @@ impl Contender for VmarenaContender {
 
     fn quiesce(&self) {
         self.rcu.synchronize();
+    }
+
+    fn managed_resident_bytes(&self) -> Option<u64> {
+        Some(self.space.resident_bytes())
     }
 }

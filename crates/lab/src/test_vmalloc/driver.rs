@@ -51,6 +51,9 @@ pub struct ProcFigures {
     pub vm_pte: u64,
     /// Minor faults during the run.
     pub minor_faults: u64,
+    /// Resident bytes of the memory the contender manages (vmarena: its reservation) after the
+    /// idle period; `None` for the peers.
+    pub managed_idle: Option<u64>,
     /// Syscalls by name during the child's life (strace pass), when counted.
     pub syscalls: Option<Vec<(String, u64)>>,
 }
