@@ -1,8 +1,7 @@
 //! The machine a result came from: CPU model, cores, kernel. Printed with every result.
 
-use std::fmt::Write;
-
 /// What the lab records about the machine.
+#[derive(serde::Serialize)]
 pub struct Machine {
     pub cpu_model: String,
     pub cores: usize,
@@ -32,35 +31,4 @@ impl Machine {
     pub fn line(&self) -> String {
         format!("machine: {} x {}, Linux {}, THP {}", self.cores, self.cpu_model, self.kernel, self.thp)
     }
-
-    pub fn json(&self) -> String {
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            "{{\"cpu_model\":{},\"cores\":{},\"kernel\":{},\"thp\":{}}}",
-            json_str(&self.cpu_model),
-            self.cores,
-            json_str(&self.kernel),
-            json_str(&self.thp)
-        );
-        s
-    }
-}
-
-/// A JSON string literal.
-pub fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
 }

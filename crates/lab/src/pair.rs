@@ -6,7 +6,7 @@
 //! figures (acquisitions and contended acquisitions per pair, the share of thread time spent
 //! waiting for locks) and the purges.
 
-use crate::machine::{json_str, Machine};
+use crate::machine::Machine;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 use vmarena::{ArenaOptions, LockStats, SpaceOptions, Strategy, VmSpace};
@@ -300,47 +300,43 @@ pub fn print(cfg: &PairConfig, results: &[PairResult], m: &Machine) {
 }
 
 pub fn json(cfg: &PairConfig, results: &[PairResult], m: &Machine) -> String {
-    let mut rows = Vec::new();
-    for r in results {
-        let s = r.median();
-        let locks: Vec<String> = s
-            .locks
-            .iter()
-            .map(|(n, l)| {
-                format!(
-                    "{{\"lock\":{},\"acquisitions\":{},\"contended\":{},\"wait_ns\":{},\"hold_ns\":{}}}",
-                    json_str(n),
-                    l.acquisitions,
-                    l.contended,
-                    l.wait_ns,
-                    l.hold_ns
-                )
+    let rows: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            let s = r.median();
+            let locks: Vec<serde_json::Value> = s
+                .locks
+                .iter()
+                .map(|(n, l)| {
+                    serde_json::json!({
+                        "lock": n, "acquisitions": l.acquisitions, "contended": l.contended,
+                        "wait_ns": l.wait_ns, "hold_ns": l.hold_ns,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "strategy": r.strategy.name(),
+                "threads": r.threads,
+                "ns_per_pair": s.ns_per_pair,
+                "mpairs_per_s": s.mpairs_per_s,
+                "pool_hit_rate": s.pool_hit_rate,
+                "purges": s.purges,
+                "lock_wait_share": s.wait_share(),
+                "locks": locks,
+                "rounds_ns_per_pair": r.samples.iter().map(|x| x.ns_per_pair).collect::<Vec<_>>(),
             })
-            .collect();
-        let all: Vec<String> = r.samples.iter().map(|x| format!("{:.2}", x.ns_per_pair)).collect();
-        rows.push(format!(
-            "{{\"strategy\":{},\"threads\":{},\"ns_per_pair\":{:.2},\"mpairs_per_s\":{:.4},\"pool_hit_rate\":{:.4},\"purges\":{},\"lock_wait_share\":{:.5},\"locks\":[{}],\"rounds_ns_per_pair\":[{}]}}",
-            json_str(r.strategy.name()),
-            r.threads,
-            s.ns_per_pair,
-            s.mpairs_per_s,
-            s.pool_hit_rate,
-            s.purges,
-            s.wait_share(),
-            locks.join(","),
-            all.join(",")
-        ));
-    }
-    format!(
-        "{{\"benchmark\":\"pair\",\"params\":{{\"backing\":\"{:?}\",\"bytes\":{},\"pairs\":{},\"rounds\":{},\"touch\":{},\"guard_pages\":{},\"lock_timing\":{}}},\"machine\":{},\"results\":[{}]}}\n",
-        cfg.backing,
-        cfg.bytes,
-        cfg.pairs,
-        cfg.rounds,
-        cfg.touch,
-        cfg.guard_pages,
-        cfg.lock_timing,
-        m.json(),
-        rows.join(",")
-    )
+        })
+        .collect();
+    serde_json::json!({
+        "benchmark": "pair",
+        "params": {
+            "backing": format!("{:?}", cfg.backing), "bytes": cfg.bytes, "pairs": cfg.pairs,
+            "rounds": cfg.rounds, "touch": cfg.touch, "guard_pages": cfg.guard_pages,
+            "lock_timing": cfg.lock_timing,
+        },
+        "machine": m,
+        "results": rows,
+    })
+    .to_string()
+        + "\n"
 }
