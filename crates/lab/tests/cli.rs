@@ -38,10 +38,15 @@ fn pair_runs_every_strategy_and_reports_ratios() {
     assert!(stdout.contains("# machine: "), "{stdout}");
     let j = std::fs::read_to_string(&json).unwrap();
     std::fs::remove_file(&json).ok();
-    assert!(j.starts_with("{\"benchmark\":\"pair\""), "{j}");
-    assert_eq!(j.matches("\"strategy\":").count(), 6, "{j}");
-    assert!(j.contains("\"machine\":{\"cpu_model\":"));
-    assert_eq!(j.matches('{').count(), j.matches('}').count(), "balanced JSON");
+    let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
+    assert_eq!(v["benchmark"], "pair");
+    assert_eq!(v["results"].as_array().unwrap().len(), 6, "3 strategies x 2 thread counts");
+    assert!(v["machine"]["cpu_model"].is_string() && v["machine"]["cores"].as_u64().unwrap() >= 1);
+    for r in v["results"].as_array().unwrap() {
+        assert!(r["ns_per_pair"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["rounds_ns_per_pair"].as_array().unwrap().len(), 1);
+        assert!(!r["locks"].as_array().unwrap().is_empty());
+    }
 }
 
 #[test]
@@ -74,4 +79,47 @@ fn readme_option_tables_match_the_code() {
     let start = readme.find("### Space options").expect("README has the options section");
     let end = readme.find("Sizes accept").expect("README has the options section end");
     assert_eq!(readme[start..end].trim(), options, "README.md options are stale: paste `vmarena options`");
+}
+
+#[test]
+fn test_vmalloc_runs_each_contender_in_a_child_and_reports_everything() {
+    let json = std::env::temp_dir().join(format!("vmarena-tv-{}.json", std::process::id()));
+    let out = vmarena(&[
+        "test-vmalloc",
+        "run_test_mask=9",
+        "nr_threads=2",
+        "test_loop_count=200",
+        "--strategy",
+        "nodes",
+        "--peer",
+        "glibc,mmap",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for who in ["## vmarena-nodes", "## glibc", "## mmap"] {
+        assert!(stdout.contains(who), "{who} missing:\n{stdout}");
+    }
+    // Two workers x two cases x three contenders, in the kernel's format.
+    let summaries =
+        stdout.lines().filter(|l| l.starts_with("Summary: ") && l.contains(" passed: 1 failed: 0 ")).count();
+    assert_eq!(summaries, 12, "{stdout}");
+    assert_eq!(stdout.matches("All test took worker1=").count(), 3);
+    assert!(stdout.contains("lock wait share: "), "vmarena's lock figures");
+    assert!(stdout.contains("ns per loop (ratio to ref)") && stdout.contains("peak MiB"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).ok();
+    assert_eq!(v["params"]["run_test_mask"], 9);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    for r in results {
+        assert!(r["proc"]["peak_rss"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["workers"].as_array().unwrap().len(), 2);
+    }
+    assert_eq!(results[0]["proc"]["managed_idle"], 0, "vmarena released its areas after the idle period");
+    // A bad parameter is refused with the kernel script's kind of message.
+    let bad = vmarena(&["test-vmalloc", "nr_thread=2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown parameter 'nr_thread'"));
 }
