@@ -24,13 +24,19 @@
 //!        |                         v                                            |
 //!        |                   +-------------------+   purge: release, retire,   |
 //!        +-------------------|  free tree        |<-----------------------------+
-//!          alloc: tree       +-------------------+          merge
+//!        | alloc: tree       +-------------------+          merge
+//!        |                         | a zone of the node's stripe (Nodes)
+//!        |                         v                 (back to the tree on a full purge)
+//!        |                   +-------------------+
+//!        +-------------------|  node chunk       |
+//!          alloc: chunk      +-------------------+
 //! ```
 //!
-//! Invariant (checked by [`Arena::check`]): busy ∪ pooled ∪ lazy ∪ free = `[lo, hi)`, disjoint.
+//! Invariant (checked by [`Arena::check`]): busy ∪ pooled ∪ lazy ∪ chunk ∪ free = `[lo, hi)`,
+//! disjoint.
 //!
-//! Allocation is a ladder of named steps ([`Step`]): pool, lazy reuse, tree, exact tree search,
-//! full purge and retry, failure with an error that names the arena and its limits.
+//! Allocation is a ladder of named steps ([`Step`]): pool, lazy reuse, chunk, tree, exact tree
+//! search, full purge and retry, failure with an error that names the arena and its limits.
 
 use crate::backing::Backing;
 use crate::lock::{with_nesting_allowed, LockStats, StatLock};
@@ -206,11 +212,14 @@ pub enum Step {
     Pool,
     /// A large area this node freed and no purge has taken yet (Nodes, default window).
     LazyReuse,
-    /// The free tree, conservative O(log n) search.
+    /// This node's chunk, a zone of its stripe (Nodes, up to 16 pages, page alignment).
+    Chunk,
+    /// The free tree, conservative O(log n) search (for Nodes first in the node's stripe).
     Tree,
     /// The free tree, exact search (only when the alignment made the first search skip blocks).
     TreeExact,
-    /// Full purge (every lazy area released, every pool decayed), then the steps again.
+    /// Full purge (every lazy area released, every pool and chunk back in the tree), then the
+    /// steps again, repeated while a purge still gives something back.
     FullPurge,
 }
 
