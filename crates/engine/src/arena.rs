@@ -43,6 +43,7 @@ use crate::lock::{with_nesting_allowed, LockStats, StatLock};
 use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
 use crate::options::ArenaOptions;
 use crate::purge::Worker;
+use crate::site;
 use crate::stats::ArenaStats;
 use crate::strategy::{BusyLazy, GlobalState, Strategy};
 use crate::sync::Ordering::Relaxed;
@@ -579,7 +580,7 @@ impl Shared {
         };
         match &self.kind {
             Kind::Global(g) => {
-                let mut g = g.lock();
+                let mut g = g.lock_at(&site::ALLOC_GLOBAL);
                 let start = tree_alloc(&mut g.free, r)?;
                 let ok = g.bl.busy.insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
                 debug_assert!(ok, "tree handed out a live start");
@@ -587,21 +588,24 @@ impl Shared {
                 from_tree(start)
             }
             Kind::Split { free, busy } => {
-                let start = tree_alloc(&mut free.lock(), r)?;
-                let ok = busy.lock().busy.insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
+                let start = tree_alloc(&mut free.lock_at(&site::ALLOC_FREE_TREE), r)?;
+                let ok = busy
+                    .lock_at(&site::ALLOC_BUSY)
+                    .busy
+                    .insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
                 debug_assert!(ok, "tree handed out a live start");
                 from_tree(start)
             }
             Kind::Nodes { free, nodes } => {
                 if !default_window {
                     // Like the kernel's non-default ranges: no pools, no allocating node.
-                    let start = tree_alloc(&mut free.lock(), r)?;
+                    let start = tree_alloc(&mut free.lock_at(&site::ALLOC_FREE_TREE), r)?;
                     self.insert_busy(nodes, start, BusyArea { pages, node: NO_NODE, tag: req.tag });
                     return from_tree(start);
                 }
                 let me = self.node_index(crate::sync::current_cpu());
                 let area = BusyArea { pages, node: me as u16, tag: req.tag };
-                let mut g = nodes[me].lock();
+                let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
                 // Steps Pool and LazyReuse.
                 if let Some((start, fresh)) = self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree) {
                     if self.shard_of(start) == me {
@@ -630,14 +634,14 @@ impl Shared {
                 // Steps Tree and TreeExact: a zone start of this node's stripe for poolable
                 // sizes (so this node is the area's busy home), else the lowest fit.
                 let (start, new_chunk) = {
-                    let mut f = free.lock();
+                    let mut f = free.lock_at(&site::ALLOC_FREE_TREE);
                     if rest.0 < rest.1 {
                         f.insert_merge(rest.0, rest.1).expect("chunk remainder overlaps free space");
                     }
                     self.node_tree_alloc(&mut f, r, me, small)?
                 };
                 if self.shard_of(start) == me {
-                    let mut g = nodes[me].lock();
+                    let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
                     let ok = g.busy.insert(start, area);
                     debug_assert!(ok, "tree handed out a live start");
                     let mut leftover = new_chunk;
@@ -651,7 +655,9 @@ impl Shared {
                     drop(g);
                     if let Some((s, e)) = leftover.filter(|c| c.0 < c.1) {
                         // Another thread on this node installed a chunk meanwhile.
-                        free.lock().insert_merge(s, e).expect("chunk remainder overlaps free space");
+                        free.lock_at(&site::ALLOC_FREE_TREE)
+                            .insert_merge(s, e)
+                            .expect("chunk remainder overlaps free space");
                     }
                 } else {
                     debug_assert!(new_chunk.is_none());
@@ -697,7 +703,7 @@ impl Shared {
 
     #[inline]
     fn insert_busy(&self, nodes: &[Node], start: u64, area: BusyArea<AreaTag>) {
-        let ok = nodes[self.shard_of(start)].lock().busy.insert(start, area);
+        let ok = nodes[self.shard_of(start)].lock_at(&site::ALLOC_HOME_NODE).busy.insert(start, area);
         debug_assert!(ok, "allocator handed out a live start");
     }
 
@@ -756,7 +762,7 @@ impl Shared {
         let not_live = FreeError::NotLive { start };
         match &self.kind {
             Kind::Global(g) => {
-                let mut g = g.lock();
+                let mut g = g.lock_at(&site::FREE_GLOBAL);
                 let a = g.bl.busy.remove(start).ok_or(not_live)?;
                 g.bl.lazy.push((start, a.pages));
                 g.bl.lazy_pages += a.pages;
@@ -766,7 +772,7 @@ impl Shared {
                 Ok(a)
             }
             Kind::Split { busy, .. } => {
-                let mut b = busy.lock();
+                let mut b = busy.lock_at(&site::FREE_BUSY);
                 let a = b.busy.remove(start).ok_or(not_live)?;
                 b.lazy.push((start, a.pages));
                 b.lazy_pages += a.pages;
@@ -777,7 +783,7 @@ impl Shared {
             }
             Kind::Nodes { nodes, .. } => {
                 let shard = self.shard_of(start);
-                let mut g = nodes[shard].lock();
+                let mut g = nodes[shard].lock_at(&site::FREE_SHARD_NODE);
                 let a = g.busy.remove(start).ok_or(not_live)?;
                 // Back to the node that allocated it; untagged areas wait on the shard's node.
                 let (home, tagged) = if a.node == NO_NODE { (shard, false) } else { (a.node as usize, true) };
@@ -785,7 +791,7 @@ impl Shared {
                     self.node_push(&mut g, start, a.pages, tagged);
                 } else {
                     drop(g);
-                    self.node_push(&mut nodes[home].lock(), start, a.pages, tagged);
+                    self.node_push(&mut nodes[home].lock_at(&site::FREE_HOME_NODE), start, a.pages, tagged);
                 }
                 Ok(a)
             }
@@ -849,7 +855,7 @@ impl Shared {
         let mut chunks: Vec<(u64, u64)> = Vec::new();
         match &self.kind {
             Kind::Global(g) => {
-                let mut g = g.lock();
+                let mut g = g.lock_at(&site::PURGE_DETACH);
                 let lazy = std::mem::take(&mut g.bl.lazy);
                 let pages = std::mem::take(&mut g.bl.lazy_pages);
                 drop(g);
@@ -858,7 +864,7 @@ impl Shared {
                 to_tree = lazy;
             }
             Kind::Split { busy, .. } => {
-                let mut b = busy.lock();
+                let mut b = busy.lock_at(&site::PURGE_DETACH);
                 let lazy = std::mem::take(&mut b.lazy);
                 let pages = std::mem::take(&mut b.lazy_pages);
                 drop(b);
@@ -869,7 +875,7 @@ impl Shared {
             Kind::Nodes { nodes, .. } => {
                 let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
                 for (i, n) in nodes.iter().enumerate() {
-                    let mut p = n.lock();
+                    let mut p = n.lock_at(&site::PURGE_DETACH);
                     let decayed = p.pools.decay(num, den);
                     let dirty = p.pools.take_dirty();
                     let lazy = std::mem::take(&mut p.lazy_tree);
@@ -900,7 +906,7 @@ impl Shared {
         let mut calls = self.backing.release(&release) as u64;
         if let Kind::Nodes { nodes, .. } = &self.kind {
             for (i, areas) in refill {
-                let mut p = nodes[i].lock();
+                let mut p = nodes[i].lock_at(&site::PURGE_REFILL);
                 for (s, pages) in areas {
                     p.pools.push(s, pages, PoolSide::Clean);
                 }
@@ -942,8 +948,10 @@ impl Shared {
                 }
             };
             match &self.kind {
-                Kind::Global(g) => merge(&mut g.lock().free),
-                Kind::Split { free, .. } | Kind::Nodes { free, .. } => merge(&mut free.lock()),
+                Kind::Global(g) => merge(&mut g.lock_at(&site::PURGE_MERGE).free),
+                Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
+                    merge(&mut free.lock_at(&site::PURGE_MERGE))
+                }
             }
         }
     }

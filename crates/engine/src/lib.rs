@@ -18,6 +18,7 @@ pub mod lock;
 mod node;
 pub mod options;
 mod purge;
+pub mod site;
 pub mod stats;
 pub mod strategy;
 pub mod sync;

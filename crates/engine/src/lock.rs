@@ -20,6 +20,12 @@
 //! [`set_timing`] is on (it costs two clock reads per acquisition). All are read with relaxed
 //! loads, so a snapshot taken while threads run is approximate.
 //!
+//! Call sites: [`StatLock::lock_at`] names the code path that takes the lock ([`LockSite`], a
+//! static per path). A site records its contended acquisitions and wait time always (slow path
+//! only) and its acquisitions and hold time while timing is on (a shared counter per
+//! acquisition, which the fast path does not pay otherwise). Sites are process-wide statistics,
+//! plain std atomics even under loom.
+//!
 //! Lock order: no engine path holds two `StatLock`s at once, except the invariant checker, which
 //! takes pool locks, then the free lock, then busy locks (DESIGN.md, "Locks"). Debug builds count
 //! the `StatLock`s each thread holds and assert the count stays at one outside the checker.
@@ -64,6 +70,41 @@ impl LockStats {
         self.contended += o.contended;
         self.wait_ns += o.wait_ns;
         self.hold_ns += o.hold_ns;
+    }
+}
+
+/// A code path that takes engine locks, with its own lock figures (see the module doc).
+pub struct LockSite {
+    /// What the path does, e.g. `"alloc: node"`.
+    pub name: &'static str,
+    acquisitions: std::sync::atomic::AtomicU64,
+    contended: std::sync::atomic::AtomicU64,
+    wait_ns: std::sync::atomic::AtomicU64,
+    hold_ns: std::sync::atomic::AtomicU64,
+}
+
+impl LockSite {
+    /// A site named `name` with zeroed figures.
+    pub const fn new(name: &'static str) -> Self {
+        use std::sync::atomic::AtomicU64 as A;
+        LockSite {
+            name,
+            acquisitions: A::new(0),
+            contended: A::new(0),
+            wait_ns: A::new(0),
+            hold_ns: A::new(0),
+        }
+    }
+
+    /// The site's figures so far (acquisitions and hold time count only while timing is on).
+    pub fn stats(&self) -> LockStats {
+        use std::sync::atomic::Ordering::Relaxed as R;
+        LockStats {
+            acquisitions: self.acquisitions.load(R),
+            contended: self.contended.load(R),
+            wait_ns: self.wait_ns.load(R),
+            hold_ns: self.hold_ns.load(R),
+        }
     }
 }
 
@@ -118,23 +159,32 @@ impl<T> StatLock<T> {
     #[inline]
     pub fn lock(&self) -> StatGuard<'_, T> {
         if self.state.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            self.lock_contended();
+            self.lock_contended(None);
         }
-        self.acquired()
+        self.acquired(None)
+    }
+
+    /// Take the lock on behalf of the code path `site`.
+    #[inline]
+    pub fn lock_at(&self, site: &'static LockSite) -> StatGuard<'_, T> {
+        if self.state.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            self.lock_contended(Some(site));
+        }
+        self.acquired(Some(site))
     }
 
     /// Take the lock only if it is free now.
     #[inline]
     pub fn try_lock(&self) -> Option<StatGuard<'_, T>> {
         if self.state.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-            Some(self.acquired())
+            Some(self.acquired(None))
         } else {
             None
         }
     }
 
     #[inline]
-    fn acquired(&self) -> StatGuard<'_, T> {
+    fn acquired(&self, site: Option<&'static LockSite>) -> StatGuard<'_, T> {
         #[cfg(all(debug_assertions, not(loom)))]
         HELD.with(|h| {
             let n = h.get() + 1;
@@ -146,13 +196,16 @@ impl<T> StatLock<T> {
         self.acquisitions.store(self.acquisitions.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if timing() {
             self.held_since.store(monotonic_ns(), Ordering::Relaxed);
+            if let Some(s) = site {
+                s.acquisitions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
         }
-        StatGuard { lock: self }
+        StatGuard { lock: self, site }
     }
 
     #[cold]
     #[inline(never)]
-    fn lock_contended(&self) {
+    fn lock_contended(&self, site: Option<&'static LockSite>) {
         let t0 = monotonic_ns();
         let mut spins = 0u32;
         loop {
@@ -170,8 +223,13 @@ impl<T> StatLock<T> {
                 crate::sync::yield_now();
             }
         }
+        let waited = monotonic_ns().saturating_sub(t0);
         self.contended.fetch_add(1, Ordering::Relaxed);
-        self.wait_ns.fetch_add(monotonic_ns().saturating_sub(t0), Ordering::Relaxed);
+        self.wait_ns.fetch_add(waited, Ordering::Relaxed);
+        if let Some(s) = site {
+            s.contended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            s.wait_ns.fetch_add(waited, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The lock's figures so far.
@@ -193,6 +251,7 @@ impl<T> StatLock<T> {
 /// Proof that a `StatLock` is held; the lock is released when the guard drops.
 pub struct StatGuard<'a, T> {
     lock: &'a StatLock<T>,
+    site: Option<&'static LockSite>,
 }
 
 impl<T> Deref for StatGuard<'_, T> {
@@ -221,6 +280,9 @@ impl<T> Drop for StatGuard<'_, T> {
                 let held = monotonic_ns().saturating_sub(since);
                 let l = &self.lock.hold_ns;
                 l.store(l.load(Ordering::Relaxed) + held, Ordering::Relaxed);
+                if let Some(s) = self.site {
+                    s.hold_ns.fetch_add(held, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         }
         #[cfg(all(debug_assertions, not(loom)))]
@@ -260,6 +322,36 @@ mod tests {
         let s = l.stats();
         assert_eq!(s.acquisitions, 160_001);
         assert!(s.contended <= s.acquisitions);
+    }
+
+    #[test]
+    fn sites_record_waits_always_and_acquisitions_with_timing() {
+        static SITE: LockSite = LockSite::new("test site");
+        let l = Arc::new(StatLock::new(0u64));
+        // Contention: hold the lock while another thread asks for it at the site; the waiter
+        // records its wait once it gets the lock, after this thread lets go.
+        let g = l.lock();
+        let arriving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = {
+            let (l, arriving) = (l.clone(), arriving.clone());
+            std::thread::spawn(move || {
+                arriving.store(true, std::sync::atomic::Ordering::SeqCst);
+                *l.lock_at(&SITE) += 1
+            })
+        };
+        while !arriving.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(g);
+        t.join().unwrap();
+        let s = SITE.stats();
+        assert_eq!(s.contended, 1, "the waiter's contended acquisition is the site's");
+        assert!(s.wait_ns > 0);
+        set_timing(true);
+        drop(l.lock_at(&SITE));
+        set_timing(false);
+        assert_eq!(SITE.stats().acquisitions, 1, "counted only while timing was on");
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub struct RunResult {
     pub name: String,
     pub workers: Vec<WorkerResult>,
     pub locks: Vec<LockLine>,
+    /// Lock figures per call site (vmarena's; acquisitions and hold time only with timing on).
+    pub sites: Vec<LockLine>,
     pub wall_ns: u64,
     pub proc: ProcFigures,
 }
@@ -80,6 +82,7 @@ pub fn shuffle(order: &mut [usize], rng: &mut Rng) {
 /// Run the masked cases on `c` with `p`, workers started together.
 pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResult {
     let before = c.lock_stats();
+    let sites_before = vmarena_engine::site::snapshot();
     let barrier = Arc::new(Barrier::new(p.nr_threads + 1));
     let done = Arc::new(AtomicU64::new(0));
     let total_steps = (p.nr_threads * p.cases().len()) as u64 * p.test_repeat_count;
@@ -135,7 +138,20 @@ pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResu
             }
         })
         .collect();
-    RunResult { name, workers, locks, wall_ns: wall.as_nanos() as u64, proc: ProcFigures::default() }
+    let delta = |n: &str, a: vmarena::LockStats, b: vmarena::LockStats| LockLine {
+        lock: n.to_string(),
+        acquisitions: a.acquisitions - b.acquisitions,
+        contended: a.contended - b.contended,
+        wait_ns: a.wait_ns - b.wait_ns,
+        hold_ns: a.hold_ns - b.hold_ns,
+    };
+    let sites = vmarena_engine::site::snapshot()
+        .into_iter()
+        .zip(sites_before)
+        .map(|((n, a), (_, b))| delta(n, a, b))
+        .filter(|l| l.acquisitions + l.contended > 0)
+        .collect();
+    RunResult { name, workers, locks, sites, wall_ns: wall.as_nanos() as u64, proc: ProcFigures::default() }
 }
 
 fn worker(

@@ -64,6 +64,17 @@ pub fn lock_lines(r: &RunResult) -> String {
         wait as f64 / 1e6,
         thread_ns as f64 / 1e6
     );
+    for l in &r.sites {
+        let _ = writeln!(
+            out,
+            "  site {:<18} acquisitions {:>12} contended {:>10} wait {:>10.3} ms hold {:>10.3} ms",
+            l.lock,
+            l.acquisitions,
+            l.contended,
+            l.wait_ns as f64 / 1e6,
+            l.hold_ns as f64 / 1e6
+        );
+    }
     out
 }
 

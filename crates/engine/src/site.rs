@@ -1,0 +1,53 @@
+//! The engine's lock sites: one static per code path that takes an engine lock, so that lock
+//! figures can be read per call site (see [`LockSite`](crate::lock::LockSite)).
+//!
+//! Paths not listed here (statistics, `vmallocinfo`, the checker) take their locks without a
+//! site; they are not on any hot path.
+
+use crate::lock::LockSite;
+
+/// Global: the one lock, in alloc.
+pub static ALLOC_GLOBAL: LockSite = LockSite::new("alloc: global");
+/// Global: the one lock, in free.
+pub static FREE_GLOBAL: LockSite = LockSite::new("free: global");
+/// Split and Nodes: the free-space lock, carving an area from the tree (or a new chunk).
+pub static ALLOC_FREE_TREE: LockSite = LockSite::new("alloc: free tree");
+/// Split: the busy lock, recording a new area.
+pub static ALLOC_BUSY: LockSite = LockSite::new("alloc: busy");
+/// Split: the busy lock, in free.
+pub static FREE_BUSY: LockSite = LockSite::new("free: busy");
+/// Nodes: this CPU's node, for its pool, chunk and (when the area is homed here) busy shard.
+pub static ALLOC_NODE: LockSite = LockSite::new("alloc: node");
+/// Nodes: another node, when the new area's busy home is not the allocating node.
+pub static ALLOC_HOME_NODE: LockSite = LockSite::new("alloc: home node");
+/// Nodes: the busy shard of the area being freed (and its pool when it is also the home).
+pub static FREE_SHARD_NODE: LockSite = LockSite::new("free: shard node");
+/// Nodes: the allocating node, when it is not the busy shard.
+pub static FREE_HOME_NODE: LockSite = LockSite::new("free: home node");
+/// Purge: detaching lazy lists and pools.
+pub static PURGE_DETACH: LockSite = LockSite::new("purge: detach");
+/// Purge: putting released areas back in their pools.
+pub static PURGE_REFILL: LockSite = LockSite::new("purge: refill");
+/// Purge: merging areas into the free tree.
+pub static PURGE_MERGE: LockSite = LockSite::new("purge: merge");
+
+/// Every site, for reports.
+pub static ALL: [&LockSite; 12] = [
+    &ALLOC_GLOBAL,
+    &FREE_GLOBAL,
+    &ALLOC_FREE_TREE,
+    &ALLOC_BUSY,
+    &FREE_BUSY,
+    &ALLOC_NODE,
+    &ALLOC_HOME_NODE,
+    &FREE_SHARD_NODE,
+    &FREE_HOME_NODE,
+    &PURGE_DETACH,
+    &PURGE_REFILL,
+    &PURGE_MERGE,
+];
+
+/// `(site, figures)` for every site, process-wide.
+pub fn snapshot() -> Vec<(&'static str, crate::lock::LockStats)> {
+    ALL.iter().map(|s| (s.name, s.stats())).collect()
+}
