@@ -34,7 +34,7 @@ enum Command {
     /// (`vmarena test-vmalloc run_test_mask=7 nr_threads=2`); --mode applies a preset of
     /// test_vmalloc.sh. Every strategy in --strategy runs the same cases in this process;
     /// a comparison table ends the report.
-    TestVmalloc(test_vmalloc::Args),
+    TestVmalloc(Box<test_vmalloc::Args>),
 }
 
 fn main() {
@@ -43,7 +43,7 @@ fn main() {
     match cli.command {
         Command::Options => print_tables(),
         Command::TestVmalloc(a) => {
-            if let Err(e) = test_vmalloc::main(a, &m) {
+            if let Err(e) = test_vmalloc::main(*a, &m) {
                 eprintln!("vmarena test-vmalloc: {e}");
                 std::process::exit(2);
             }

@@ -123,3 +123,32 @@ fn test_vmalloc_runs_each_contender_in_a_child_and_reports_everything() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown parameter 'nr_thread'"));
 }
+
+#[test]
+fn test_vmalloc_sweep_draws_one_line_per_contender() {
+    let svg = std::env::temp_dir().join(format!("vmarena-tv-{}.svg", std::process::id()));
+    let out = vmarena(&[
+        "test-vmalloc",
+        "run_test_mask=1",
+        "test_loop_count=200",
+        "--sweep",
+        "1,2",
+        "--strategy",
+        "nodes",
+        "--peer",
+        "mmap",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("# nr_threads=1") && stdout.contains("# nr_threads=2"), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("vmarena-nodes ") && l.split_whitespace().count() == 3);
+    let row = row.unwrap_or_else(|| panic!("no throughput row:\n{stdout}"));
+    assert!(row.split_whitespace().skip(1).all(|v| v.parse::<f64>().unwrap() > 0.0), "{row}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    std::fs::remove_file(&svg).ok();
+    assert!(text.starts_with("<svg"));
+    assert_eq!(text.matches("<polyline").count(), 2);
+    assert!(text.contains(">vmarena-nodes<") && text.contains(">mmap<"));
+}

@@ -118,11 +118,14 @@ pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResu
             }
         }
     }
-    let workers: Vec<_> = handles.into_iter().map(|h| h.join().expect("a worker panicked")).collect();
-    let wall = t0.elapsed();
-    if tty && wall >= every {
+    let workers: Vec<WorkerResult> =
+        handles.into_iter().map(|h| h.join().expect("a worker panicked")).collect();
+    if tty && t0.elapsed() >= every {
         eprintln!();
     }
+    // The workers leave the barrier together; the run lasts as long as the slowest one. (The
+    // parent's progress loop above wakes every 100 ms, so its own clock is no measure.)
+    let wall = Duration::from_nanos(workers.iter().map(|w| w.wall_ns).max().unwrap_or(0));
     c.quiesce();
     let locks = c
         .lock_stats()

@@ -18,6 +18,7 @@ pub mod contender;
 pub mod driver;
 pub mod peers;
 pub mod report;
+pub mod svg;
 
 use crate::machine::Machine;
 use cases::CASES;
@@ -94,6 +95,12 @@ pub struct Args {
     /// Write every parameter, the machine and every figure as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Run everything once per thread count in this list (overrides nr_threads), comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep: Vec<usize>,
+    /// Write throughput (million loops per second) against thread count per contender as SVG.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
     /// Parameters as `modprobe` takes them: `run_test_mask=7 nr_threads=2 ...`.
     #[arg(value_name = "KEY=VALUE")]
     pub params: Vec<String>,
@@ -268,35 +275,106 @@ pub fn main(a: Args, m: &Machine) -> Result<(), String> {
     if names.is_empty() {
         return Err("no contender: give --strategy or --peer".into());
     }
+    let sweep: Vec<usize> = if a.sweep.is_empty() { vec![p.nr_threads] } else { a.sweep.clone() };
+    if sweep.contains(&0) {
+        return Err("--sweep: thread counts must be positive".into());
+    }
+    let mut runs: Vec<(usize, Vec<driver::RunResult>)> = Vec::new();
+    for &t in &sweep {
+        let pt = Params { nr_threads: t, ..p.clone() };
+        if sweep.len() > 1 {
+            println!("\n# nr_threads={t}");
+        }
+        runs.push((t, run_all(&a, &pt, &names, m)?));
+    }
+    let series: Vec<svg::Series> = names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| svg::Series {
+            name: n.clone(),
+            mloops_per_s: runs
+                .iter()
+                .map(|(t, rs)| throughput(&rs[k], &Params { nr_threads: *t, ..p.clone() }))
+                .collect(),
+        })
+        .collect();
+    if sweep.len() > 1 || a.svg.is_some() {
+        println!("\nmillion loops per second");
+        print!("{:<16}", "contender");
+        for t in &sweep {
+            print!(" {:>10}", format!("{t} thr"));
+        }
+        println!();
+        for s in &series {
+            print!("{:<16}", s.name);
+            for v in &s.mloops_per_s {
+                print!(" {v:>10.3}");
+            }
+            println!();
+        }
+    }
+    if let Some(path) = &a.svg {
+        let title = format!("test_vmalloc {} ({})", words.join(" "), m.line());
+        std::fs::write(path, svg::render(&title, &sweep, &series))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.json {
+        let body = if sweep.len() == 1 {
+            report::json(&runs[0].1, &p, a.seed, m)
+        } else {
+            let per: Vec<serde_json::Value> = runs
+                .iter()
+                .map(|(t, rs)| {
+                    let pt = Params { nr_threads: *t, ..p.clone() };
+                    serde_json::from_str(&report::json(rs, &pt, a.seed, m)).expect("valid JSON")
+                })
+                .collect();
+            serde_json::json!({ "benchmark": "test-vmalloc", "sweep": sweep, "runs": per }).to_string() + "\n"
+        };
+        std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Every contender at one set of parameters, each reported as it finishes, then the tables.
+fn run_all(a: &Args, p: &Params, names: &[String], m: &Machine) -> Result<Vec<driver::RunResult>, String> {
     let mut results = Vec::new();
-    for name in &names {
+    for name in names {
         println!("\n## {name}");
         let mut r = if a.in_process {
-            let r = driver::run(contender(name, a.space_bytes)?, &p, a.seed, m.cores);
-            print!("{}", report::summary_lines(&r, &p));
+            let r = driver::run(contender(name, a.space_bytes)?, p, a.seed, m.cores);
+            print!("{}", report::summary_lines(&r, p));
             print!("{}", report::lock_lines(&r));
             r
         } else {
-            child::run_child(name, &p, a.space_bytes, a.seed, a.lock_timing)?
+            child::run_child(name, p, a.space_bytes, a.seed, a.lock_timing)?
         };
         if a.syscalls && !a.in_process {
             eprintln!("[test-vmalloc] {name}: counting syscalls under strace");
-            r.proc.syscalls = Some(child::count_syscalls(name, &p, a.space_bytes, a.seed)?);
+            r.proc.syscalls = Some(child::count_syscalls(name, p, a.space_bytes, a.seed)?);
         }
         println!("({name}: {:.3} s)", r.wall_ns as f64 / 1e9);
         results.push(r);
     }
     println!();
-    print!("{}", report::comparison(&results, &p));
+    print!("{}", report::comparison(&results, p));
     if !a.in_process {
         println!();
         print!("{}", report::process_table(&results));
     }
-    if let Some(path) = &a.json {
-        std::fs::write(path, report::json(&results, &p, a.seed, m))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(())
+    Ok(results)
+}
+
+/// Million loop iterations per second of wall time, over the cases that loop (not
+/// align_shift_alloc_test, which ignores the loop count, nor the skipped ones).
+pub fn throughput(r: &driver::RunResult, p: &Params) -> f64 {
+    let looping = p
+        .cases()
+        .into_iter()
+        .filter(|&i| CASES[i].run.is_some() && CASES[i].name != "align_shift_alloc_test");
+    let loops =
+        looping.count() as f64 * (p.nr_threads as u64 * p.test_loop_count * p.test_repeat_count) as f64;
+    loops / (r.wall_ns.max(1) as f64 / 1e9) / 1e6
 }
 
 #[cfg(test)]
