@@ -32,3 +32,11 @@ impl Machine {
         format!("machine: {} x {}, Linux {}, THP {}", self.cores, self.cpu_model, self.kernel, self.thp)
     }
 }
+
+/// Write a result file, creating its folder first (`results/` is not in a fresh clone).
+pub fn write_output(path: &std::path::Path, body: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))
+}

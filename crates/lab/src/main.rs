@@ -61,8 +61,8 @@ fn main() {
             let results = pair::run(&cfg);
             pair::print(&cfg, &results, &m);
             if let Some(path) = &cfg.json {
-                if let Err(e) = std::fs::write(path, pair::json(&cfg, &results, &m)) {
-                    eprintln!("vmarena pair: cannot write {}: {e}", path.display());
+                if let Err(e) = machine::write_output(path, &pair::json(&cfg, &results, &m)) {
+                    eprintln!("vmarena pair: cannot write {e}");
                     std::process::exit(1);
                 }
             }

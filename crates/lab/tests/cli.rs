@@ -9,7 +9,9 @@ fn vmarena(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn pair_runs_every_strategy_and_reports_ratios() {
-    let json = std::env::temp_dir().join(format!("vmarena-pair-{}.json", std::process::id()));
+    // A folder that does not exist yet, as `results/` in a fresh clone.
+    let dir = std::env::temp_dir().join(format!("vmarena-pair-{}", std::process::id()));
+    let json = dir.join("new/pair.json");
     let out = vmarena(&[
         "pair",
         "--pairs",
@@ -37,7 +39,7 @@ fn pair_runs_every_strategy_and_reports_ratios() {
     assert!(stdout.contains("throughput at 2 thread(s): nodes/global = "), "{stdout}");
     assert!(stdout.contains("# machine: "), "{stdout}");
     let j = std::fs::read_to_string(&json).unwrap();
-    std::fs::remove_file(&json).ok();
+    std::fs::remove_dir_all(&dir).ok();
     let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
     assert_eq!(v["benchmark"], "pair");
     assert_eq!(v["results"].as_array().unwrap().len(), 6, "3 strategies x 2 thread counts");

@@ -315,8 +315,7 @@ pub fn main(a: Args, m: &Machine) -> Result<(), String> {
     }
     if let Some(path) = &a.svg {
         let title = format!("test_vmalloc {} ({})", words.join(" "), m.line());
-        std::fs::write(path, svg::render(&title, &sweep, &series))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::machine::write_output(path, &svg::render(&title, &sweep, &series))?;
     }
     if let Some(path) = &a.json {
         let body = if sweep.len() == 1 {
@@ -331,7 +330,7 @@ pub fn main(a: Args, m: &Machine) -> Result<(), String> {
                 .collect();
             serde_json::json!({ "benchmark": "test-vmalloc", "sweep": sweep, "runs": per }).to_string() + "\n"
         };
-        std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::machine::write_output(path, &body)?;
     }
     Ok(())
 }
