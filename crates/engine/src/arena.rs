@@ -39,18 +39,19 @@
 //! search, full purge and retry, failure with an error that names the arena and its limits.
 
 use crate::backing::Backing;
-use crate::lock::{with_nesting_allowed, LockStats, StatLock};
+use crate::lock::{LockStats, StatLock};
 use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
 use crate::options::ArenaOptions;
-use crate::purge::Worker;
 use crate::site;
 use crate::stats::ArenaStats;
 use crate::strategy::{BusyLazy, GlobalState, Strategy};
 use crate::sync::Ordering::Relaxed;
 use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Mutex};
-use std::fmt;
+use crate::worker::Worker;
 use std::panic::Location;
-use vmarena_core::{BusyArea, FreeTree, PoolSide, Request, RequestError, SizePools};
+use vmarena_core::{BusyArea, FreeTree, PoolSide, Request, SizePools};
+
+pub use crate::error::{AllocError, FreeError};
 
 /// No allocating node (the kernel's `vn_id` 0).
 pub const NO_NODE: u16 = u16::MAX;
@@ -113,99 +114,6 @@ pub struct Allocation {
     pub fresh: bool,
 }
 
-/// Why an allocation failed. Nothing was changed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AllocError {
-    /// Size 0, a bad alignment or an empty window.
-    Invalid(RequestError),
-    /// The window is not inside the arena.
-    OutOfRange {
-        /// Window asked for.
-        window: (u64, u64),
-        /// The arena's range.
-        arena: (u64, u64),
-    },
-    /// No room even after a full purge.
-    NoSpace {
-        /// Arena name.
-        arena: String,
-        /// Pages asked for.
-        pages: u64,
-        /// Alignment asked for.
-        align_pages: u64,
-        /// Window searched.
-        window: (u64, u64),
-        /// Free pages left in the tree.
-        free_pages: u64,
-        /// Largest free range.
-        largest_free: u64,
-        /// Pages of live areas when the allocation gave up.
-        live_pages: u64,
-        /// Pages of lazily freed areas when the allocation gave up.
-        lazy_pages: u64,
-    },
-    /// A non-blocking request found no room without purging.
-    WouldBlock,
-}
-
-impl fmt::Display for AllocError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AllocError::Invalid(RequestError::ZeroSize) => write!(f, "size 0"),
-            AllocError::Invalid(RequestError::BadAlignment) => write!(f, "alignment is not a power of two"),
-            AllocError::Invalid(RequestError::BadWindow) => {
-                write!(f, "window is empty or smaller than the request")
-            }
-            AllocError::OutOfRange { window, arena } => write!(
-                f,
-                "window [{:#x}, {:#x}) is outside the arena [{:#x}, {:#x})",
-                window.0, window.1, arena.0, arena.1
-            ),
-            AllocError::NoSpace {
-                arena,
-                pages,
-                align_pages,
-                window,
-                free_pages,
-                largest_free,
-                live_pages,
-                lazy_pages,
-            } => write!(
-                f,
-                "{arena}: no room for {pages} pages (alignment {align_pages}) in pages [{:#x}, {:#x}) \
-                 after a full purge; {free_pages} pages free, largest free range {largest_free} pages, \
-                 {live_pages} pages live, {lazy_pages} pages lazy",
-                window.0, window.1
-            ),
-            AllocError::WouldBlock => write!(f, "no room without purging, and the request may not block"),
-        }
-    }
-}
-
-impl std::error::Error for AllocError {}
-
-/// Why a free was refused. Nothing was changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FreeError {
-    /// `start` is not the first page of a live area (interior, foreign, or already freed).
-    NotLive {
-        /// The page given.
-        start: u64,
-    },
-}
-
-impl fmt::Display for FreeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FreeError::NotLive { start } => {
-                write!(f, "page {start:#x} is not the start of a live area")
-            }
-        }
-    }
-}
-
-impl std::error::Error for FreeError {}
-
 /// The rungs of the allocation ladder, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -253,15 +161,15 @@ pub(crate) enum Kind {
     Nodes { free: Padded<StatLock<FreeTree>>, nodes: Box<[Node]> },
 }
 
-struct Counters {
-    tree_allocs: AtomicU64,
-    purges: AtomicU64,
-    full_purges: AtomicU64,
-    areas_released: AtomicU64,
-    pages_released: AtomicU64,
-    release_calls: AtomicU64,
-    alloc_failures: AtomicU64,
-    bad_frees: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) tree_allocs: AtomicU64,
+    pub(crate) purges: AtomicU64,
+    pub(crate) full_purges: AtomicU64,
+    pub(crate) areas_released: AtomicU64,
+    pub(crate) pages_released: AtomicU64,
+    pub(crate) release_calls: AtomicU64,
+    pub(crate) alloc_failures: AtomicU64,
+    pub(crate) bad_frees: AtomicU64,
 }
 
 impl Default for Counters {
@@ -281,24 +189,24 @@ impl Default for Counters {
 }
 
 pub(crate) struct Shared {
-    name: String,
-    lo: u64,
-    hi: u64,
-    opts: ArenaOptions,
-    nr_nodes: usize,
-    node_mask: Option<usize>,
-    lazy_max: u64,
-    backing: Box<dyn Backing>,
+    pub(crate) name: String,
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+    pub(crate) opts: ArenaOptions,
+    pub(crate) nr_nodes: usize,
+    pub(crate) node_mask: Option<usize>,
+    pub(crate) lazy_max: u64,
+    pub(crate) backing: Box<dyn Backing>,
     /// `backing.zeroes_on_release()`, asked once.
-    zeroes_on_release: bool,
-    kind: Kind,
+    pub(crate) zeroes_on_release: bool,
+    pub(crate) kind: Kind,
     /// Lazy pages, arena-wide (exact for Global/Split; within nodes x LAZY_SYNC_PAGES for Nodes).
-    lazy_approx: AtomicI64,
-    purge_lock: Mutex<()>,
+    pub(crate) lazy_approx: AtomicI64,
+    pub(crate) purge_lock: Mutex<()>,
     pub(crate) purge_requested: AtomicBool,
-    worker_started: AtomicBool,
+    pub(crate) worker_started: AtomicBool,
     pub(crate) worker: Arc<Worker>,
-    counters: Counters,
+    pub(crate) counters: Counters,
 }
 
 /// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
@@ -557,7 +465,7 @@ impl Shared {
 
     /// Busy shard of an area: `(start / zone) % nodes`.
     #[inline]
-    fn shard_of(&self, start: u64) -> usize {
+    pub(crate) fn shard_of(&self, start: u64) -> usize {
         self.node_index((start / ZONE_PAGES) as usize)
     }
 
@@ -816,11 +724,13 @@ impl Shared {
         }
     }
 
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn decay_interval_ms(&self) -> u64 {
         self.opts.decay_interval_ms
     }
 
     /// Exact lazy pages (takes each node's pool lock briefly).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn lazy_pages_exact(&self) -> u64 {
         match &self.kind {
             Kind::Global(g) => g.lock().bl.lazy_pages,
@@ -838,120 +748,6 @@ impl Shared {
             Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
                 let f = free.lock();
                 (f.free_pages(), f.largest())
-            }
-        }
-    }
-
-    /// Release lazy memory in one batch, refill or decay pools, return areas to the tree.
-    /// Serialised by the purge mutex; holds each spin lock only to detach or attach lists.
-    pub(crate) fn purge(&self, kind: PurgeKind) -> PurgeReport {
-        let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.purge_requested.store(false, Relaxed);
-        let full = kind == PurgeKind::Full;
-        let mut release: Vec<(u64, u64)> = Vec::new();
-        let mut to_tree: Vec<(u64, u64)> = Vec::new();
-        let mut refill: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
-        // Chunk remainders: free space that never was an area (no guard to retire).
-        let mut chunks: Vec<(u64, u64)> = Vec::new();
-        match &self.kind {
-            Kind::Global(g) => {
-                let mut g = g.lock_at(&site::PURGE_DETACH);
-                let lazy = std::mem::take(&mut g.bl.lazy);
-                let pages = std::mem::take(&mut g.bl.lazy_pages);
-                drop(g);
-                self.lazy_approx.fetch_sub(pages as i64, Relaxed);
-                release.extend_from_slice(&lazy);
-                to_tree = lazy;
-            }
-            Kind::Split { busy, .. } => {
-                let mut b = busy.lock_at(&site::PURGE_DETACH);
-                let lazy = std::mem::take(&mut b.lazy);
-                let pages = std::mem::take(&mut b.lazy_pages);
-                drop(b);
-                self.lazy_approx.fetch_sub(pages as i64, Relaxed);
-                release.extend_from_slice(&lazy);
-                to_tree = lazy;
-            }
-            Kind::Nodes { nodes, .. } => {
-                let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
-                for (i, n) in nodes.iter().enumerate() {
-                    let mut p = n.lock_at(&site::PURGE_DETACH);
-                    let decayed = p.pools.decay(num, den);
-                    let dirty = p.pools.take_dirty();
-                    let lazy = std::mem::take(&mut p.lazy_tree);
-                    p.lazy_tree_pages = 0;
-                    p.sync(&self.lazy_approx, true);
-                    if full {
-                        // The failure path and the shrinker take the chunks back too.
-                        let (cs, ce) = std::mem::take(&mut p.chunk);
-                        if cs < ce {
-                            chunks.push((cs, ce - cs));
-                        }
-                    }
-                    drop(p);
-                    // Decayed areas are clean: their memory was released by an earlier purge.
-                    to_tree.extend_from_slice(&decayed);
-                    release.extend_from_slice(&dirty);
-                    release.extend(lazy.iter().map(|l| (l.start, l.pages)));
-                    to_tree.extend(lazy.iter().map(|l| (l.start, l.pages)));
-                    if full {
-                        to_tree.extend_from_slice(&dirty);
-                    } else if !dirty.is_empty() {
-                        refill.push((i, dirty));
-                    }
-                }
-            }
-        }
-        // One batch for the whole arena.
-        let mut calls = self.backing.release(&release) as u64;
-        if let Kind::Nodes { nodes, .. } = &self.kind {
-            for (i, areas) in refill {
-                let mut p = nodes[i].lock_at(&site::PURGE_REFILL);
-                for (s, pages) in areas {
-                    p.pools.push(s, pages, PoolSide::Clean);
-                }
-            }
-        }
-        calls += self.backing.retire(&to_tree) as u64;
-        self.merge_into_tree(&to_tree);
-        self.merge_into_tree(&chunks);
-        let pages_released: u64 = release.iter().map(|a| a.1).sum();
-        let c = &self.counters;
-        c.purges.fetch_add(1, Relaxed);
-        if full {
-            c.full_purges.fetch_add(1, Relaxed);
-        }
-        c.areas_released.fetch_add(release.len() as u64, Relaxed);
-        c.pages_released.fetch_add(pages_released, Relaxed);
-        c.release_calls.fetch_add(calls, Relaxed);
-        PurgeReport {
-            areas_released: release.len() as u64,
-            pages_released,
-            areas_to_tree: to_tree.len() as u64,
-            syscalls: calls,
-        }
-    }
-
-    /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
-    /// misses on other threads are not held up for the whole batch.
-    fn merge_into_tree(&self, areas: &[(u64, u64)]) {
-        const CHUNK: usize = 256;
-        for chunk in areas.chunks(CHUNK) {
-            let merge = |t: &mut FreeTree| {
-                for &(s, pages) in chunk {
-                    if let Err(e) = t.insert_merge(s, s + pages) {
-                        panic!(
-                            "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",
-                            self.name
-                        );
-                    }
-                }
-            };
-            match &self.kind {
-                Kind::Global(g) => merge(&mut g.lock_at(&site::PURGE_MERGE).free),
-                Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
-                    merge(&mut free.lock_at(&site::PURGE_MERGE))
-                }
             }
         }
     }
@@ -1009,97 +805,6 @@ impl Shared {
             }
         }
         s
-    }
-
-    fn check(&self) -> Result<(), String> {
-        let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
-        with_nesting_allowed(|| {
-            // (start, pages, what)
-            let mut all: Vec<(u64, u64, &'static str)> = Vec::new();
-            let check_bl = |bl: &BusyLazy, all: &mut Vec<(u64, u64, &'static str)>| -> Result<(), String> {
-                all.extend(bl.busy.sorted().iter().map(|(s, a)| (*s, a.pages, "busy")));
-                all.extend(bl.lazy.iter().map(|&(s, p)| (s, p, "lazy")));
-                let lp: u64 = bl.lazy.iter().map(|a| a.1).sum();
-                if lp != bl.lazy_pages {
-                    return Err(format!("lazy_pages {} but lazy list holds {lp}", bl.lazy_pages));
-                }
-                Ok(())
-            };
-            match &self.kind {
-                Kind::Global(g) => {
-                    let g = g.lock();
-                    g.free.check()?;
-                    all.extend(g.free.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
-                    check_bl(&g.bl, &mut all)?;
-                }
-                Kind::Split { free, busy } => {
-                    let f = free.lock();
-                    let b = busy.lock();
-                    f.check()?;
-                    all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
-                    check_bl(&b, &mut all)?;
-                }
-                Kind::Nodes { free, nodes } => {
-                    let node_guards: Vec<_> = nodes.iter().map(|n| n.lock()).collect();
-                    let f = free.lock();
-                    f.check()?;
-                    all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
-                    for (i, p) in node_guards.iter().enumerate() {
-                        let (cs, ce) = p.chunk;
-                        if cs < ce {
-                            if self.shard_of(cs) != i || self.shard_of(ce - 1) != i {
-                                return Err(format!("node {i}: chunk [{cs:#x}, {ce:#x}) outside its stripe"));
-                            }
-                            all.push((cs, ce - cs, "chunk"));
-                        }
-                        p.pools.check().map_err(|e| format!("node {i}: {e}"))?;
-                        all.extend(p.pools.entries().iter().map(|e| (e.0, e.1, "pooled")));
-                        all.extend(p.lazy_tree.iter().map(|l| (l.start, l.pages, "lazy")));
-                        let lp: u64 = p.lazy_tree.iter().map(|l| l.pages).sum();
-                        if lp != p.lazy_tree_pages {
-                            return Err(format!(
-                                "node {i}: lazy_tree_pages {} but list holds {lp}",
-                                p.lazy_tree_pages
-                            ));
-                        }
-                    }
-                    for (i, p) in node_guards.iter().enumerate() {
-                        for (s, a) in p.busy.sorted() {
-                            if self.shard_of(s) != i {
-                                return Err(format!(
-                                    "busy area {s:#x} in shard {i}, belongs in {}",
-                                    self.shard_of(s)
-                                ));
-                            }
-                            if a.node != NO_NODE && a.node as usize >= self.nr_nodes {
-                                return Err(format!("busy area {s:#x} tagged with node {}", a.node));
-                            }
-                            all.push((s, a.pages, "busy"));
-                        }
-                    }
-                }
-            }
-            // busy ∪ pooled ∪ lazy ∪ chunk ∪ free must tile [lo, hi) exactly.
-            all.sort_unstable_by_key(|a| a.0);
-            let mut at = self.lo;
-            for &(s, pages, what) in &all {
-                if pages == 0 {
-                    return Err(format!("empty {what} area at {s:#x}"));
-                }
-                if s != at {
-                    return Err(if s < at {
-                        format!("{what} area [{s:#x}, +{pages}) overlaps the range before it (ends {at:#x})")
-                    } else {
-                        format!("pages [{at:#x}, {s:#x}) are lost: in no list, tree or map")
-                    });
-                }
-                at = s + pages;
-            }
-            if at != self.hi {
-                return Err(format!("pages [{at:#x}, {:#x}) are lost: in no list, tree or map", self.hi));
-            }
-            Ok(())
-        })
     }
 }
 

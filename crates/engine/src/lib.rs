@@ -14,6 +14,8 @@
 
 pub mod arena;
 pub mod backing;
+mod check;
+pub mod error;
 pub mod lock;
 mod node;
 pub mod options;
@@ -23,6 +25,7 @@ pub mod stats;
 pub mod strategy;
 pub mod sync;
 pub mod table;
+mod worker;
 
 pub use arena::{
     AllocError, AllocRequest, Allocation, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step, NO_NODE,

@@ -1,157 +1,127 @@
-//! The purge worker: one background thread per arena that runs purges so memory drops without
-//! further calls.
+//! The purge: the batch step that releases the memory of lazily freed areas, refills or decays
+//! the pools and returns areas to the free tree (the kernel's `__purge_vmap_area_lazy` with
+//! `decay_va_pool_node`).
 //!
-//! Owns: the thread and its wake-up state (a mutex and condition variable, never a spin lock).
-//! The thread holds only a weak reference to the arena and upgrades it for each purge, so
-//! dropping the arena stops it.
-//!
-//! It purges (a normal purge) when:
-//! - a free pushed the lazy pages over `lazy_max_pages` (the kernel's `drain_vmap_work`), or
-//! - `decay_interval_ms` passed since its last purge and some pages are lazy (the user-space
-//!   addition: memory of an idle program falls back to the OS within one interval).
-//!
-//! The thread starts on the first wake-up, not at arena creation, so an arena that never frees
-//! much never has one. After a `fork()` the child has no worker thread; the next wake-up in the
-//! child starts a new one.
+//! Owns no state of its own: it works on the arena's lists under their locks, serialised by the
+//! arena's purge mutex, taking each spin lock only to detach or attach lists (DESIGN.md,
+//! section 5). The background thread that calls it is the [`worker`](crate::worker).
 
-#[cfg(loom)]
-pub(crate) use stub::Worker;
-#[cfg(not(loom))]
-pub(crate) use worker::Worker;
+use crate::arena::{Kind, PurgeKind, PurgeReport, Shared};
+use crate::site;
+use crate::sync::Ordering::Relaxed;
+use vmarena_core::{FreeTree, PoolSide};
 
-/// Under loom there is no background thread: models purge inline or from a model thread.
-#[cfg(loom)]
-mod stub {
-    use crate::arena::Shared;
-    use crate::sync::Arc;
-
-    #[derive(Default)]
-    pub(crate) struct Worker;
-
-    impl Worker {
-        pub fn wake(&self, _arena: &Arc<Shared>) {}
-        pub fn start(&self, _arena: &Arc<Shared>) {}
-        pub fn shutdown(&self) {}
-    }
-}
-
-#[cfg(not(loom))]
-mod worker {
-    use crate::arena::{PurgeKind, Shared};
-    use std::sync::atomic::Ordering::Relaxed;
-    use std::sync::{Arc, Condvar, Mutex, Weak};
-    use std::thread::JoinHandle;
-    use std::time::Duration;
-
-    #[derive(Default)]
-    struct State {
-        wake: bool,
-        shutdown: bool,
-        thread: Option<JoinHandle<()>>,
-        pid: u32,
-    }
-
-    /// See the module documentation.
-    #[derive(Default)]
-    pub(crate) struct Worker {
-        state: Mutex<State>,
-        cv: Condvar,
-    }
-
-    impl Worker {
-        /// Wake the worker for a purge now, starting it if this process has none yet.
-        pub fn wake(self: &Arc<Self>, arena: &Arc<Shared>) {
-            self.start_or_wake(arena, true);
-        }
-
-        /// Start the worker (for the decay interval) without asking for a purge now.
-        pub fn start(self: &Arc<Self>, arena: &Arc<Shared>) {
-            self.start_or_wake(arena, false);
-        }
-
-        fn start_or_wake(self: &Arc<Self>, arena: &Arc<Shared>, wake: bool) {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            if st.shutdown {
-                return;
+impl Shared {
+    /// Release lazy memory in one batch, refill or decay pools, return areas to the tree.
+    /// Serialised by the purge mutex; holds each spin lock only to detach or attach lists.
+    pub(crate) fn purge(&self, kind: PurgeKind) -> PurgeReport {
+        let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.purge_requested.store(false, Relaxed);
+        let full = kind == PurgeKind::Full;
+        let mut release: Vec<(u64, u64)> = Vec::new();
+        let mut to_tree: Vec<(u64, u64)> = Vec::new();
+        let mut refill: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
+        // Chunk remainders: free space that never was an area (no guard to retire).
+        let mut chunks: Vec<(u64, u64)> = Vec::new();
+        match &self.kind {
+            Kind::Global(g) => {
+                let mut g = g.lock_at(&site::PURGE_DETACH);
+                let lazy = std::mem::take(&mut g.bl.lazy);
+                let pages = std::mem::take(&mut g.bl.lazy_pages);
+                drop(g);
+                self.lazy_approx.fetch_sub(pages as i64, Relaxed);
+                release.extend_from_slice(&lazy);
+                to_tree = lazy;
             }
-            st.wake |= wake;
-            let pid = std::process::id();
-            if st.thread.is_none() || st.pid != pid {
-                if st.pid != pid {
-                    // Inherited from the parent across fork(): that thread does not exist here.
-                    std::mem::forget(st.thread.take());
-                }
-                let weak = Arc::downgrade(arena);
-                let me = self.clone();
-                let spawned =
-                    std::thread::Builder::new().name("vmarena-purge".into()).spawn(move || run(me, weak));
-                match spawned {
-                    Ok(h) => {
-                        st.thread = Some(h);
-                        st.pid = pid;
-                    }
-                    Err(_) => {
-                        // No thread to be had: purge on this thread instead.
-                        drop(st);
-                        if wake {
-                            arena.purge(PurgeKind::Normal);
-                        }
-                        return;
-                    }
-                }
+            Kind::Split { busy, .. } => {
+                let mut b = busy.lock_at(&site::PURGE_DETACH);
+                let lazy = std::mem::take(&mut b.lazy);
+                let pages = std::mem::take(&mut b.lazy_pages);
+                drop(b);
+                self.lazy_approx.fetch_sub(pages as i64, Relaxed);
+                release.extend_from_slice(&lazy);
+                to_tree = lazy;
             }
-            self.cv.notify_one();
-        }
-
-        /// Stop the worker and wait for it (unless called from the worker itself).
-        pub fn shutdown(&self) {
-            let handle = {
-                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                st.shutdown = true;
-                self.cv.notify_all();
-                if st.pid == std::process::id() {
-                    st.thread.take()
-                } else {
-                    None
-                }
-            };
-            if let Some(h) = handle {
-                if h.thread().id() != std::thread::current().id() {
-                    let _ = h.join();
-                }
-            }
-        }
-    }
-
-    fn run(w: Arc<Worker>, weak: Weak<Shared>) {
-        loop {
-            let Some(arena) = weak.upgrade() else { return };
-            let interval = arena.decay_interval_ms();
-            // Wait without holding the arena alive, so dropping it can stop this thread.
-            drop(arena);
-            let woken = {
-                let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
-                while !st.wake && !st.shutdown {
-                    if interval == 0 {
-                        st = w.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                    } else {
-                        let (s, timeout) =
-                            w.cv.wait_timeout(st, Duration::from_millis(interval))
-                                .unwrap_or_else(|e| e.into_inner());
-                        st = s;
-                        if timeout.timed_out() {
-                            break;
+            Kind::Nodes { nodes, .. } => {
+                let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
+                for (i, n) in nodes.iter().enumerate() {
+                    let mut p = n.lock_at(&site::PURGE_DETACH);
+                    let decayed = p.pools.decay(num, den);
+                    let dirty = p.pools.take_dirty();
+                    let lazy = std::mem::take(&mut p.lazy_tree);
+                    p.lazy_tree_pages = 0;
+                    p.sync(&self.lazy_approx, true);
+                    if full {
+                        // The failure path and the shrinker take the chunks back too.
+                        let (cs, ce) = std::mem::take(&mut p.chunk);
+                        if cs < ce {
+                            chunks.push((cs, ce - cs));
                         }
                     }
+                    drop(p);
+                    // Decayed areas are clean: their memory was released by an earlier purge.
+                    to_tree.extend_from_slice(&decayed);
+                    release.extend_from_slice(&dirty);
+                    release.extend(lazy.iter().map(|l| (l.start, l.pages)));
+                    to_tree.extend(lazy.iter().map(|l| (l.start, l.pages)));
+                    if full {
+                        to_tree.extend_from_slice(&dirty);
+                    } else if !dirty.is_empty() {
+                        refill.push((i, dirty));
+                    }
                 }
-                if st.shutdown {
-                    return;
+            }
+        }
+        // One batch for the whole arena.
+        let mut calls = self.backing.release(&release) as u64;
+        if let Kind::Nodes { nodes, .. } = &self.kind {
+            for (i, areas) in refill {
+                let mut p = nodes[i].lock_at(&site::PURGE_REFILL);
+                for (s, pages) in areas {
+                    p.pools.push(s, pages, PoolSide::Clean);
                 }
-                std::mem::take(&mut st.wake)
+            }
+        }
+        calls += self.backing.retire(&to_tree) as u64;
+        self.merge_into_tree(&to_tree);
+        self.merge_into_tree(&chunks);
+        let pages_released: u64 = release.iter().map(|a| a.1).sum();
+        let c = &self.counters;
+        c.purges.fetch_add(1, Relaxed);
+        if full {
+            c.full_purges.fetch_add(1, Relaxed);
+        }
+        c.areas_released.fetch_add(release.len() as u64, Relaxed);
+        c.pages_released.fetch_add(pages_released, Relaxed);
+        c.release_calls.fetch_add(calls, Relaxed);
+        PurgeReport {
+            areas_released: release.len() as u64,
+            pages_released,
+            areas_to_tree: to_tree.len() as u64,
+            syscalls: calls,
+        }
+    }
+
+    /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
+    /// misses on other threads are not held up for the whole batch.
+    fn merge_into_tree(&self, areas: &[(u64, u64)]) {
+        const CHUNK: usize = 256;
+        for chunk in areas.chunks(CHUNK) {
+            let merge = |t: &mut FreeTree| {
+                for &(s, pages) in chunk {
+                    if let Err(e) = t.insert_merge(s, s + pages) {
+                        panic!(
+                            "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",
+                            self.name
+                        );
+                    }
+                }
             };
-            let Some(arena) = weak.upgrade() else { return };
-            if woken || arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
-                arena.purge(PurgeKind::Normal);
+            match &self.kind {
+                Kind::Global(g) => merge(&mut g.lock_at(&site::PURGE_MERGE).free),
+                Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
+                    merge(&mut free.lock_at(&site::PURGE_MERGE))
+                }
             }
         }
     }

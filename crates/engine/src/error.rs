@@ -1,0 +1,98 @@
+//! Why an arena refused a request. Every refusal leaves the arena unchanged; the texts name the
+//! arena, the request and the limits that were hit.
+
+use std::fmt;
+use vmarena_core::RequestError;
+
+/// Why an allocation failed. Nothing was changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// Size 0, a bad alignment or an empty window.
+    Invalid(RequestError),
+    /// The window is not inside the arena.
+    OutOfRange {
+        /// Window asked for.
+        window: (u64, u64),
+        /// The arena's range.
+        arena: (u64, u64),
+    },
+    /// No room even after a full purge.
+    NoSpace {
+        /// Arena name.
+        arena: String,
+        /// Pages asked for.
+        pages: u64,
+        /// Alignment asked for.
+        align_pages: u64,
+        /// Window searched.
+        window: (u64, u64),
+        /// Free pages left in the tree.
+        free_pages: u64,
+        /// Largest free range.
+        largest_free: u64,
+        /// Pages of live areas when the allocation gave up.
+        live_pages: u64,
+        /// Pages of lazily freed areas when the allocation gave up.
+        lazy_pages: u64,
+    },
+    /// A non-blocking request found no room without purging.
+    WouldBlock,
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::Invalid(RequestError::ZeroSize) => write!(f, "size 0"),
+            AllocError::Invalid(RequestError::BadAlignment) => write!(f, "alignment is not a power of two"),
+            AllocError::Invalid(RequestError::BadWindow) => {
+                write!(f, "window is empty or smaller than the request")
+            }
+            AllocError::OutOfRange { window, arena } => write!(
+                f,
+                "window [{:#x}, {:#x}) is outside the arena [{:#x}, {:#x})",
+                window.0, window.1, arena.0, arena.1
+            ),
+            AllocError::NoSpace {
+                arena,
+                pages,
+                align_pages,
+                window,
+                free_pages,
+                largest_free,
+                live_pages,
+                lazy_pages,
+            } => write!(
+                f,
+                "{arena}: no room for {pages} pages (alignment {align_pages}) in pages [{:#x}, {:#x}) \
+                 after a full purge; {free_pages} pages free, largest free range {largest_free} pages, \
+                 {live_pages} pages live, {lazy_pages} pages lazy",
+                window.0, window.1
+            ),
+            AllocError::WouldBlock => write!(f, "no room without purging, and the request may not block"),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// Why a free was refused. Nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeError {
+    /// `start` is not the first page of a live area (interior, foreign, or already freed).
+    NotLive {
+        /// The page given.
+        start: u64,
+    },
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FreeError::NotLive { start } => {
+                write!(f, "page {start:#x} is not the start of a live area")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FreeError {}

@@ -1,0 +1,158 @@
+//! The purge worker: one background thread per arena that runs purges so memory drops without
+//! further calls.
+//!
+//! Owns: the thread and its wake-up state (a mutex and condition variable, never a spin lock).
+//! The thread holds only a weak reference to the arena and upgrades it for each purge, so
+//! dropping the arena stops it.
+//!
+//! It purges (a normal purge) when:
+//! - a free pushed the lazy pages over `lazy_max_pages` (the kernel's `drain_vmap_work`), or
+//! - `decay_interval_ms` passed since its last purge and some pages are lazy (the user-space
+//!   addition: memory of an idle program falls back to the OS within one interval).
+//!
+//! The thread starts on the first wake-up, not at arena creation, so an arena that never frees
+//! much never has one. After a `fork()` the child has no worker thread; the next wake-up in the
+//! child starts a new one.
+
+#[cfg(loom)]
+pub(crate) use stub::Worker;
+#[cfg(not(loom))]
+pub(crate) use thread::Worker;
+
+/// Under loom there is no background thread: models purge inline or from a model thread.
+#[cfg(loom)]
+mod stub {
+    use crate::arena::Shared;
+    use crate::sync::Arc;
+
+    #[derive(Default)]
+    pub(crate) struct Worker;
+
+    impl Worker {
+        pub fn wake(&self, _arena: &Arc<Shared>) {}
+        pub fn start(&self, _arena: &Arc<Shared>) {}
+        pub fn shutdown(&self) {}
+    }
+}
+
+#[cfg(not(loom))]
+mod thread {
+    use crate::arena::{PurgeKind, Shared};
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Arc, Condvar, Mutex, Weak};
+    use std::thread::JoinHandle;
+    use std::time::Duration;
+
+    #[derive(Default)]
+    struct State {
+        wake: bool,
+        shutdown: bool,
+        thread: Option<JoinHandle<()>>,
+        pid: u32,
+    }
+
+    /// See the module documentation.
+    #[derive(Default)]
+    pub(crate) struct Worker {
+        state: Mutex<State>,
+        cv: Condvar,
+    }
+
+    impl Worker {
+        /// Wake the worker for a purge now, starting it if this process has none yet.
+        pub fn wake(self: &Arc<Self>, arena: &Arc<Shared>) {
+            self.start_or_wake(arena, true);
+        }
+
+        /// Start the worker (for the decay interval) without asking for a purge now.
+        pub fn start(self: &Arc<Self>, arena: &Arc<Shared>) {
+            self.start_or_wake(arena, false);
+        }
+
+        fn start_or_wake(self: &Arc<Self>, arena: &Arc<Shared>, wake: bool) {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.shutdown {
+                return;
+            }
+            st.wake |= wake;
+            let pid = std::process::id();
+            if st.thread.is_none() || st.pid != pid {
+                if st.pid != pid {
+                    // Inherited from the parent across fork(): that thread does not exist here.
+                    std::mem::forget(st.thread.take());
+                }
+                let weak = Arc::downgrade(arena);
+                let me = self.clone();
+                let spawned =
+                    std::thread::Builder::new().name("vmarena-purge".into()).spawn(move || run(me, weak));
+                match spawned {
+                    Ok(h) => {
+                        st.thread = Some(h);
+                        st.pid = pid;
+                    }
+                    Err(_) => {
+                        // No thread to be had: purge on this thread instead.
+                        drop(st);
+                        if wake {
+                            arena.purge(PurgeKind::Normal);
+                        }
+                        return;
+                    }
+                }
+            }
+            self.cv.notify_one();
+        }
+
+        /// Stop the worker and wait for it (unless called from the worker itself).
+        pub fn shutdown(&self) {
+            let handle = {
+                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                st.shutdown = true;
+                self.cv.notify_all();
+                if st.pid == std::process::id() {
+                    st.thread.take()
+                } else {
+                    None
+                }
+            };
+            if let Some(h) = handle {
+                if h.thread().id() != std::thread::current().id() {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+
+    fn run(w: Arc<Worker>, weak: Weak<Shared>) {
+        loop {
+            let Some(arena) = weak.upgrade() else { return };
+            let interval = arena.decay_interval_ms();
+            // Wait without holding the arena alive, so dropping it can stop this thread.
+            drop(arena);
+            let woken = {
+                let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
+                while !st.wake && !st.shutdown {
+                    if interval == 0 {
+                        st = w.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    } else {
+                        let (s, timeout) =
+                            w.cv.wait_timeout(st, Duration::from_millis(interval))
+                                .unwrap_or_else(|e| e.into_inner());
+                        st = s;
+                        if timeout.timed_out() {
+                            break;
+                        }
+                    }
+                }
+                if st.shutdown {
+                    return;
+                }
+                std::mem::take(&mut st.wake)
+            };
+            let Some(arena) = weak.upgrade() else { return };
+            if woken || arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
+                arena.purge(PurgeKind::Normal);
+            }
+        }
+    }
+}
