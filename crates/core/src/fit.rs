@@ -35,8 +35,8 @@ pub struct Request {
     /// Alignment of the start in pages: a power of two for requests built with
     /// [`Request::new`]; any modulus for [`Request::striped`].
     pub align_pages: u64,
-    /// The start must be `phase_pages` past a multiple of `align_pages` (`< align_pages`).
-    /// The engine uses it to carve a zone of one node's stripe.
+    /// The start must be `phase_pages` past a multiple of `align_pages` (`< align_pages`; 0 for
+    /// requests built with [`Request::new`]).
     pub phase_pages: u64,
     /// Lowest page the area may start at.
     pub lo: u64,
@@ -87,16 +87,6 @@ impl Request {
         r.align_pages = modulus;
         r.phase_pages = phase;
         Ok(r)
-    }
-
-    /// The same request with the start constrained to `phase` past a multiple of the
-    /// alignment (`phase < align_pages`).
-    pub fn with_phase(mut self, phase: u64) -> Result<Self, RequestError> {
-        if phase >= self.align_pages {
-            return Err(RequestError::BadAlignment);
-        }
-        self.phase_pages = phase;
-        Ok(self)
     }
 
     /// The block length the conservative search requires (see the module doc).
@@ -202,12 +192,12 @@ mod tests {
 
     #[test]
     fn phase_shifts_the_candidate() {
-        let r = Request::new(2, 8, 0, 100).unwrap().with_phase(3).unwrap();
+        let r = Request::striped(2, 8, 3, 0, 100).unwrap();
         assert_eq!(r.candidate_in(0, 20), Some(3));
         assert_eq!(r.candidate_in(4, 20), Some(11));
         assert_eq!(r.candidate_in(11, 13), Some(11));
         assert_eq!(r.candidate_in(12, 40), Some(19));
-        assert!(Request::new(1, 8, 0, 100).unwrap().with_phase(8).is_err());
+        assert!(Request::striped(1, 8, 8, 0, 100).is_err());
     }
 
     #[test]

@@ -45,7 +45,7 @@ fn random_request(rng: &mut Rng, space: u64) -> Request {
     match rng.below(6) {
         0 if align > 1 => {
             let phase = rng.below(align);
-            Request::new(size, align, lo, hi).unwrap().with_phase(phase).unwrap()
+            Request::striped(size, align, phase, lo, hi).unwrap()
         }
         1 => {
             // A stripe period that is not a power of two (16 x 3 nodes).

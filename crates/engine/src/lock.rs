@@ -64,6 +64,16 @@ pub struct LockStats {
 }
 
 impl LockStats {
+    /// The figures accumulated since the snapshot `before` of the same lock (or class).
+    pub fn since(&self, before: &LockStats) -> LockStats {
+        LockStats {
+            acquisitions: self.acquisitions - before.acquisitions,
+            contended: self.contended - before.contended,
+            wait_ns: self.wait_ns - before.wait_ns,
+            hold_ns: self.hold_ns - before.hold_ns,
+        }
+    }
+
     /// Add another lock's figures (for classes of locks such as "busy" over all nodes).
     pub fn merge(&mut self, o: &LockStats) {
         self.acquisitions += o.acquisitions;

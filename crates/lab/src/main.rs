@@ -21,6 +21,13 @@ struct Cli {
 enum Command {
     /// Print every option (with its environment variable) and every statistic, as Markdown.
     Options,
+    /// What the primitives under the engine cost on this machine, uncontended, in ns: a
+    /// StatLock lock+unlock, an atomic fetch_add, the CPU id from rseq and from sched_getcpu.
+    LockCost {
+        /// Iterations of each loop.
+        #[arg(long, default_value_t = 20_000_000)]
+        iterations: u64,
+    },
     /// Nanoseconds per vmalloc+vfree pair for each strategy and thread count, in one run.
     ///
     /// Each thread repeats vmalloc(size) + vfree on a space of its strategy. Reports the median
@@ -42,6 +49,7 @@ fn main() {
     let m = machine::Machine::detect();
     match cli.command {
         Command::Options => print_tables(),
+        Command::LockCost { iterations } => lock_cost(iterations.max(1), &m),
         Command::TestVmalloc(a) => {
             if let Err(e) = test_vmalloc::main(*a, &m) {
                 eprintln!("vmarena test-vmalloc: {e}");
@@ -90,5 +98,47 @@ mod vmarena_engine_tables {
             let unit = d.unit.replace('|', "\\|");
             println!("| `{}` | {} | `{}` | `{}` | {} |", d.name, unit, d.default, d.env, d.doc);
         }
+    }
+}
+
+/// Time `f` over `n` iterations: nanoseconds per iteration.
+fn per_iter(n: u64, mut f: impl FnMut()) -> f64 {
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+fn lock_cost(n: u64, m: &machine::Machine) {
+    use std::hint::black_box;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let lock = vmarena_engine::StatLock::new(0u64);
+    let counter = AtomicU64::new(0);
+    println!("# vmarena lock-cost: {n} iterations each, uncontended, one thread");
+    println!("# {}", m.line());
+    let rows = [
+        ("StatLock lock+unlock", per_iter(n, || *black_box(&lock).lock() += 1)),
+        (
+            "AtomicU64::fetch_add",
+            per_iter(n, || {
+                black_box(black_box(&counter).fetch_add(1, Relaxed));
+            }),
+        ),
+        (
+            "CPU id (rseq)",
+            per_iter(n, || {
+                black_box(vmarena_platform::cpu::current());
+            }),
+        ),
+        (
+            "CPU id (sched_getcpu)",
+            per_iter(n, || {
+                black_box(vmarena_platform::cpu::sched_getcpu());
+            }),
+        ),
+    ];
+    for (what, ns) in rows {
+        println!("{what:<24} {ns:>8.2} ns");
     }
 }

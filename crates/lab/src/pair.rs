@@ -141,22 +141,8 @@ fn run_once(target: &Arc<Target>, threads: usize, cfg: &PairConfig) -> Sample {
     let thread_ns: f64 = per_thread.iter().map(|d| d.as_nanos() as f64).sum();
     let total_pairs = cfg.pairs as f64 * threads as f64;
     let after = arena.stats();
-    let locks: Vec<(&'static str, LockStats)> = arena
-        .lock_stats()
-        .into_iter()
-        .zip(before_locks)
-        .map(|((n, a), (_, b))| {
-            (
-                n,
-                LockStats {
-                    acquisitions: a.acquisitions - b.acquisitions,
-                    contended: a.contended - b.contended,
-                    wait_ns: a.wait_ns - b.wait_ns,
-                    hold_ns: a.hold_ns - b.hold_ns,
-                },
-            )
-        })
-        .collect();
+    let locks: Vec<(&'static str, LockStats)> =
+        arena.lock_stats().into_iter().zip(before_locks).map(|((n, a), (_, b))| (n, a.since(&b))).collect();
     let hits = (after.pool_hits - before.pool_hits) as f64;
     let misses = (after.pool_misses - before.pool_misses) as f64;
     Sample {

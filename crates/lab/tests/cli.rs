@@ -154,3 +154,16 @@ fn test_vmalloc_sweep_draws_one_line_per_contender() {
     assert_eq!(text.matches("<polyline").count(), 2);
     assert!(text.contains(">vmarena-nodes<") && text.contains(">mmap<"));
 }
+
+#[test]
+fn lock_cost_reports_every_primitive() {
+    let out = vmarena(&["lock-cost", "--iterations", "10000"]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for what in ["StatLock lock+unlock", "AtomicU64::fetch_add", "CPU id (rseq)", "CPU id (sched_getcpu)"] {
+        let line =
+            stdout.lines().find(|l| l.starts_with(what)).unwrap_or_else(|| panic!("{what}:\n{stdout}"));
+        let ns: f64 = line.split_whitespace().rev().nth(1).unwrap().parse().unwrap();
+        assert!(ns > 0.0 && ns < 1e6, "{line}");
+    }
+}

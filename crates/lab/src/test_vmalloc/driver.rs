@@ -127,31 +127,22 @@ pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResu
     // parent's progress loop above wakes every 100 ms, so its own clock is no measure.)
     let wall = Duration::from_nanos(workers.iter().map(|w| w.wall_ns).max().unwrap_or(0));
     c.quiesce();
+    let line = |n: &str, l: vmarena::LockStats| LockLine {
+        lock: n.to_string(),
+        acquisitions: l.acquisitions,
+        contended: l.contended,
+        wait_ns: l.wait_ns,
+        hold_ns: l.hold_ns,
+    };
     let locks = c
         .lock_stats()
         .into_iter()
-        .map(|(n, a)| {
-            let b = before.iter().find(|x| x.0 == n).map(|x| x.1).unwrap_or_default();
-            LockLine {
-                lock: n.to_string(),
-                acquisitions: a.acquisitions - b.acquisitions,
-                contended: a.contended - b.contended,
-                wait_ns: a.wait_ns - b.wait_ns,
-                hold_ns: a.hold_ns - b.hold_ns,
-            }
-        })
+        .map(|(n, a)| line(n, a.since(&before.iter().find(|x| x.0 == n).map(|x| x.1).unwrap_or_default())))
         .collect();
-    let delta = |n: &str, a: vmarena::LockStats, b: vmarena::LockStats| LockLine {
-        lock: n.to_string(),
-        acquisitions: a.acquisitions - b.acquisitions,
-        contended: a.contended - b.contended,
-        wait_ns: a.wait_ns - b.wait_ns,
-        hold_ns: a.hold_ns - b.hold_ns,
-    };
     let sites = vmarena_engine::site::snapshot()
         .into_iter()
         .zip(sites_before)
-        .map(|((n, a), (_, b))| delta(n, a, b))
+        .map(|((n, a), (_, b))| line(n, a.since(&b)))
         .filter(|l| l.acquisitions + l.contended > 0)
         .collect();
     RunResult { name, workers, locks, sites, wall_ns: wall.as_nanos() as u64, proc: ProcFigures::default() }
