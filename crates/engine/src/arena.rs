@@ -259,6 +259,11 @@ impl Arena {
             worker: Arc::new(Worker::default()),
             counters: Counters::default(),
         });
+        #[cfg(not(loom))]
+        {
+            let s: Arc<dyn crate::pressure::Reclaim> = shared.clone();
+            crate::pressure::register(Arc::downgrade(&s));
+        }
         Ok(Arena { shared })
     }
 
@@ -451,6 +456,17 @@ impl Arena {
 impl Drop for Arena {
     fn drop(&mut self) {
         self.shared.worker.shutdown();
+    }
+}
+
+/// A low-memory event shrinks the arena: every lazy area released, every pool drained.
+impl crate::pressure::Reclaim for Shared {
+    fn reclaim_name(&self) -> String {
+        format!("space {}", self.name)
+    }
+
+    fn reclaim(&self) -> u64 {
+        self.purge(PurgeKind::Full).pages_released
     }
 }
 

@@ -16,9 +16,11 @@ pub mod arena;
 pub mod backing;
 mod check;
 pub mod error;
+pub mod fixed_cache;
 pub mod lock;
 mod node;
 pub mod options;
+pub mod pressure;
 mod purge;
 pub mod site;
 pub mod stats;
@@ -31,6 +33,7 @@ pub use arena::{
     AllocError, AllocRequest, Allocation, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step, NO_NODE,
 };
 pub use backing::{Backing, NoBacking};
+pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
 pub use lock::{LockStats, StatLock};
 pub use node::ZONE_PAGES;
 pub use options::ArenaOptions;
