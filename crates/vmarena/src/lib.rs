@@ -1,7 +1,8 @@
 //! vmarena: the Linux vmalloc design for user space.
 //!
 //! Layers 4 and 5: [`VmSpace`], the vmalloc family over one large reservation, the
-//! process-wide [`default_space`], and the C ABI of `include/vmarena.h`. The algorithms live in
+//! process-wide [`default_space`], [`FixedPool`] (preallocated fixed-size slots with a per-CPU
+//! cache), low-memory events ([`pressure`]), and the C ABI of `include/vmarena.h`. The algorithms live in
 //! `vmarena-core`, the concurrency in `vmarena-engine`, the OS calls in `vmarena-platform`; this
 //! crate re-exports what a user needs.
 //!
@@ -19,16 +20,21 @@
 mod backing;
 pub mod capi;
 mod default_space;
+pub mod fixed_pool;
 pub mod options;
+pub mod pressure;
 pub mod rcu;
 pub mod space;
 mod vmallocinfo;
 
 pub use default_space::default_space;
+pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
 pub use options::{ReleaseAdvice, SpaceOptions};
+pub use pressure::{pressure, MonitorStatus, PressureOptions};
 pub use space::{SpaceStats, VmError, VmSpace};
+pub use vmarena_engine::pressure::PressureReport;
 pub use vmarena_engine::table::{OptionDoc, StatDoc};
-pub use vmarena_engine::{ArenaOptions, ArenaStats, LockStats, Strategy};
+pub use vmarena_engine::{ArenaOptions, ArenaStats, FixedStats, LockStats, Strategy};
 pub use vmarena_platform::Advice;
 
 /// Switch lock hold-time measurement on or off for the whole process (the kernel's lockstat).

@@ -41,13 +41,21 @@ pub enum VmError {
     NoSpace(String),
     /// A non-blocking request found no room without purging.
     WouldBlock,
+    /// The pointer is not the start of a slot of this fixed pool held by a caller.
+    NotHeld(usize),
+    /// A parameter is out of range; the text says which.
+    Invalid(String),
 }
 
 impl VmError {
     /// The errno the C ABI reports for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            VmError::ZeroSize | VmError::BadAlignment(_) | VmError::NotLive(_) => libc::EINVAL,
+            VmError::ZeroSize
+            | VmError::BadAlignment(_)
+            | VmError::NotLive(_)
+            | VmError::NotHeld(_)
+            | VmError::Invalid(_) => libc::EINVAL,
             VmError::Overflow(_) | VmError::NoSpace(_) => libc::ENOMEM,
             VmError::WouldBlock => libc::EAGAIN,
         }
@@ -62,6 +70,8 @@ impl fmt::Display for VmError {
             VmError::BadAlignment(a) => write!(f, "alignment {a} is not a power of two"),
             VmError::NotLive(p) => write!(f, "{p:#x} is not the start of a live area"),
             VmError::NoSpace(m) => f.write_str(m),
+            VmError::NotHeld(p) => write!(f, "{p:#x} is not the start of a slot held from this pool"),
+            VmError::Invalid(m) => f.write_str(m),
             VmError::WouldBlock => {
                 write!(f, "no room without purging, and the request may not block")
             }
@@ -123,6 +133,7 @@ impl VmSpace {
         let lo = (reservation.base() >> page_shift) as u64;
         let hi = lo + (reservation.len_bytes() >> page_shift) as u64;
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
+        crate::pressure::start_monitor();
         Ok(VmSpace {
             name: name.to_string(),
             arena,

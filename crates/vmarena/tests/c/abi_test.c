@@ -89,6 +89,42 @@ int main(void) {
     again[0] = 1;
     CHECK(vmarena_vfree(again) == 0);
 
+    /* Fixed pools. */
+    errno = 0;
+    CHECK(vmarena_fixed_create(0, 4) == NULL && errno == EINVAL);
+    vmarena_fixed *fp = vmarena_fixed_create(10000, 2);
+    CHECK(fp != NULL);
+    CHECK(vmarena_fixed_slot_size(fp) == 12288);
+    char *s1 = vmarena_fixed_get(fp);
+    char *s2 = vmarena_fixed_try_get(fp);
+    CHECK(s1 != NULL && s2 != NULL && s1 != s2);
+    memset(s1, 0x11, 12288);
+    memset(s2, 0x22, 12288);
+    errno = 0;
+    CHECK(vmarena_fixed_try_get(fp) == NULL && errno == EAGAIN);
+    errno = 0;
+    CHECK(vmarena_fixed_get_timeout(fp, 1000000) == NULL && errno == ETIMEDOUT);
+    CHECK(vmarena_fixed_destroy(fp) == -EBUSY);
+    CHECK(vmarena_fixed_put(fp, s1 + 4096) == -EINVAL);
+    CHECK(vmarena_fixed_put(fp, &local) == -EINVAL);
+    CHECK(vmarena_fixed_put(fp, s1) == 0);
+    CHECK(vmarena_fixed_put(fp, s1) == -EINVAL);
+    CHECK(s2[0] == 0x22 && s2[12287] == 0x22);
+    struct vmarena_fixed_stats st;
+    CHECK(vmarena_fixed_stats(fp, &st) == 0);
+    CHECK(st.slots == 2 && st.held == 1 && st.timeouts == 1 && st.cache_hits + st.list_pops + st.steals == 2);
+    CHECK(vmarena_fixed_stats(fp, NULL) == -EINVAL);
+    CHECK(vmarena_fixed_stats(NULL, &st) == -EINVAL);
+    errno = 0;
+    CHECK(vmarena_fixed_get(NULL) == NULL && errno == EINVAL);
+    CHECK(vmarena_fixed_put(fp, s2) == 0);
+
+    /* Pressure: the two free slots (24 KiB, resident) are released. */
+    CHECK(vmarena_pressure() >= 2 * 12288);
+    CHECK(vmarena_fixed_stats(fp, &st) == 0 && st.releases == 2);
+    CHECK(vmarena_fixed_destroy(fp) == 0);
+    CHECK(vmarena_fixed_destroy(NULL) == 0);
+
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
