@@ -4,6 +4,7 @@
 //! Results go to stdout as tables; progress goes to stderr; `--json FILE` writes every
 //! parameter, the machine and every figure.
 
+mod fixed;
 mod machine;
 mod pair;
 mod test_vmalloc;
@@ -42,6 +43,13 @@ enum Command {
     /// test_vmalloc.sh. Every strategy in --strategy runs the same cases in this process;
     /// a comparison table ends the report.
     TestVmalloc(Box<test_vmalloc::Args>),
+    /// FreeBSD's exec-args experiment: N workers take, write and give back a fixed-size buffer.
+    ///
+    /// Worker counts are multiples of the CPUs. Each run compares FixedPool (release on low
+    /// memory, or on every put with MADV_FREE or MADV_DONTNEED), a single locked free list over
+    /// the same slots, vmalloc/vfree, glibc malloc/free and mmap/munmap: wall, kernel and user
+    /// time per cycle, faults, the per-CPU hit rate, steals, sleeps and releases.
+    Fixed(fixed::FixedConfig),
 }
 
 fn main() {
@@ -54,6 +62,19 @@ fn main() {
             if let Err(e) = test_vmalloc::main(*a, &m) {
                 eprintln!("vmarena test-vmalloc: {e}");
                 std::process::exit(2);
+            }
+        }
+        Command::Fixed(cfg) => {
+            let runs = fixed::run(&cfg).unwrap_or_else(|e| {
+                eprintln!("vmarena fixed: {e}");
+                std::process::exit(2);
+            });
+            fixed::print(&cfg, &runs, &m);
+            if let Some(path) = &cfg.json {
+                if let Err(e) = machine::write_output(path, &fixed::json(&cfg, &runs, &m)) {
+                    eprintln!("vmarena fixed: cannot write {e}");
+                    std::process::exit(1);
+                }
             }
         }
         Command::Pair(cfg) => {
@@ -84,14 +105,26 @@ fn print_tables() {
     options_md(vmarena::SpaceOptions::TABLE);
     println!("\n### Arena options (every strategy)\n");
     options_md(vmarena::ArenaOptions::TABLE);
+    println!("\n### Fixed pool options (`FixedPool`; the C ABI's pools read the environment)\n");
+    options_md(vmarena::FixedOptions::TABLE);
+    println!("\n### Memory-pressure options (read once per process)\n");
+    options_md(vmarena::PressureOptions::TABLE);
     println!("\n### Arena statistics (`Arena::stats`, `VmSpace::stats`)\n");
-    println!("| name | unit | meaning |\n|---|---|---|");
-    for d in vmarena::ArenaStats::TABLE {
-        println!("| `{}` | {} | {} |", d.name, d.unit, d.doc);
-    }
+    stats_md(vmarena::ArenaStats::TABLE);
+    println!("\n### Fixed pool statistics (`FixedPool::cache_stats`, `FixedPool::stats`)\n");
+    let mut fixed = vmarena::FixedStats::TABLE.to_vec();
+    fixed.extend_from_slice(vmarena::FixedPoolStats::TABLE);
+    stats_md(&fixed);
 }
 
 mod vmarena_engine_tables {
+    pub fn stats_md(t: &[vmarena::StatDoc]) {
+        println!("| name | unit | meaning |\n|---|---|---|");
+        for d in t {
+            println!("| `{}` | {} | {} |", d.name, d.unit, d.doc);
+        }
+    }
+
     pub fn options_md(t: &[vmarena::OptionDoc]) {
         println!("| option | unit | default | environment | meaning |\n|---|---|---|---|---|");
         for d in t {

@@ -167,3 +167,49 @@ fn lock_cost_reports_every_primitive() {
         assert!(ns > 0.0 && ns < 1e6, "{line}");
     }
 }
+
+#[test]
+fn fixed_compares_pools_with_peers_and_writes_json() {
+    let dir = std::env::temp_dir().join(format!("vmarena-fixed-{}", std::process::id()));
+    let json = dir.join("fixed.json");
+    let out = vmarena(&[
+        "fixed",
+        "--workers",
+        "1,4",
+        "--cycles",
+        "4000",
+        "--contenders",
+        "fixed,fixed-dontneed,locked-list,glibc",
+        "--slots",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("## FixedPool per-CPU hit rate by workers"), "{s}");
+    assert!(s.contains("| fixed | ") && s.contains("| locked-list | ") && s.contains("| glibc | "), "{s}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8);
+    for r in runs {
+        assert!(r["cycles"].as_u64().unwrap() >= 4000 && r["wall_ns"].as_u64().unwrap() > 0, "{r}");
+    }
+    let get = |name: &str, workers: u64, key: &str| {
+        runs.iter().find(|r| r["contender"] == name && r["workers"] == workers).unwrap()[key]
+            .as_u64()
+            .unwrap()
+    };
+    let cpus = v["machine"]["cores"].as_u64().unwrap();
+    // Every get of a pool is a hit, a pop or a steal; with 2 slots and 4 x CPUs workers that
+    // sleep holding them, getters must have slept.
+    let gets = |w| get("fixed", w, "cache_hits") + get("fixed", w, "list_pops") + get("fixed", w, "steals");
+    assert_eq!(gets(cpus), get("fixed", cpus, "cycles"));
+    assert!(get("fixed", 4 * cpus, "sleeps") > 0);
+    assert_eq!(get("fixed-dontneed", cpus, "releases"), get("fixed-dontneed", cpus, "cycles"));
+    assert_eq!(get("fixed", cpus, "releases"), 0, "no low-memory event, no release");
+    let out = vmarena(&["fixed", "--contenders", "bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown contender 'bogus'"));
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -46,10 +46,51 @@ pub fn page_table_bytes() -> u64 {
 
 /// Minor page faults of this process so far.
 pub fn minor_faults() -> u64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: ru is a valid out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru.ru_minflt as u64
+    Usage::now().minor_faults
+}
+
+/// Resource use of the whole process so far (`getrusage(RUSAGE_SELF)`, every thread).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU time in user mode.
+    pub user_ns: u64,
+    /// CPU time in the kernel.
+    pub sys_ns: u64,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+    /// Context switches because a thread waited (sleep, futex, I/O).
+    pub voluntary_switches: u64,
+    /// Context switches forced by the scheduler.
+    pub involuntary_switches: u64,
+}
+
+impl Usage {
+    /// The figures now.
+    pub fn now() -> Usage {
+        // SAFETY: an all-zero rusage is a valid value.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: ru is a valid out-pointer.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        Usage {
+            user_ns: ns(ru.ru_utime),
+            sys_ns: ns(ru.ru_stime),
+            minor_faults: ru.ru_minflt as u64,
+            voluntary_switches: ru.ru_nvcsw as u64,
+            involuntary_switches: ru.ru_nivcsw as u64,
+        }
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            user_ns: self.user_ns.saturating_sub(earlier.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(earlier.sys_ns),
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+            voluntary_switches: self.voluntary_switches.saturating_sub(earlier.voluntary_switches),
+            involuntary_switches: self.involuntary_switches.saturating_sub(earlier.involuntary_switches),
+        }
+    }
 }
 
 /// Resident bytes of `[addr, addr + len)` (page aligned `addr`), by `mincore` in 1 GiB steps.
