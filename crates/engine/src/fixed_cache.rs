@@ -343,11 +343,6 @@ impl FixedCache {
         (free, held)
     }
 
-    /// True when `slot` is held by a caller now.
-    pub fn is_held(&self, slot: u32) -> bool {
-        self.held.get(slot as usize).is_some_and(|h| h.load(Ordering::Relaxed))
-    }
-
     /// Figures as of now.
     pub fn stats(&self) -> FixedStats {
         let l = self.list.lock().unwrap_or_else(|p| p.into_inner());

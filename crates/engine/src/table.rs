@@ -104,6 +104,16 @@ macro_rules! options_table {
                 )*
                 Ok(self)
             }
+
+            /// The defaults overridden from the environment. A malformed variable is reported
+            /// on stderr and the defaults are kept (for libraries, which have no caller to
+            /// return the error to).
+            pub fn from_env() -> Self {
+                Self::default().with_env().unwrap_or_else(|e| {
+                    eprintln!("vmarena: ignoring {e}");
+                    Self::default()
+                })
+            }
         }
     };
 }

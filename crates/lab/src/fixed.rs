@@ -57,6 +57,13 @@ pub struct FixedConfig {
     pub json: Option<std::path::PathBuf>,
 }
 
+impl FixedConfig {
+    /// Slots of the pools: `--slots`, or FixedPool's default when 0.
+    fn pool_slots(&self) -> u64 {
+        FixedOptions { slots: self.slots, ..Default::default() }.slot_count()
+    }
+}
+
 const CONTENDERS: [&str; 7] =
     ["fixed", "fixed-free", "fixed-dontneed", "locked-list", "vmalloc", "glibc", "mmap"];
 
@@ -316,7 +323,7 @@ pub fn validate(cfg: &FixedConfig) -> Result<(), String> {
 pub fn run(cfg: &FixedConfig) -> Result<Vec<FixedRun>, String> {
     validate(cfg)?;
     let cpus = vmarena_platform::cpu::count();
-    let slots = if cfg.slots == 0 { 8 * cpus as u64 } else { cfg.slots };
+    let slots = cfg.pool_slots();
     let so = SpaceOptions { space_bytes: 16 << 30, ..Default::default() };
     let space = VmSpace::new("fixed-lab", so, ArenaOptions::default())?;
     let total = cfg.workers.len() * cfg.contenders.len();
@@ -339,7 +346,7 @@ fn us(ns: f64) -> String {
 /// The tables.
 pub fn print(cfg: &FixedConfig, runs: &[FixedRun], m: &Machine) {
     let cpus = vmarena_platform::cpu::count();
-    let slots = if cfg.slots == 0 { 8 * cpus as u64 } else { cfg.slots };
+    let slots = cfg.pool_slots();
     let sleeps = match cfg.sleep_every {
         0 => "no sleep points".to_string(),
         n => format!("1 in {n} cycles sleeps {} us holding it", cfg.sleep_us),

@@ -167,7 +167,7 @@ pub extern "C" fn vmarena_fixed_create(slot_size: usize, slot_count: usize) -> *
             set_errno(libc::ENOMEM);
             return null_mut();
         };
-        let mut opts = crate::FixedOptions::default().with_env().unwrap_or_default();
+        let mut opts = crate::FixedOptions::from_env();
         opts.slot_bytes = slot_size as u64;
         opts.slots = slot_count as u64;
         match crate::FixedPool::new(space, "c_abi", &opts) {

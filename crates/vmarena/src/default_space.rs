@@ -15,17 +15,7 @@ static DEFAULT: OnceLock<Result<VmSpace, String>> = OnceLock::new();
 /// space cannot be reserved).
 pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
-        .get_or_init(|| {
-            let so = SpaceOptions::default().with_env().unwrap_or_else(|e| {
-                eprintln!("vmarena: ignoring {e}");
-                SpaceOptions::default()
-            });
-            let ao = ArenaOptions::default().with_env().unwrap_or_else(|e| {
-                eprintln!("vmarena: ignoring {e}");
-                ArenaOptions::default()
-            });
-            VmSpace::new("vmalloc", so, ao)
-        })
+        .get_or_init(|| VmSpace::new("vmalloc", SpaceOptions::from_env(), ArenaOptions::from_env()))
         .as_ref()
         .map_err(|e| e.as_str())
 }

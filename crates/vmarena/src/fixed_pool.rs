@@ -61,6 +61,16 @@ options_table! {
     }
 }
 
+impl FixedOptions {
+    /// The slot count `slots` stands for: itself, or 8 per online CPU when 0.
+    pub fn slot_count(&self) -> u64 {
+        match self.slots {
+            0 => 8 * vmarena_platform::cpu::count() as u64,
+            n => n,
+        }
+    }
+}
+
 stats_table! {
     /// Figures of a fixed pool beyond its cache's.
     pub struct FixedPoolStats {
@@ -125,10 +135,16 @@ impl<'s> FixedPool<'s> {
             return Err(VmError::ZeroSize);
         }
         let rounded = slot_bytes.checked_next_multiple_of(page).ok_or(VmError::Overflow(slot_bytes))?;
-        let slots = match opts.slots {
-            0 => 8 * vmarena_platform::cpu::count() as u64,
-            n => n,
-        };
+        let slots = opts.slot_count();
+        let (lo, hi) = space.bounds();
+        let guard_bytes = space.options().guard_pages as u128 * page as u128;
+        if slots as u128 * (rounded as u128 + guard_bytes) > (hi - lo) as u128 {
+            return Err(VmError::NoSpace(format!(
+                "fixed pool {name}: {slots} slots of {rounded} bytes (and their guards) exceed the {} space ({} MiB)",
+                space.name(),
+                (hi - lo) >> 20
+            )));
+        }
         let cache =
             FixedCache::new(u32::try_from(slots).unwrap_or(u32::MAX), vmarena_platform::cpu::possible())
                 .map_err(VmError::Invalid)?;
@@ -235,16 +251,6 @@ impl<'s> FixedPool<'s> {
     /// Check that every slot is exactly one of held, cached or listed.
     pub fn check(&self) -> Result<(), String> {
         self.inner.cache.check()
-    }
-
-    /// Close the pool and return its free slots to the space, unless a slot is still held:
-    /// then nothing changes and the held count is returned (the C ABI's destroy).
-    pub fn try_close(self) -> Result<(), (FixedPool<'s>, usize)> {
-        let held = self.inner.cache.stats().held as usize;
-        if held > 0 {
-            return Err((self, held));
-        }
-        Ok(())
     }
 }
 

@@ -55,10 +55,7 @@ static PSI_EVENTS: AtomicU64 = AtomicU64::new(0);
 /// Start the PSI monitor unless it was started (or found unavailable) before.
 pub fn start_monitor() -> &'static MonitorStatus {
     MONITOR.get_or_init(|| {
-        let opts = PressureOptions::default().with_env().unwrap_or_else(|e| {
-            eprintln!("vmarena: ignoring {e}");
-            PressureOptions::default()
-        });
+        let opts = PressureOptions::from_env();
         if !opts.psi {
             return MonitorStatus::Disabled;
         }

@@ -2,6 +2,9 @@
 //! timed gets, release policies and refused input. Low-memory events are in `pressure.rs`
 //! (their own process: an event reaches every cache of the process).
 
+mod common;
+
+use common::{fill, verify};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -20,10 +23,6 @@ fn opts(slot_bytes: u64, slots: u64, put_release: PutRelease) -> FixedOptions {
 fn words(p: *mut u8, len: usize) -> &'static mut [u64] {
     // SAFETY: `p` is a slot of `len` bytes held by the caller for the duration of the use.
     unsafe { std::slice::from_raw_parts_mut(p.cast::<u64>(), len / 8) }
-}
-
-fn pattern(tag: u64, i: usize) -> u64 {
-    tag ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// 8 threads share 4 slots of 64 KiB (so getters block and steal), a ninth thread reclaims
@@ -79,16 +78,11 @@ fn eight_threads_four_slots_patterns_per_owner() {
                         let tag = (t + 1) << 32 | it;
                         let o = &owners[index[&(p.as_ptr() as usize)]];
                         assert_eq!(o.swap(tag, SeqCst), 0, "slot {p:?} handed to two owners");
-                        let w = words(p.as_ptr(), len);
-                        for (i, x) in w.iter_mut().enumerate() {
-                            *x = pattern(tag, i);
-                        }
+                        fill(p.as_ptr(), len, tag);
                         if it % 64 == 0 {
                             std::thread::sleep(Duration::from_micros(100));
                         }
-                        for (i, x) in w.iter().enumerate() {
-                            assert_eq!(*x, pattern(tag, i), "word {i} of slot {p:?} changed under its owner");
-                        }
+                        verify(p.as_ptr(), len, tag);
                         assert_eq!(o.swap(0, SeqCst), tag);
                         pool.put(p.as_ptr()).unwrap();
                     }
@@ -143,10 +137,19 @@ fn refused_input_changes_nothing() {
         Err(VmError::Overflow(_))
     ));
     let live = s.stats(false).arena.live_areas;
+    let t0 = std::time::Instant::now();
     assert!(matches!(
-        FixedPool::new(&s, "too-many", &opts(1 << 20, 2000, PutRelease::Pressure)),
+        FixedPool::new(&s, "larger-than-space", &opts(4096, 1 << 31, PutRelease::Pressure)),
         Err(VmError::NoSpace(_))
     ));
+    assert!(t0.elapsed() < Duration::from_secs(1), "refused before any table is built");
+    // Room for some slots only: the ones allocated are given back.
+    let half = s.vmalloc(512 << 20).unwrap();
+    assert!(matches!(
+        FixedPool::new(&s, "too-many", &opts(1 << 20, 600, PutRelease::Pressure)),
+        Err(VmError::NoSpace(_))
+    ));
+    s.vfree(half.as_ptr()).unwrap();
     assert_eq!(s.stats(false).arena.live_areas, live, "a failed create gives every slot back");
     let pool = FixedPool::new(&s, "bad", &opts(10_000, 3, PutRelease::Pressure)).unwrap();
     assert_eq!(pool.slot_bytes(), 12_288);

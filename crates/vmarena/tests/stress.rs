@@ -6,37 +6,14 @@
 //! Runs for each strategy with purges on the worker thread; the invariant checker runs at the
 //! end and every page must be back in the space after the shrinker.
 
+mod common;
+
+use common::{fill, verify};
 use std::sync::{mpsc, Arc};
 use vmarena::*;
 
 const THREADS: usize = 8;
 const ITERS: u64 = 1500;
-
-fn fill(p: *mut u8, len: usize, tag: u64) {
-    let words = len / 8;
-    // SAFETY: `len` usable bytes at `p`, page aligned.
-    let w = unsafe { std::slice::from_raw_parts_mut(p.cast::<u64>(), words) };
-    for (i, x) in w.iter_mut().enumerate() {
-        *x = tag ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    for i in words * 8..len {
-        // SAFETY: inside the area.
-        unsafe { *p.add(i) = tag as u8 };
-    }
-}
-
-fn verify(p: *const u8, len: usize, tag: u64) {
-    let words = len / 8;
-    // SAFETY: `len` usable bytes at `p`.
-    let w = unsafe { std::slice::from_raw_parts(p.cast::<u64>(), words) };
-    for (i, x) in w.iter().enumerate() {
-        assert_eq!(*x, tag ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), "word {i} of {p:?} overwritten");
-    }
-    for i in words * 8..len {
-        // SAFETY: inside the area.
-        assert_eq!(unsafe { *p.add(i) }, tag as u8);
-    }
-}
 
 #[derive(Clone, Copy)]
 struct Owned(usize, usize, u64);
