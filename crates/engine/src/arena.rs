@@ -211,7 +211,7 @@ pub(crate) struct Shared {
 
 /// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
 pub struct Arena {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl Arena {

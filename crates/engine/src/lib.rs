@@ -17,6 +17,8 @@ pub mod backing;
 mod check;
 pub mod error;
 pub mod fixed_cache;
+#[cfg(not(loom))]
+pub mod fork;
 pub mod lock;
 mod node;
 pub mod options;
@@ -34,6 +36,8 @@ pub use arena::{
 };
 pub use backing::{Backing, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
+#[cfg(not(loom))]
+pub use fork::ForkGuard;
 pub use lock::{LockStats, StatLock};
 pub use node::ZONE_PAGES;
 pub use options::ArenaOptions;

@@ -44,6 +44,12 @@ impl PressureReport {
     }
 }
 
+/// The registry's lock, held (for a `fork()`: see `fork`).
+#[cfg(not(loom))]
+pub(crate) fn lock_registry() -> std::sync::MutexGuard<'static, Vec<Weak<dyn Reclaim>>> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Raise a low-memory event: every live reclaimer gives back what it caches.
 pub fn signal() -> PressureReport {
     let live: Vec<_> = {

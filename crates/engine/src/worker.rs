@@ -103,6 +103,11 @@ mod thread {
             self.cv.notify_one();
         }
 
+        /// The state mutex, held (for a `fork()`: see `fork`).
+        pub fn lock_for_fork(&self) -> Box<dyn crate::fork::Held + '_> {
+            Box::new(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+        }
+
         /// Stop the worker and wait for it (unless called from the worker itself).
         pub fn shutdown(&self) {
             let handle = {
@@ -124,6 +129,8 @@ mod thread {
     }
 
     fn run(w: Arc<Worker>, weak: Weak<Shared>) {
+        // Everything this thread allocates is vmarena's own (see `reentry`).
+        vmarena_platform::reentry::mark_thread();
         loop {
             let Some(arena) = weak.upgrade() else { return };
             let interval = arena.decay_interval_ms();

@@ -2,7 +2,8 @@
 //!
 //! Owns: address-space reservations ([`Reservation`]), page release and guard markers
 //! ([`release`], [`guard`]), the current CPU and CPU count ([`cpu`]), a cycle counter and
-//! process figures for tests and the lab ([`process`]), memory-pressure notifications ([`psi`]).
+//! process figures for tests and the lab ([`process`]), memory-pressure notifications ([`psi`]),
+//! the thread's inside-vmarena flag ([`reentry`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
 //! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
 //!
@@ -12,6 +13,7 @@ pub mod cpu;
 pub mod guard;
 pub mod process;
 pub mod psi;
+pub mod reentry;
 pub mod release;
 pub mod reservation;
 

@@ -15,7 +15,10 @@ static DEFAULT: OnceLock<Result<VmSpace, String>> = OnceLock::new();
 /// space cannot be reserved).
 pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
-        .get_or_init(|| VmSpace::new("vmalloc", SpaceOptions::from_env(), ArenaOptions::from_env()))
+        .get_or_init(|| {
+            let _inside = vmarena_platform::reentry::enter();
+            VmSpace::new("vmalloc", SpaceOptions::from_env(), ArenaOptions::from_env())
+        })
         .as_ref()
         .map_err(|e| e.as_str())
 }

@@ -2,7 +2,8 @@
 //!
 //! Layers 4 and 5: [`VmSpace`], the vmalloc family over one large reservation, the
 //! process-wide [`default_space`], [`FixedPool`] (preallocated fixed-size slots with a per-CPU
-//! cache), low-memory events ([`pressure`]), and the C ABI of `include/vmarena.h`. The algorithms live in
+//! cache), low-memory events ([`pressure`]), a Rust global allocator for large layouts
+//! ([`VmAlloc`]), and the C ABI of `include/vmarena.h`. The algorithms live in
 //! `vmarena-core`, the concurrency in `vmarena-engine`, the OS calls in `vmarena-platform`; this
 //! crate re-exports what a user needs.
 //!
@@ -17,6 +18,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "allocator-api2")]
+mod allocator;
 mod backing;
 pub mod capi;
 mod default_space;
@@ -25,6 +28,7 @@ pub mod options;
 pub mod pressure;
 pub mod rcu;
 pub mod space;
+mod vm_alloc;
 mod vmallocinfo;
 
 pub use default_space::default_space;
@@ -32,6 +36,7 @@ pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
 pub use options::{ReleaseAdvice, SpaceOptions};
 pub use pressure::{pressure, MonitorStatus, PressureOptions};
 pub use space::{SpaceStats, VmError, VmSpace};
+pub use vm_alloc::{VmAlloc, DEFAULT_THRESHOLD_BYTES};
 pub use vmarena_engine::pressure::PressureReport;
 pub use vmarena_engine::table::{OptionDoc, StatDoc};
 pub use vmarena_engine::{ArenaOptions, ArenaStats, FixedStats, LockStats, Strategy};

@@ -65,14 +65,17 @@ pub fn start_monitor() -> &'static MonitorStatus {
         };
         let status =
             MonitorStatus::Watching { path: t.path().display().to_string(), trigger: t.line().to_string() };
-        let spawned = std::thread::Builder::new().name("vmarena-psi".into()).spawn(move || loop {
-            match t.wait(-1) {
-                Ok(true) => {
-                    PSI_EVENTS.fetch_add(1, Relaxed);
-                    vmarena_engine::pressure::signal();
+        let spawned = std::thread::Builder::new().name("vmarena-psi".into()).spawn(move || {
+            vmarena_platform::reentry::mark_thread();
+            loop {
+                match t.wait(-1) {
+                    Ok(true) => {
+                        PSI_EVENTS.fetch_add(1, Relaxed);
+                        vmarena_engine::pressure::signal();
+                    }
+                    Ok(false) => {}
+                    Err(_) => return,
                 }
-                Ok(false) => {}
-                Err(_) => return,
             }
         });
         match spawned {
@@ -90,6 +93,7 @@ pub fn monitor_status() -> Option<&'static MonitorStatus> {
 /// Raise a low-memory event now: every space shrinks (lazy areas released, pools drained) and
 /// every fixed pool releases the memory of its free slots. Returns what each gave back.
 pub fn pressure() -> PressureReport {
+    let _inside = vmarena_platform::reentry::enter();
     vmarena_engine::pressure::signal()
 }
 

@@ -15,6 +15,10 @@
 //! Every entry point checks its input before it changes anything: size 0, sizes that overflow
 //! when rounded, alignments that are not powers of two, pointers that are not the start of a
 //! live area (interior, foreign, freed twice) are refused with an error.
+//!
+//! Every entry point that takes engine locks raises this thread's inside-vmarena flag
+//! (`vmarena_platform::reentry`) while it runs, so a global allocator built on vmarena
+//! ([`crate::VmAlloc`]) sends vmarena's own allocations to its inner allocator.
 
 use crate::backing::MemoryBacking;
 use crate::options::SpaceOptions;
@@ -24,7 +28,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vmarena_engine::{AllocError, AllocRequest, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats};
-use vmarena_platform::{guard, Reservation};
+use vmarena_platform::{guard, reentry, Reservation};
 
 /// Why a `VmSpace` call failed. Nothing was changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +115,7 @@ pub struct SpaceStats {
 impl VmSpace {
     /// A space named `name` with the given options.
     pub fn new(name: &str, opts: SpaceOptions, arena_opts: ArenaOptions) -> Result<VmSpace, String> {
+        let _inside = reentry::enter();
         let page_bytes = vmarena_platform::page_size();
         let page_shift = page_bytes.trailing_zeros();
         let bytes = usize::try_from(opts.space_bytes).map_err(|_| "space_bytes does not fit in usize")?;
@@ -218,6 +223,7 @@ impl VmSpace {
         nonblocking: bool,
         caller: &'static Location<'static>,
     ) -> Result<NonNull<u8>, VmError> {
+        let _inside = reentry::enter();
         if !align_bytes.is_power_of_two() {
             return Err(VmError::BadAlignment(align_bytes));
         }
@@ -280,6 +286,7 @@ impl VmSpace {
     /// contents copied and the old area freed. On error the old area is untouched.
     #[track_caller]
     pub fn vrealloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        let _inside = reentry::enter();
         let caller = Location::caller();
         let Some(p) = p else {
             return self.alloc_inner(bytes, 1, false, false, caller);
@@ -313,6 +320,7 @@ impl VmSpace {
     /// Free the area that starts at `p`. Null is a no-op. Anything that is not the start of a
     /// live area of this space is refused and nothing changes.
     pub fn vfree(&self, p: *mut u8) -> Result<(), VmError> {
+        let _inside = reentry::enter();
         if p.is_null() {
             return Ok(());
         }
@@ -337,17 +345,20 @@ impl VmSpace {
     /// Release the memory of every lazily freed area now (a normal purge). Returns the pages
     /// of the released areas, guard pages included (only data pages are given back).
     pub fn purge(&self) -> u64 {
+        let _inside = reentry::enter();
         self.arena.purge().pages_released
     }
 
     /// The shrinker: release all cached memory and return every pooled area to the free tree.
     pub fn shrink(&self) -> u64 {
+        let _inside = reentry::enter();
         self.arena.shrink().pages_released
     }
 
     /// Figures of the space. `resident` adds a `mincore` walk of the whole reservation
     /// (milliseconds for the default 64 GiB).
     pub fn stats(&self, resident: bool) -> SpaceStats {
+        let _inside = reentry::enter();
         let mut s = SpaceStats {
             arena: self.arena.stats(),
             vzalloc_memsets: self.memsets.load(Relaxed),
@@ -367,16 +378,19 @@ impl VmSpace {
 
     /// Lock figures by lock class.
     pub fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
+        let _inside = reentry::enter();
         self.arena.lock_stats()
     }
 
     /// Live and lazy areas in the format of the kernel's `/proc/vmallocinfo`.
     pub fn vmallocinfo(&self) -> String {
+        let _inside = reentry::enter();
         crate::vmallocinfo::format(&self.arena, self.page_shift, self.guard_pages)
     }
 
     /// Check every invariant of the arena (call it when no other thread uses the space).
     pub fn check(&self) -> Result<(), String> {
+        let _inside = reentry::enter();
         self.arena.check()
     }
 }
