@@ -1,0 +1,112 @@
+//! `libvmarena_preload.so`: the large allocations of an unmodified program served by vmarena.
+//!
+//! ```text
+//! LD_PRELOAD=target/release/libvmarena_preload.so program args...
+//! ```
+//!
+//! Routing (see [`interpose`]):
+//!
+//! | call | to vmarena when | otherwise |
+//! |---|---|---|
+//! | `malloc`, `calloc`, `valloc`, `pvalloc` | the size is at or above the threshold | the next allocator |
+//! | `posix_memalign`, `aligned_alloc`, `memalign` | as above, and the alignment is a power of two | the next allocator |
+//! | `free`, `malloc_usable_size` | the address lies in the default space | the next allocator |
+//! | `realloc` | by address, then by the new size (blocks move across when they cross the threshold) | the next allocator |
+//!
+//! The next allocator is whatever follows this library in the lookup order: glibc's malloc, or
+//! jemalloc or mimalloc preloaded after it ([`next`]). Calls that arrive while it is being looked
+//! up are served from a static buffer ([`bootstrap`]). vmarena's own allocations (Rust's global
+//! allocator inside this library) always go to the next allocator, so the shim never re-enters
+//! itself. A large request vmarena cannot serve (space exhausted) falls back to the next
+//! allocator; routing by address keeps that correct.
+//!
+//! Fork: `pthread_atfork` handlers hold every lock of the default space across `fork()`
+//! ([`fork`]), so the child can allocate and free; the purge worker restarts in the child on
+//! first need.
+//!
+//! A `free` or `realloc` of an address inside the default space that is not the start of a live
+//! area (a double free, an interior pointer) is a bug of the program; like glibc, the shim prints
+//! what happened and aborts rather than continue with a corrupted heap.
+#![allow(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod bootstrap;
+mod fork;
+pub mod interpose;
+pub mod next;
+pub mod stats;
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+pub use stats::{PreloadOptions, PreloadStats};
+
+/// Requests of this many bytes and more go to vmarena.
+static THRESHOLD: AtomicUsize = AtomicUsize::new(64 << 10);
+/// `[lo, hi)` of the default space once it exists (0, 0 before).
+static SPACE_LO: AtomicUsize = AtomicUsize::new(0);
+static SPACE_HI: AtomicUsize = AtomicUsize::new(0);
+
+/// The routing threshold in bytes.
+#[inline]
+pub fn threshold() -> usize {
+    THRESHOLD.load(Relaxed)
+}
+
+/// True when `p` lies in the default space (it is vmarena's, live or not).
+#[inline]
+pub(crate) fn in_space(p: *const u8) -> bool {
+    let a = p as usize;
+    a >= SPACE_LO.load(Relaxed) && a < SPACE_HI.load(Relaxed)
+}
+
+/// Called once, right after the next allocator is known: options, fork handlers, exit summary.
+pub(crate) fn on_ready() {
+    let opts = PreloadOptions::from_env();
+    THRESHOLD.store(opts.threshold.max(1), Relaxed);
+    if opts.stats {
+        stats::switch_on();
+    }
+    fork::register();
+}
+
+/// The default space, created on first use, with its bounds published for `in_space`.
+pub(crate) fn space() -> Option<&'static vmarena::VmSpace> {
+    let s = vmarena::default_space().ok()?;
+    if SPACE_HI.load(Relaxed) == 0 {
+        let (lo, hi) = s.bounds();
+        SPACE_LO.store(lo, Relaxed);
+        SPACE_HI.store(hi, Relaxed);
+    }
+    Some(s)
+}
+
+/// Rust's allocator inside this library: always the next allocator (or the bootstrap heap), never
+/// vmarena, so vmarena's own allocations cannot re-enter it.
+struct NextAlloc;
+
+// SAFETY: blocks come from the next allocator (which upholds the contract) or the bootstrap heap
+// (disjoint, aligned, never reused); each is given back to where it came from.
+unsafe impl GlobalAlloc for NextAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match next::get() {
+            // SAFETY: the next allocator's functions with valid arguments.
+            Some(n) if layout.align() <= 16 => unsafe { (n.malloc)(layout.size()).cast() },
+            Some(n) => interpose::next_aligned(n, layout.align(), layout.size()).cast(),
+            None => bootstrap::alloc(layout.size(), layout.align()),
+        }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, _layout: Layout) {
+        if bootstrap::contains(p) {
+            return;
+        }
+        if let Some(n) = next::get() {
+            // SAFETY: `p` came from the next allocator.
+            unsafe { (n.free)(p.cast()) }
+        }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: NextAlloc = NextAlloc;

@@ -1,0 +1,111 @@
+//! The next allocator: the `malloc` family that comes after this library in the lookup order
+//! (glibc's, or jemalloc's or mimalloc's when they are preloaded after vmarena).
+//!
+//! Owns: the resolved function pointers and the resolution state:
+//!
+//! | state | meaning | allocations made meanwhile |
+//! |---|---|---|
+//! | `UNRESOLVED` | nothing looked up yet | the first caller resolves |
+//! | `RESOLVING` | one thread is inside `dlsym` | served by the bootstrap heap |
+//! | `READY` | every pointer stored | the next allocator |
+//!
+//! Resolution runs once, on the first call of any interposed function (the library may be
+//! asked for memory before its constructor runs). The pointers are written before the state
+//! turns `READY` with a release store; readers load the state with acquire.
+#![allow(unsafe_code)]
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+const UNRESOLVED: u8 = 0;
+const RESOLVING: u8 = 1;
+const READY: u8 = 2;
+
+type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+type Free = unsafe extern "C" fn(*mut c_void);
+type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type UsableSize = unsafe extern "C" fn(*mut c_void) -> usize;
+type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
+type AlignedAlloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+
+#[allow(missing_docs)] // the C functions of the same names
+/// The next allocator's functions. `malloc`, `free`, `calloc` and `realloc` always exist;
+/// the others may be missing in an unusual allocator.
+pub struct Next {
+    pub malloc: Malloc,
+    pub free: Free,
+    pub calloc: Calloc,
+    pub realloc: Realloc,
+    pub usable_size: Option<UsableSize>,
+    pub posix_memalign: Option<PosixMemalign>,
+    pub aligned_alloc: Option<AlignedAlloc>,
+    pub memalign: Option<AlignedAlloc>,
+    pub valloc: Option<Malloc>,
+    pub pvalloc: Option<Malloc>,
+}
+
+struct Slot(UnsafeCell<Option<Next>>);
+// SAFETY: written once by the resolving thread before STATE becomes READY (release); read only
+// after an acquire load of READY.
+unsafe impl Sync for Slot {}
+
+static STATE: AtomicU8 = AtomicU8::new(UNRESOLVED);
+static NEXT: Slot = Slot(UnsafeCell::new(None));
+
+extern "C" {
+    fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_free(p: *mut c_void);
+    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
+    fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+}
+
+/// The next allocator, resolving it on first use. `None` while another thread (or this one,
+/// from inside `dlsym`) is resolving: the caller then uses the bootstrap heap.
+#[inline]
+pub fn get() -> Option<&'static Next> {
+    if STATE.load(Ordering::Acquire) == READY {
+        // SAFETY: READY was stored after the slot was written (see `Slot`).
+        return unsafe { (*NEXT.0.get()).as_ref() };
+    }
+    resolve()
+}
+
+#[cold]
+fn resolve() -> Option<&'static Next> {
+    if STATE.compare_exchange(UNRESOLVED, RESOLVING, Ordering::Acquire, Ordering::Acquire).is_err() {
+        return None; // being resolved, or READY since our load: the caller retries or bootstraps
+    }
+    let next = Next {
+        malloc: sym(c"malloc").unwrap_or(__libc_malloc),
+        free: sym(c"free").unwrap_or(__libc_free),
+        calloc: sym(c"calloc").unwrap_or(__libc_calloc),
+        realloc: sym(c"realloc").unwrap_or(__libc_realloc),
+        usable_size: sym(c"malloc_usable_size"),
+        posix_memalign: sym(c"posix_memalign"),
+        aligned_alloc: sym(c"aligned_alloc"),
+        memalign: sym(c"memalign"),
+        valloc: sym(c"valloc"),
+        pvalloc: sym(c"pvalloc"),
+    };
+    // SAFETY: only the thread that won the CAS writes, before publishing READY.
+    unsafe { *NEXT.0.get() = Some(next) };
+    STATE.store(READY, Ordering::Release);
+    crate::on_ready();
+    // SAFETY: as in `get`.
+    unsafe { (*NEXT.0.get()).as_ref() }
+}
+
+/// The next definition of `name` after this library, as a function pointer of type `F`.
+fn sym<F: Copy>(name: &CStr) -> Option<F> {
+    // SAFETY: dlsym takes a pseudo-handle and a NUL-terminated name; it returns null or the
+    // address of the symbol, which for these names is a function of the declared type.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) };
+    if p.is_null() {
+        return None;
+    }
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: F is a function pointer type of the symbol's C signature (same size, checked).
+    Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}

@@ -1,0 +1,255 @@
+/* The preload shim from C: run under LD_PRELOAD=libvmarena_preload.so (crates/preload/tests/shim.rs).
+ *
+ * Usage: shim_test <case>, cases: routing, threshold, fork, threads, dlopen, early,
+ * foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); failures++; } } while (0)
+
+typedef size_t (*size_fn)(const void *);
+static size_fn vm_size; /* vmarena_size, exported by the shim: > 0 only for live vmarena areas */
+
+static int is_vm(const void *p) { return vm_size && vm_size(p) > 0; }
+
+static void fill(unsigned char *p, size_t n, unsigned owner) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(owner ^ (i * 31));
+}
+static int verify(const unsigned char *p, size_t n, unsigned owner) {
+    for (size_t i = 0; i < n; i++) if (p[i] != (unsigned char)(owner ^ (i * 31))) return 0;
+    return 1;
+}
+
+/* Early start: runs before main, before anything else in this program allocated. */
+static void *early_block;
+static size_t early_usable;
+__attribute__((constructor(101))) static void early(void) {
+    early_block = malloc(3 << 20);
+    if (early_block) { memset(early_block, 0x5a, 3 << 20); early_usable = malloc_usable_size(early_block); }
+}
+
+static void routing(size_t thr) {
+    /* malloc: by size */
+    void *s = malloc(thr - 1), *l = malloc(thr);
+    CHECK(s && l);
+    CHECK(!is_vm(s));
+    CHECK(is_vm(l));
+    CHECK(((uintptr_t)l & 4095) == 0);
+    CHECK(malloc_usable_size(l) >= thr && malloc_usable_size(l) % 4096 == 0);
+    CHECK(malloc_usable_size(s) >= thr - 1);
+    fill(l, thr, 1);
+    free(s);
+    free(NULL);
+
+    /* realloc: in vmarena, out of it, into it, NULL and 0 */
+    l = realloc(l, 5 * thr);
+    CHECK(l && is_vm(l) && verify(l, thr, 1));
+    fill(l, 5 * thr, 2);
+    void *m = realloc(l, 100);
+    CHECK(m && !is_vm(m) && verify(m, 100, 2));
+    void *g = realloc(m, 3 * thr);
+    CHECK(g && is_vm(g) && verify(g, 100, 2));
+    errno = 0;
+    CHECK(realloc(g, 0) == NULL);
+    void *r = realloc(NULL, 2 * thr);
+    CHECK(r && is_vm(r));
+    free(r);
+
+    /* calloc: zeroed, large and small; overflow refused */
+    for (int round = 0; round < 3; round++) {
+        unsigned char *c = calloc(thr / 8, 8);
+        CHECK(c && is_vm(c));
+        size_t nz = 0;
+        for (size_t i = 0; i < thr; i++) nz += c[i] != 0;
+        CHECK(nz == 0);
+        memset(c, 0xff, thr); /* dirty it: the next round may reuse the area */
+        free(c);
+    }
+    unsigned char *cs = calloc(10, 10);
+    CHECK(cs && !is_vm(cs) && cs[99] == 0);
+    free(cs);
+    errno = 0;
+    volatile size_t huge = SIZE_MAX / 2; /* volatile: the compiler must not see the overflow */
+    CHECK(calloc(huge, 4) == NULL && errno == ENOMEM);
+
+    /* the aligned family */
+    void *pm = NULL;
+    CHECK(posix_memalign(&pm, 1 << 16, thr) == 0 && pm && is_vm(pm) && ((uintptr_t)pm & 0xffff) == 0);
+    free(pm);
+    CHECK(posix_memalign(&pm, 64, 100) == 0 && pm && !is_vm(pm) && ((uintptr_t)pm & 63) == 0);
+    free(pm);
+    CHECK(posix_memalign(&pm, 24, thr) == EINVAL);
+    CHECK(posix_memalign(&pm, 2, thr) == EINVAL);
+    void *aa = aligned_alloc(1 << 21, 2 * thr);
+    CHECK(aa && is_vm(aa) && ((uintptr_t)aa & ((1 << 21) - 1)) == 0);
+    free(aa);
+    void *ma = memalign(8192, thr);
+    CHECK(ma && is_vm(ma) && ((uintptr_t)ma & 8191) == 0);
+    free(ma);
+    void *va = valloc(thr);
+    CHECK(va && is_vm(va) && ((uintptr_t)va & 4095) == 0);
+    free(va);
+    void *vs = valloc(100);
+    CHECK(vs && !is_vm(vs) && ((uintptr_t)vs & 4095) == 0);
+    free(vs);
+    void *pv = pvalloc(thr - 100); /* rounded up to whole pages: at or above the threshold */
+    CHECK(pv && is_vm(pv) && malloc_usable_size(pv) >= thr - 100);
+    free(pv);
+
+    /* the early block: served by vmarena before main ran */
+    CHECK(early_block && is_vm(early_block) && early_usable >= (3 << 20));
+    CHECK(((unsigned char *)early_block)[(3 << 20) - 1] == 0x5a);
+    free(early_block);
+}
+
+struct job { unsigned id; size_t thr; int ok; };
+
+static void *worker(void *arg) {
+    struct job *j = arg;
+    j->ok = 1;
+    void *keep[6] = {0};
+    size_t len[6] = {0};
+    unsigned seed = j->id * 2654435761u;
+    for (unsigned i = 0; i < 300; i++) {
+        unsigned k = i % 6;
+        if (keep[k]) {
+            if (!verify(keep[k], len[k], j->id * 16 + k)) j->ok = 0;
+            free(keep[k]);
+        }
+        seed = seed * 1103515245u + 12345u;
+        len[k] = j->thr / 2 + (seed >> 8) % (8 * j->thr);
+        keep[k] = (seed & 1) ? malloc(len[k]) : calloc(1, len[k]);
+        if (!keep[k]) { j->ok = 0; return NULL; }
+        fill(keep[k], len[k], j->id * 16 + k);
+        if (i % 7 == 0) {
+            size_t nl = len[k] * 2 + 1;
+            void *q = realloc(keep[k], nl);
+            if (!q || !verify(q, len[k], j->id * 16 + k)) j->ok = 0;
+            keep[k] = q;
+            fill(q, nl, j->id * 16 + k);
+            len[k] = nl;
+        }
+    }
+    for (unsigned k = 0; k < 6; k++) {
+        if (keep[k] && !verify(keep[k], len[k], j->id * 16 + k)) j->ok = 0;
+        free(keep[k]);
+    }
+    return NULL;
+}
+
+static void threads(size_t thr) {
+    /* Threads that allocate, check their patterns and exit, several generations. */
+    for (int gen = 0; gen < 5; gen++) {
+        pthread_t t[8];
+        struct job j[8];
+        for (unsigned i = 0; i < 8; i++) {
+            j[i] = (struct job){ .id = gen * 8 + i, .thr = thr };
+            CHECK(pthread_create(&t[i], NULL, worker, &j[i]) == 0);
+        }
+        for (unsigned i = 0; i < 8; i++) { pthread_join(t[i], NULL); CHECK(j[i].ok); }
+    }
+}
+
+static volatile int stop;
+static void *churn(void *arg) {
+    size_t thr = *(size_t *)arg;
+    while (!stop) { void *p = malloc(thr * 3); if (p) { memset(p, 1, 4096); free(p); } }
+    return NULL;
+}
+
+static void fork_case(size_t thr) {
+    /* A parent block survives in the child; the child allocates and frees; meanwhile two
+     * threads of the parent churn large blocks, so locks are taken at the moment of fork. */
+    unsigned char *parent_block = malloc(4 * thr);
+    CHECK(parent_block && is_vm(parent_block));
+    fill(parent_block, 4 * thr, 77);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, churn, &thr);
+    for (int round = 0; round < 40; round++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(20); /* a child stuck on a lock held by a thread it does not have dies here */
+            int ok = verify(parent_block, 4 * thr, 77);
+            for (int i = 0; i < 50; i++) {
+                unsigned char *p = malloc(thr + i * 4096);
+                if (!p || !is_vm(p)) ok = 0;
+                else { fill(p, thr, i); ok &= verify(p, thr, i); free(p); }
+            }
+            free(parent_block);
+            _exit(ok ? 0 : 3);
+        }
+        int st = 0;
+        CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+            fprintf(stderr, "child %d: status %#x (signal %d)\n", round, st, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+            failures++;
+            break;
+        }
+    }
+    stop = 1;
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    CHECK(verify(parent_block, 4 * thr, 77));
+    free(parent_block);
+}
+
+static void dlopen_case(size_t thr, const char *lib) {
+    /* A library loaded later allocates through the same routing; blocks cross between it and
+     * the program in both directions. */
+    void *h = dlopen(lib, RTLD_NOW);
+    CHECK(h != NULL);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return; }
+    void *(*lib_alloc)(size_t) = (void *(*)(size_t))dlsym(h, "lib_alloc");
+    void (*lib_free)(void *) = (void (*)(void *))dlsym(h, "lib_free");
+    CHECK(lib_alloc && lib_free);
+    unsigned char *a = lib_alloc(2 * thr), *b = lib_alloc(64);
+    CHECK(a && is_vm(a) && b && !is_vm(b));
+    fill(a, 2 * thr, 9);
+    free(a);
+    free(b);
+    unsigned char *c = malloc(2 * thr);
+    CHECK(c && is_vm(c));
+    lib_free(c);
+    dlclose(h);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: shim_test <case> [lib]\n"); return 2; }
+    vm_size = (size_fn)dlsym(RTLD_DEFAULT, "vmarena_size");
+    if (!vm_size) { fprintf(stderr, "FAIL: vmarena_size not found: is the shim preloaded?\n"); return 1; }
+    const char *t = getenv("VMARENA_PRELOAD_THRESHOLD");
+    size_t thr = t ? strtoull(t, NULL, 0) : 65536;
+    const char *c = argv[1];
+    if (!strcmp(c, "routing") || !strcmp(c, "threshold")) routing(thr);
+    else if (!strcmp(c, "threads")) threads(thr);
+    else if (!strcmp(c, "fork")) fork_case(thr);
+    else if (!strcmp(c, "dlopen")) dlopen_case(thr, argc > 2 ? argv[2] : "");
+    else if (!strcmp(c, "foreign_free")) {
+        /* Not vmarena's: the next allocator decides (glibc aborts on an invalid pointer). */
+        static char not_heap[64];
+        char *volatile q = not_heap + 16; /* volatile: keep the compiler from seeing it */
+        free(q);
+        printf("foreign free returned\n");
+        return 0;
+    } else if (!strcmp(c, "double_free")) {
+        char *volatile p = malloc(thr); /* volatile: the calls must happen */
+        p[0] = 1;
+        free(p);
+        free(p);
+        printf("double free returned\n");
+        return 0;
+    } else { fprintf(stderr, "unknown case %s\n", c); return 2; }
+    if (failures) { fprintf(stderr, "%d checks failed\n", failures); return 1; }
+    printf("ok %s\n", c);
+    return 0;
+}

@@ -1,0 +1,212 @@
+//! The preload shim on real processes (tier 1 for the shim, tier 4 for real programs): the
+//! shared library is built from the current sources, a C program exercises every routed
+//! function under `LD_PRELOAD` (`tests/c/shim_test.c`), and Python, `sort` and `xz` run under
+//! it with their output compared with a run without it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+struct Built {
+    shim: PathBuf,
+    test_bin: PathBuf,
+    dl_lib: PathBuf,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Build `libvmarena_preload.so` (a target directory of its own: the test run holds the main
+/// one) and the C programs, once per test run.
+fn built() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    B.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let target = out.join("preload-target");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "vmarena-preload", "--lib", "--target-dir"])
+            .arg(&target)
+            .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
+            .current_dir(root())
+            .status()
+            .expect("cargo is needed to build the shim");
+        assert!(status.success(), "building libvmarena_preload.so failed");
+        let shim = target.join("debug/libvmarena_preload.so");
+        assert!(shim.exists(), "{} not built", shim.display());
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let c = root().join("crates/preload/tests/c");
+        let test_bin = out.join("shim_test");
+        let ok = Command::new(&cc)
+            .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&test_bin)
+            .arg(c.join("shim_test.c"))
+            .arg("-lpthread")
+            .status()
+            .expect("a C compiler (cc) is needed for this test");
+        assert!(ok.success(), "compiling shim_test.c failed");
+        let dl_lib = out.join("libshim_dl_test.so");
+        let ok = Command::new(&cc)
+            .args(["-O1", "-shared", "-fPIC", "-o"])
+            .arg(&dl_lib)
+            .arg(c.join("dl_lib.c"))
+            .status()
+            .unwrap();
+        assert!(ok.success(), "compiling dl_lib.c failed");
+        Built { shim, test_bin, dl_lib }
+    })
+}
+
+fn run(cmd: &mut Command, preload: bool) -> Output {
+    if preload {
+        cmd.env("LD_PRELOAD", &built().shim).env("VMARENA_SPACE_BYTES", "16G");
+    }
+    let out = cmd.output().expect("the program starts");
+    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn case(name: &str, env: &[(&str, &str)], args: &[&Path]) -> Output {
+    let mut c = Command::new(&built().test_bin);
+    c.arg(name).args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    run(&mut c, true)
+}
+
+fn assert_case_ok(out: &Output, name: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains(&format!("ok {name}")), "{name}: {out:?}");
+}
+
+#[test]
+fn every_routed_function_routes_by_size_and_by_address() {
+    assert_case_ok(&case("routing", &[], &[]), "routing");
+}
+
+#[test]
+fn the_threshold_comes_from_the_environment() {
+    assert_case_ok(&case("threshold", &[("VMARENA_PRELOAD_THRESHOLD", "200000")], &[]), "threshold");
+    assert_case_ok(&case("threshold", &[("VMARENA_PRELOAD_THRESHOLD", "4096")], &[]), "threshold");
+}
+
+#[test]
+fn threads_that_exit_keep_their_patterns() {
+    assert_case_ok(&case("threads", &[], &[]), "threads");
+}
+
+#[test]
+fn a_child_can_allocate_after_fork_while_parent_threads_churn() {
+    assert_case_ok(&case("fork", &[], &[]), "fork");
+}
+
+#[test]
+fn a_dlopened_library_shares_the_routing() {
+    assert_case_ok(&case("dlopen", &[], &[&built().dl_lib]), "dlopen");
+}
+
+#[test]
+fn the_shim_is_what_makes_the_c_test_pass() {
+    // Without the shim the test program must fail (it looks for vmarena): the checks can fail.
+    let out = run(Command::new(&built().test_bin).arg("routing"), false);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn pointers_vmarena_never_allocated_get_the_next_allocators_behaviour() {
+    // glibc aborts on a pointer it did not allocate, with its own message.
+    let out = case("foreign_free", &[], &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("free(): invalid pointer"), "{out:?}");
+    // A second free of a vmarena area: vmarena says so and stops the program.
+    let out = case("double_free", &[], &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("vmarena preload: free(") && err.contains("not the start of a live area"), "{err}");
+}
+
+/// The `vm_allocs` figures of every process's exit summary, summed.
+fn vm_allocs(out: &Output) -> u64 {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| l.strip_prefix("vmarena preload: vm_allocs"))
+        .filter_map(|v| v.trim().parse::<u64>().ok())
+        .sum()
+}
+
+fn with_stats(c: &mut Command) -> &mut Command {
+    c.env("VMARENA_PRELOAD_STATS", "1")
+}
+
+#[test]
+fn python_threads_with_large_bytearrays() {
+    let script = r#"
+import threading, hashlib
+out = [None] * 4
+def work(t):
+    h = hashlib.sha256()
+    keep = []
+    for i in range(60):
+        n = 100_000 + ((t * 7919 + i * 104729) % 6_000_000)
+        b = bytearray(n)
+        b[0:n:4096] = bytes([(t + i) % 251]) * len(range(0, n, 4096))
+        b.extend(b"x" * 70_000)
+        h.update(b[::8191])
+        keep.append(b)
+        if len(keep) > 5:
+            keep.pop(0)
+    out[t] = h.hexdigest()
+ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("\n".join(out))
+"#;
+    let plain = run(Command::new("python3").args(["-c", script]), false);
+    let shim = run(with_stats(Command::new("python3").args(["-c", script])), true);
+    assert!(plain.status.success() && shim.status.success());
+    assert_eq!(plain.stdout, shim.stdout, "same digests with and without the shim");
+    assert!(vm_allocs(&shim) > 100, "python's large bytearrays went to vmarena");
+}
+
+fn data_file(name: &str, lines: usize) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let mut s = String::with_capacity(lines * 24);
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for i in 0..lines {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{:016x} line {i}\n", x));
+    }
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+#[test]
+fn sort_with_large_buffers() {
+    let input = data_file("sort-input.txt", 400_000);
+    let sort = |preload: bool| {
+        let mut c = Command::new("sort");
+        c.args(["-S", "32M", "--parallel=2"]).arg(&input).env("LC_ALL", "C");
+        run(with_stats(&mut c), preload)
+    };
+    let plain = sort(false);
+    let shim = sort(true);
+    assert!(plain.status.success() && shim.status.success());
+    assert!(plain.stdout == shim.stdout && plain.stdout.len() > 1000, "sort output differs under the shim");
+    assert!(vm_allocs(&shim) > 0, "sort's buffers went to vmarena");
+}
+
+#[test]
+fn xz_with_two_threads_round_trips() {
+    let input = data_file("xz-input.txt", 300_000);
+    let packed = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("xz-input.txt.xz");
+    let _ = std::fs::remove_file(&packed);
+    let out = run(with_stats(Command::new("xz").args(["-T2", "-6", "-k", "-f"]).arg(&input)), true);
+    assert!(out.status.success());
+    assert!(vm_allocs(&out) > 0, "xz's windows went to vmarena");
+    let back = run(with_stats(Command::new("xz").args(["-T2", "-d", "-c"]).arg(&packed)), true);
+    assert!(back.status.success());
+    assert!(back.stdout == std::fs::read(&input).unwrap(), "xz round trip under the shim lost data");
+}
