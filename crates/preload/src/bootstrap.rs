@@ -64,9 +64,10 @@ pub fn size_of(p: *const u8) -> usize {
     if !contains(p) || (p as usize) < base() + HEADER {
         return 0;
     }
-    // SAFETY: `p` lies in the buffer past its first header; a block handed out has its header
-    // right before it (another address reads some other bytes of the buffer, still in bounds).
-    unsafe { (p.sub(HEADER) as *const usize).read_unaligned() }
+    let header = (p as usize - base() - HEADER) as isize;
+    // SAFETY: the header offset lies in the buffer; a block handed out has its header there
+    // (another address reads some other bytes of the buffer, still in bounds).
+    unsafe { (BUF.0.get().cast::<u8>().offset(header) as *const usize).read_unaligned() }
 }
 
 /// Bytes of the buffer used so far.
