@@ -531,13 +531,19 @@ impl Shared {
                 let area = BusyArea { pages, node: me as u16, tag: req.tag };
                 let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
                 // Steps Pool and LazyReuse.
-                if let Some((start, fresh)) = self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree) {
+                if let Some((start, fresh, split)) =
+                    self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree)
+                {
                     if self.shard_of(start) == me {
                         let ok = g.busy.insert(start, area);
                         debug_assert!(ok, "pool handed out a live start");
+                        drop(g);
                     } else {
                         drop(g);
                         self.insert_busy(nodes, start, area);
+                    }
+                    if split {
+                        self.backing.prepare(start, pages);
                     }
                     return Some(Allocation { start, pages, fresh });
                 }
@@ -631,7 +637,8 @@ impl Shared {
         debug_assert!(ok, "allocator handed out a live start");
     }
 
-    /// Steps Pool and LazyReuse on the locked node: `(start, fresh)`.
+    /// Steps Pool and LazyReuse on the locked node: `(start, fresh, split)`; `split` means the
+    /// area is the front of a larger lazy area and needs its guard prepared.
     #[inline]
     fn node_take(
         &self,
@@ -639,7 +646,7 @@ impl Shared {
         r: &Request,
         prefer_fresh: bool,
         zeroes: bool,
-    ) -> Option<(u64, bool)> {
+    ) -> Option<(u64, bool, bool)> {
         let pages = r.size_pages;
         if SizePools::class_of(pages).is_some() {
             let prefer = if prefer_fresh { PoolSide::Clean } else { PoolSide::Dirty };
@@ -649,7 +656,7 @@ impl Shared {
                     if side == PoolSide::Dirty {
                         g.sync(&self.lazy_approx, false);
                     }
-                    Some((start, side == PoolSide::Clean && zeroes))
+                    Some((start, side == PoolSide::Clean && zeroes, false))
                 }
                 None => {
                     g.misses += 1;
@@ -657,16 +664,33 @@ impl Shared {
                 }
             };
         }
-        // A large area freed by this node and not purged yet, of exactly this size.
-        let i = g
-            .lazy_tree
-            .iter()
-            .rposition(|l| l.reusable && l.pages == pages && l.start & (r.align_pages - 1) == 0)?;
-        let l = g.lazy_tree.swap_remove(i);
-        g.lazy_tree_pages -= l.pages;
+        // A large area freed by this node and not purged yet: the smallest that fits. Its
+        // pages are resident, so reuse saves the faults of fresh memory. A larger area is
+        // split: the front is handed out (the caller installs its new guard), the rest stays
+        // lazy and reusable with the old guard at its end.
+        let mut best: Option<usize> = None;
+        for (i, l) in g.lazy_tree.iter().enumerate() {
+            if l.reusable
+                && l.pages >= pages
+                && l.start & (r.align_pages - 1) == 0
+                && best.is_none_or(|b| l.pages < g.lazy_tree[b].pages)
+            {
+                best = Some(i);
+                if l.pages == pages {
+                    break;
+                }
+            }
+        }
+        let l = g.lazy_tree.swap_remove(best?);
+        g.lazy_tree_pages -= pages;
         g.lazy_reuses += 1;
+        let split = l.pages > pages;
+        if split {
+            g.lazy_tree.push(LazyArea { start: l.start + pages, pages: l.pages - pages, reusable: true });
+            g.lazy_splits += 1;
+        }
         g.sync(&self.lazy_approx, false);
-        Some((l.start, false))
+        Some((l.start, false, split))
     }
 
     /// Put a freed area on its home node (locked): its pool, or the lazy list.
@@ -813,6 +837,7 @@ impl Shared {
                     s.pool_hits += p.hits;
                     s.pool_misses += p.misses;
                     s.lazy_reuses += p.lazy_reuses;
+                    s.lazy_splits += p.lazy_splits;
                     s.frees += p.frees;
                 }
                 let f = free.lock();

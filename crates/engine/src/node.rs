@@ -55,6 +55,7 @@ pub(crate) struct NodeState {
     pub hits: u64,
     pub misses: u64,
     pub lazy_reuses: u64,
+    pub lazy_splits: u64,
     pub chunk_allocs: u64,
     pub frees: u64,
 }

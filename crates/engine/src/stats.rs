@@ -25,6 +25,8 @@ stats_table! {
         pool_misses, "allocs";
         /// Allocations served by reusing a large lazily freed area before any purge.
         lazy_reuses, "allocs";
+        /// Of those, reuses that split a larger lazy area (the rest stays lazy).
+        lazy_splits, "allocs";
         /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
         /// Allocations carved from a node's chunk (a zone of its stripe taken from the tree).

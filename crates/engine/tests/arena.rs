@@ -347,3 +347,35 @@ fn nodes_place_small_areas_in_their_own_stripe_with_any_node_count() {
         a.check().unwrap();
     }
 }
+
+#[test]
+fn a_large_lazy_area_is_split_for_a_smaller_request_before_any_purge() {
+    // One node, so the thread's CPU does not decide which lazy list it sees.
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions { nodes: 1, ..opts(Strategy::Nodes) };
+    let a = Arena::new("split", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let big = a.alloc(&AllocRequest::pages(1000)).unwrap();
+    a.free(big.start).unwrap();
+    let prepared_before = rec.prepared.lock().unwrap().len();
+    // The front of the lazy area serves 300 pages; its guard is prepared anew.
+    let x = a.alloc(&AllocRequest::pages(300)).unwrap();
+    assert_eq!(x.start, big.start);
+    assert!(!x.fresh, "reused memory is not known to be zero");
+    assert_eq!(rec.prepared.lock().unwrap()[prepared_before..], [(big.start, 300)]);
+    // The rest (700 pages, the old guard at its end) serves an exact request.
+    let y = a.alloc(&AllocRequest::pages(700)).unwrap();
+    assert_eq!(y.start, big.start + 300);
+    let st = a.stats();
+    assert_eq!((st.lazy_reuses, st.lazy_splits, st.purges, st.lazy_pages), (2, 1, 0, 0));
+    a.check().unwrap();
+    // A request larger than every lazy area comes from the tree.
+    a.free(x.start).unwrap();
+    let z = a.alloc(&AllocRequest::pages(400)).unwrap();
+    assert_ne!(z.start, x.start);
+    a.free(y.start).unwrap();
+    a.free(z.start).unwrap();
+    a.check().unwrap();
+    a.shrink();
+    a.check().unwrap();
+    assert_eq!(a.stats().live_areas, 0);
+}

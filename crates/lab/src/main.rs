@@ -7,6 +7,7 @@
 mod fixed;
 mod machine;
 mod pair;
+mod preload;
 mod test_vmalloc;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,14 @@ enum Command {
     /// the same slots, vmalloc/vfree, glibc malloc/free and mmap/munmap: wall, kernel and user
     /// time per cycle, faults, the per-CPU hit rate, steals, sleeps and releases.
     Fixed(fixed::FixedConfig),
+    /// Unmodified programs under glibc, jemalloc, mimalloc and vmarena's LD_PRELOAD shim.
+    ///
+    /// Workloads: malloc-large (mimalloc-bench's shape: 20 live buffers of 5-25 MiB, every byte
+    /// written), xthread (rptest/larson shape, 4 KiB-4 MiB, cross-thread frees), and Python,
+    /// sort and xz on generated input. Time, peak RSS, RSS after one idle second, mappings,
+    /// minor faults and (with --syscalls) memory system calls per allocator, ratios to vmarena;
+    /// every output is checked against the first allocator's.
+    Preload(preload::PreloadConfig),
 }
 
 fn main() {
@@ -75,6 +84,12 @@ fn main() {
                     eprintln!("vmarena fixed: cannot write {e}");
                     std::process::exit(1);
                 }
+            }
+        }
+        Command::Preload(cfg) => {
+            if let Err(e) = preload::main(&cfg, &m) {
+                eprintln!("vmarena preload: {e}");
+                std::process::exit(2);
             }
         }
         Command::Pair(cfg) => {

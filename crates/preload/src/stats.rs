@@ -123,11 +123,9 @@ extern "C" fn print_at_exit() {
         }
         if vmarena::default_space_exists() {
             if let Ok(space) = vmarena::default_space() {
-                let a = space.stats(false).arena;
-                out.push_str(&format!(
-                    "vmarena preload: space live_areas {} live_pages {} purges {} pages_released {} release_calls {}\n",
-                    a.live_areas, a.live_pages, a.purges, a.pages_released, a.release_calls
-                ));
+                for (name, v) in space.stats(false).arena.values() {
+                    out.push_str(&format!("vmarena preload: space {name:<18} {v}\n"));
+                }
             }
         }
         let fd = OUT_FD.load(Relaxed);

@@ -1,0 +1,110 @@
+//! Shared parts of the benchmark programs: they call the C `malloc`/`free` of whatever allocator
+//! the process runs with (glibc's, or one preloaded with `LD_PRELOAD`), and report their own
+//! figures as one JSON line on stdout:
+//!
+//! - `work_s`: seconds of the timed work;
+//! - `peak_rss_kib`: `VmHWM` at the end of the work;
+//! - `idle_rss_kib`: `VmRSS` after everything was freed and the process slept `--idle-ms`
+//!   (default 1000): what the allocator gives back without further calls;
+//! - `maps`: lines of `/proc/self/maps` at the end of the work (the mapping count that runs into
+//!   `vm.max_map_count`);
+//! - `minor_faults`: minor faults of the whole process;
+//! - `checksum`: a value computed from the memory, so the work cannot be optimised away.
+//!
+//! The programs use no Rust collections on their measured paths; Rust's own allocations (a few
+//! small ones) also go to `malloc`, as in any program.
+
+use std::time::Instant;
+
+/// A small, fast, seeded generator (xorshift64*), the same sequence for every allocator.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[lo, hi]`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+/// `--name value` from the command line, or `default`.
+pub fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: '{v}' is not a number")))
+        .unwrap_or(default)
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn maps() -> u64 {
+    std::fs::read_to_string("/proc/self/maps").map(|s| s.lines().count() as u64).unwrap_or(0)
+}
+
+fn minor_faults() -> u64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_minflt as u64
+}
+
+/// Figures taken at the end of the work, before the idle period.
+pub struct AfterWork {
+    work_s: f64,
+    peak_rss_kib: u64,
+    maps: u64,
+    minor_faults: u64,
+}
+
+/// Take the end-of-work figures for a run that started at `t0`.
+pub fn after_work(t0: Instant) -> AfterWork {
+    AfterWork {
+        work_s: t0.elapsed().as_secs_f64(),
+        peak_rss_kib: status_kib("VmHWM:"),
+        maps: maps(),
+        minor_faults: minor_faults(),
+    }
+}
+
+/// Sleep the idle period (everything must be freed by now) and print the JSON line.
+pub fn report(name: &str, w: AfterWork, checksum: u64) {
+    std::thread::sleep(std::time::Duration::from_millis(arg("--idle-ms", 1000)));
+    println!(
+        "{{\"bench\":\"{name}\",\"work_s\":{:.4},\"peak_rss_kib\":{},\"idle_rss_kib\":{},\"maps\":{},\"minor_faults\":{},\"checksum\":{checksum}}}",
+        w.work_s,
+        w.peak_rss_kib,
+        status_kib("VmRSS:"),
+        w.maps,
+        w.minor_faults
+    );
+}
+
+/// `malloc(n)` that stops the program on failure.
+pub fn malloc(n: usize) -> *mut u8 {
+    // SAFETY: plain C malloc.
+    let p = unsafe { libc::malloc(n) } as *mut u8;
+    assert!(!p.is_null(), "malloc({n}) failed");
+    p
+}
+
+/// `free(p)`.
+pub fn free(p: *mut u8) {
+    // SAFETY: `p` came from `malloc` (or is null).
+    unsafe { libc::free(p.cast()) }
+}
