@@ -210,3 +210,28 @@ fn xz_with_two_threads_round_trips() {
     assert!(back.status.success());
     assert!(back.stdout == std::fs::read(&input).unwrap(), "xz round trip under the shim lost data");
 }
+
+#[test]
+fn readme_lists_the_shims_options_as_declared() {
+    // The shim is a cdylib the lab cannot link (its malloc would interpose the lab's own), so
+    // `vmarena options` cannot print this table; the declarations are checked against README.
+    let decl = std::fs::read_to_string(root().join("crates/preload/src/stats.rs")).unwrap();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut seen = 0;
+    let lines: Vec<&str> = decl.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        let l = l.trim();
+        let Some((name, rest)) = l.split_once(':') else { continue };
+        if !l.ends_with("\";") || !l.contains("\"VMARENA_PRELOAD_") {
+            continue;
+        }
+        let default = rest.split_once('=').unwrap().1.split(',').next().unwrap().trim();
+        let env = rest.rsplit('"').nth(1).unwrap();
+        let unit = rest.split('"').nth(1).unwrap();
+        let doc = lines[i - 1].trim().trim_start_matches("///").trim();
+        let row = format!("| `{name}` | {unit} | `{default}` | `{env}` | {doc} |");
+        assert!(readme.contains(&row), "README.md lacks the row\n{row}");
+        seen += 1;
+    }
+    assert_eq!(seen, 2, "both options of PreloadOptions were found in stats.rs");
+}
