@@ -117,7 +117,7 @@ fn command(w: &str, cfg: &PreloadConfig, env: &Env) -> Result<Command, String> {
         }
         "python" => {
             let mut c = Command::new("python3");
-            c.args(["-c", PYTHON]);
+            c.args(["-c", PYTHON, "400"]);
             c
         }
         "sort" => {
@@ -135,27 +135,7 @@ fn command(w: &str, cfg: &PreloadConfig, env: &Env) -> Result<Command, String> {
 }
 
 /// Four threads build, grow and hash large bytearrays (100 KB to 8 MB).
-const PYTHON: &str = r#"
-import threading, hashlib
-out = [None] * 4
-def work(t):
-    h = hashlib.sha256()
-    keep = []
-    for i in range(400):
-        n = 100_000 + ((t * 7919 + i * 104729) % 8_000_000)
-        b = bytearray(n)
-        b[0:n:4096] = bytes([(t + i) % 251]) * len(range(0, n, 4096))
-        b.extend(b"x" * 70_000)
-        h.update(b[::8191])
-        keep.append(b)
-        if len(keep) > 8:
-            keep.pop(0)
-    out[t] = h.hexdigest()
-ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-print("\n".join(out))
-"#;
+const PYTHON: &str = include_str!("../../bench/scripts/bytearrays.py");
 
 fn make_data(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

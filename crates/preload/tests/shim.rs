@@ -141,29 +141,9 @@ fn with_stats(c: &mut Command) -> &mut Command {
 
 #[test]
 fn python_threads_with_large_bytearrays() {
-    let script = r#"
-import threading, hashlib
-out = [None] * 4
-def work(t):
-    h = hashlib.sha256()
-    keep = []
-    for i in range(60):
-        n = 100_000 + ((t * 7919 + i * 104729) % 6_000_000)
-        b = bytearray(n)
-        b[0:n:4096] = bytes([(t + i) % 251]) * len(range(0, n, 4096))
-        b.extend(b"x" * 70_000)
-        h.update(b[::8191])
-        keep.append(b)
-        if len(keep) > 5:
-            keep.pop(0)
-    out[t] = h.hexdigest()
-ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-print("\n".join(out))
-"#;
-    let plain = run(Command::new("python3").args(["-c", script]), false);
-    let shim = run(with_stats(Command::new("python3").args(["-c", script])), true);
+    let script = include_str!("../../bench/scripts/bytearrays.py");
+    let plain = run(Command::new("python3").args(["-c", script, "60"]), false);
+    let shim = run(with_stats(Command::new("python3").args(["-c", script, "60"])), true);
     assert!(plain.status.success() && shim.status.success());
     assert_eq!(plain.stdout, shim.stdout, "same digests with and without the shim");
     assert!(vm_allocs(&shim) > 100, "python's large bytearrays went to vmarena");
