@@ -13,15 +13,12 @@ thread_local! {
 }
 
 extern "C" fn prepare() {
-    if !vmarena::default_space_exists() {
-        return;
-    }
-    let _ = std::panic::catch_unwind(|| {
-        if let Ok(s) = vmarena::default_space() {
-            let g = s.arena().lock_for_fork();
-            HELD.with(|h| *h.borrow_mut() = Some(g));
-        }
-    });
+    let Some(s) = vmarena::existing_default_space() else { return };
+    // AssertUnwindSafe: a panic here takes no lock it leaves half-held (guards drop on unwind).
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let g = s.arena().lock_for_fork();
+        HELD.with(|h| *h.borrow_mut() = Some(g));
+    }));
 }
 
 extern "C" fn release() {

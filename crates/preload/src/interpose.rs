@@ -24,12 +24,9 @@ fn page() -> usize {
 fn vm_alloc(size: usize, align: usize, zeroed: bool) -> Option<*mut c_void> {
     let r = catch_unwind(|| {
         let s = space()?;
-        let r = match (align > page(), zeroed) {
-            (false, false) => s.vmalloc(size),
-            (false, true) => s.vzalloc(size),
-            (true, false) => s.vmalloc_aligned(size, align),
-            (true, true) => s.vzalloc_aligned(size, align),
-        };
+        // Every area is page aligned; a smaller alignment (or none, 0) asks for nothing more.
+        let align = align.max(1);
+        let r = if zeroed { s.vzalloc_aligned(size, align) } else { s.vmalloc_aligned(size, align) };
         r.ok()
     })
     .ok()
@@ -202,10 +199,6 @@ fn vm_realloc(n: Option<&Next>, p: *mut c_void, size: usize) -> *mut c_void {
         vm_free(p);
         return null_mut();
     }
-    let usable = match s.size(p.cast()) {
-        Some(u) => u,
-        None => bad_pointer("realloc", p, &VmError::NotLive(p as usize)),
-    };
     if size >= threshold() {
         let r = catch_unwind(AssertUnwindSafe(|| s.vrealloc(NonNull::new(p.cast()), size)));
         match r {
@@ -218,6 +211,11 @@ fn vm_realloc(n: Option<&Next>, p: *mut c_void, size: usize) -> *mut c_void {
             _ => count(&C.fallbacks, 1),
         }
     }
+    // Moving out: the area's size is looked up only here (vrealloc above did its own lookup).
+    let usable = match s.size(p.cast()) {
+        Some(u) => u,
+        None => bad_pointer("realloc", p, &VmError::NotLive(p as usize)),
+    };
     let q = next_malloc(n, size);
     if q.is_null() {
         set_errno(libc::ENOMEM);
@@ -258,7 +256,9 @@ fn aligned(align: usize, size: usize, fallback: impl FnOnce(Option<&Next>) -> *m
             return p;
         }
     }
-    count(&C.next_allocs, 1);
+    if n.is_some() {
+        count(&C.next_allocs, 1); // the bootstrap path counts itself
+    }
     fallback(n)
 }
 

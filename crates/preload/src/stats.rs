@@ -121,11 +121,9 @@ extern "C" fn print_at_exit() {
         for (name, v) in s.values() {
             out.push_str(&format!("vmarena preload: {name:<18} {v}\n"));
         }
-        if vmarena::default_space_exists() {
-            if let Ok(space) = vmarena::default_space() {
-                for (name, v) in space.stats(false).arena.values() {
-                    out.push_str(&format!("vmarena preload: space {name:<18} {v}\n"));
-                }
+        if let Some(space) = vmarena::existing_default_space() {
+            for (name, v) in space.stats(false).arena.values() {
+                out.push_str(&format!("vmarena preload: space {name:<18} {v}\n"));
             }
         }
         let fd = OUT_FD.load(Relaxed);

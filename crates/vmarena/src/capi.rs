@@ -6,7 +6,7 @@
 //! size overflows, EAGAIN never for these calls.
 #![allow(clippy::missing_safety_doc)]
 
-use crate::default_space::default_space;
+use crate::default_space::{default_space, existing_default_space};
 use crate::space::VmError;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};
@@ -94,20 +94,15 @@ pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
 /// `size_t vmarena_size(const void *p);` usable bytes of a live area, 0 otherwise.
 #[no_mangle]
 pub extern "C" fn vmarena_size(p: *const libc::c_void) -> usize {
-    guarded(0, || match crate::default_space::default_space_exists() {
-        true => default_space().ok().and_then(|s| s.size(p.cast())).unwrap_or(0),
-        false => 0,
-    })
+    guarded(0, || existing_default_space().and_then(|s| s.size(p.cast())).unwrap_or(0))
 }
 
 /// `int vmarena_purge(void);` release cached memory now; 0.
 #[no_mangle]
 pub extern "C" fn vmarena_purge() -> libc::c_int {
     guarded(-libc::EFAULT, || {
-        if crate::default_space::default_space_exists() {
-            if let Ok(s) = default_space() {
-                s.purge();
-            }
+        if let Some(s) = existing_default_space() {
+            s.purge();
         }
         0
     })

@@ -23,7 +23,8 @@ pub fn default_space() -> Result<&'static VmSpace, &'static str> {
         .map_err(|e| e.as_str())
 }
 
-/// True once the default space exists (without creating it).
-pub fn default_space_exists() -> bool {
-    matches!(DEFAULT.get(), Some(Ok(_)))
+/// The default space if it was created already (never creates it): for paths that only act on
+/// memory the space may have handed out (frees, size queries, purges, fork handlers).
+pub fn existing_default_space() -> Option<&'static VmSpace> {
+    DEFAULT.get().and_then(|r| r.as_ref().ok())
 }

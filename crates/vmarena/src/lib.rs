@@ -31,7 +31,7 @@ pub mod space;
 mod vm_alloc;
 mod vmallocinfo;
 
-pub use default_space::{default_space, default_space_exists};
+pub use default_space::{default_space, existing_default_space};
 pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
 pub use options::{ReleaseAdvice, SpaceOptions};
 pub use pressure::{pressure, MonitorStatus, PressureOptions};

@@ -23,7 +23,7 @@
 //! (see [`crate::default_space`]), which reads its options from the environment.
 #![allow(unsafe_code)]
 
-use crate::default_space::{default_space, default_space_exists};
+use crate::default_space::{default_space, existing_default_space};
 use crate::space::VmSpace;
 use std::alloc::{GlobalAlloc, Layout, System};
 use vmarena_platform::reentry;
@@ -74,10 +74,7 @@ impl<A: GlobalAlloc> VmAlloc<A> {
     /// The default space when `p` lies in it.
     #[inline]
     fn owner(p: *mut u8) -> Option<&'static VmSpace> {
-        if !default_space_exists() {
-            return None;
-        }
-        default_space().ok().filter(|s| s.contains(p))
+        existing_default_space().filter(|s| s.contains(p))
     }
 
     fn vm_alloc(space: &VmSpace, layout: Layout, zeroed: bool) -> Option<*mut u8> {
