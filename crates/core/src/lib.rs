@@ -19,6 +19,9 @@
 //! | decay | the share of each pool that a purge gives back to the free tree (25%, or all of it) |
 //! | fit | how a request sits in a free block: full, left edge, right edge, no edge |
 //! | node | a lock shard of the engine: one per CPU, at most 128 |
+//! | frame | a 4 KiB unit of a frame pool's memory file, named by its index (pfn) |
+//! | order | a buddy block of `2^order` frames |
+//! | zone | one buddy allocator and its lock |
 //!
 //! # Modules
 //!
@@ -27,18 +30,27 @@
 //! - [`pool`]: exact-size pools of freed areas, split into resident (dirty) and released (clean).
 //! - [`busy`]: the map from area start to the live area's record.
 //! - [`oracle`]: a linear-scan model of the free space that the tests check the tree against.
+//! - [`buddy`]: the buddy frame allocator of one zone (orders 0..=10, watermarks).
+//! - [`pcp`]: the policy of one CPU's page lists in front of the buddy (batch, auto-tuned high).
+//! - [`batch_queue`]: per-CPU batches of items for a shared structure (FreeBSD's rule).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod batch_queue;
+pub mod buddy;
 pub mod busy;
 pub mod fit;
 pub mod free_tree;
 pub mod oracle;
+pub mod pcp;
 pub mod pool;
 
+pub use batch_queue::{BatchQueue, BatchRule, Flush, Insert};
+pub use buddy::{Buddy, BuddyError, Watermarks, MAX_ORDER, NR_ORDERS};
 pub use busy::{BusyArea, BusyMap};
 pub use fit::{FitType, Request, RequestError};
 pub use free_tree::{FreeTree, TreeError};
+pub use pcp::{FreeOutcome, Pcp, PcpConfig, PCP_ORDERS, THP_ORDER};
 pub use pool::{PoolSide, SizePools, POOL_MAX_PAGES};
 
 /// Integer log2 rounded down plus one (`fls`): 0 for 0, 1 for 1, 2 for 2..=3, ...

@@ -147,3 +147,163 @@ fn size_pools_match_shadow_model() {
         assert_eq!(rest, shadow.into_iter().collect::<Vec<_>>(), "nothing lost, nothing doubled");
     }
 }
+
+/// The buddy against a shadow owner table: no frame handed out twice, refused frees change
+/// nothing, and after everything is freed the zone is whole again (merges complete).
+#[test]
+fn buddy_matches_a_shadow_owner_table() {
+    use vmarena_core::{Buddy, BuddyError, MAX_ORDER};
+    for seed in seeds() {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let frames = 1500 + rng.below(3000) as u32;
+        let mut b = Buddy::new(frames);
+        let initial = b.free_blocks();
+        let mut owner: Vec<Option<usize>> = vec![None; frames as usize];
+        let mut live: Vec<(u32, u32)> = Vec::new();
+        for step in 0..4000 {
+            match rng.below(10) {
+                0..=4 => {
+                    let order = match rng.below(8) {
+                        0 => rng.below(MAX_ORDER as u64 + 1) as u32,
+                        1..=2 => rng.below(4) as u32,
+                        _ => 0,
+                    };
+                    let free_before = b.free_frames();
+                    match b.alloc(order).unwrap() {
+                        Some(p) => {
+                            assert_eq!(p % (1 << order), 0, "seed {seed} step {step}: misaligned block");
+                            for f in p..p + (1 << order) {
+                                assert_eq!(
+                                    owner[f as usize], None,
+                                    "seed {seed} step {step}: frame {f} handed out twice"
+                                );
+                                owner[f as usize] = Some(step);
+                            }
+                            assert_eq!(b.free_frames(), free_before - (1 << order));
+                            live.push((p, order));
+                        }
+                        None => {
+                            // No free block of this order or larger may exist.
+                            assert!(
+                                b.free_blocks().iter().all(|&(_, o)| o < order),
+                                "seed {seed}: refused with room"
+                            );
+                        }
+                    }
+                }
+                5..=8 if !live.is_empty() => {
+                    let (p, o) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                    b.free(p, o).unwrap();
+                    for f in p..p + (1 << o) {
+                        owner[f as usize] = None;
+                    }
+                }
+                _ => {
+                    // Bad frees: an interior frame, a wrong order, a frame never allocated.
+                    let before = b.free_blocks();
+                    if let Some(&(p, o)) = live.first() {
+                        if o > 0 {
+                            assert!(b.free(p + 1, 0).is_err());
+                            assert_eq!(b.free(p, o - 1), Err(BuddyError::NotAllocated(p)));
+                        }
+                    }
+                    if let Some(f) = (0..frames).find(|&f| owner[f as usize].is_none()) {
+                        assert!(b.free(f, 0).is_err(), "seed {seed}: a free frame was accepted as allocated");
+                    }
+                    assert_eq!(b.free_blocks(), before, "seed {seed}: a refused free changed the zone");
+                }
+            }
+            if step % 97 == 0 {
+                b.check().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            }
+        }
+        for (p, o) in live.drain(..) {
+            b.free(p, o).unwrap();
+        }
+        b.check().unwrap();
+        assert_eq!(b.free_frames(), frames as u64);
+        let mut now = b.free_blocks();
+        let mut was = initial.clone();
+        now.sort_unstable();
+        was.sort_unstable();
+        assert_eq!(now, was, "seed {seed}: merges did not restore the zone");
+    }
+}
+
+/// Per-CPU lists in front of the buddy: frames are conserved across refills, drains, decay and
+/// a final drain, and no frame is handed out twice.
+#[test]
+fn pcp_lists_over_the_buddy_conserve_frames() {
+    use vmarena_core::{Buddy, Pcp, PcpConfig, PCP_ORDERS};
+    for seed in seeds() {
+        let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+        let frames = 8192u32;
+        let mut b = Buddy::new(frames);
+        let cfg = PcpConfig::for_zone(frames as u64, b.watermarks().low, 2);
+        let mut cpus = [Pcp::new(cfg), Pcp::new(cfg)];
+        let mut owner = vec![false; frames as usize];
+        let mut live: Vec<(u32, u32)> = Vec::new();
+        for step in 0..6000 {
+            let cpu = rng.below(2) as usize;
+            let below = !b.watermark_ok(0, b.watermarks().high);
+            if rng.below(100) < 55 {
+                let order = PCP_ORDERS[[0, 0, 0, 0, 1, 2, 3, 4][rng.below(8) as usize]];
+                let pcp = &mut cpus[cpu];
+                let mut got = pcp.pop(order);
+                if got.is_none() {
+                    let n = pcp.refill_blocks(order, below);
+                    let blocks: Vec<u32> = (0..n).map_while(|_| b.alloc(order).unwrap()).collect();
+                    pcp.add_refilled(order, &blocks);
+                    got = pcp.pop(order);
+                }
+                if let Some(p) = got {
+                    for f in p..p + (1 << order) {
+                        assert!(!owner[f as usize], "seed {seed} step {step}: frame {f} handed out twice");
+                        owner[f as usize] = true;
+                    }
+                    live.push((p, order));
+                }
+            } else if !live.is_empty() {
+                let (p, o) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                for f in p..p + (1 << o) {
+                    owner[f as usize] = false;
+                }
+                let out = cpus[cpu].push(p, o, below);
+                if out.drain_frames > 0 {
+                    for (q, qo) in cpus[cpu].take_drain(out.drain_frames, o) {
+                        b.free(q, qo).unwrap();
+                    }
+                }
+            }
+            if step % 500 == 0 {
+                for pcp in cpus.iter_mut() {
+                    let n = pcp.decay();
+                    for (q, qo) in pcp.take_drain(n, 0) {
+                        b.free(q, qo).unwrap();
+                    }
+                }
+            }
+            let cached: u64 = cpus.iter().map(|p| p.count()).sum();
+            let held: u64 = live.iter().map(|&(_, o)| 1u64 << o).sum();
+            assert_eq!(
+                b.free_frames() + cached + held,
+                frames as u64,
+                "seed {seed} step {step}: frames lost"
+            );
+            for pcp in &cpus {
+                pcp.check().unwrap();
+            }
+        }
+        for (p, o) in live.drain(..) {
+            b.free(p, o).unwrap();
+        }
+        for pcp in cpus.iter_mut() {
+            for (q, qo) in pcp.take_all() {
+                b.free(q, qo).unwrap();
+            }
+        }
+        b.check().unwrap();
+        assert_eq!(b.free_frames(), frames as u64);
+        assert_eq!(b.nr_free()[10], 8, "seed {seed}: the zone did not merge back to 4 MiB blocks");
+    }
+}
