@@ -90,6 +90,11 @@ impl<T> BatchQueue<T> {
         Insert::Queued(slots)
     }
 
+    /// The queued items, oldest first.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.items.iter()
+    }
+
     /// Take every queued item, oldest first.
     pub fn drain(&mut self) -> std::vec::Drain<'_, T> {
         self.items.drain(..)

@@ -19,6 +19,8 @@ pub mod error;
 pub mod fixed_cache;
 #[cfg(not(loom))]
 pub mod fork;
+pub mod frame_allocator;
+pub mod frame_options;
 pub mod lock;
 mod node;
 pub mod options;
@@ -38,6 +40,8 @@ pub use backing::{Backing, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
 #[cfg(not(loom))]
 pub use fork::ForkGuard;
+pub use frame_allocator::{FrameAllocator, FrameError};
+pub use frame_options::{FrameOptions, FrameStats};
 pub use lock::{LockStats, StatLock};
 pub use node::ZONE_PAGES;
 pub use options::ArenaOptions;

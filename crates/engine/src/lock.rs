@@ -26,8 +26,10 @@
 //! acquisition, which the fast path does not pay otherwise). Sites are process-wide statistics,
 //! plain std atomics even under loom.
 //!
-//! Lock order: no engine path holds two `StatLock`s at once, except the invariant checker, which
-//! takes pool locks, then the free lock, then busy locks (DESIGN.md, "Locks"). Debug builds count
+//! Lock order: no arena path holds two `StatLock`s at once, except the invariant checker, which
+//! takes pool locks, then the free lock, then busy locks (DESIGN.md, "Locks"). The frame
+//! allocator nests a CPU's list or queue lock over the zone lock (pcp, then zone), as the
+//! kernel does. Debug builds count
 //! the `StatLock`s each thread holds and assert the count stays at one outside the checker.
 #![allow(unsafe_code)]
 

@@ -1,0 +1,609 @@
+//! `FrameAllocator`: the buddy zone with per-CPU page lists and per-CPU batch queues in front,
+//! as Linux runs its page allocator (seeds/001) and FreeBSD its page-queue batches (seeds/003).
+//!
+//! Owns: one zone (a [`Buddy`] under the zone lock), one [`Pcp`] per CPU under that CPU's list
+//! lock, one [`BatchQueue`] of frees per CPU under that CPU's queue lock, and one 64-byte frame
+//! descriptor per frame (the kernel's `struct page`: the head records who holds the block, the
+//! tails of a multi-frame block point at their head while it is compound).
+//!
+//! Frames are integers (pfn); what they stand for (pages of a memfd) is the caller's business.
+//!
+//! Locks, in the only order they nest: CPU list lock, then CPU queue lock, then zone lock.
+//! - Allocation of a cached order (0..=3, 9) trylocks this CPU's list; a hit pops its head; a
+//!   miss refills `nr_pcp_alloc` blocks under one zone lock hold, nested. A failed trylock (the
+//!   thread moved, or another thread on this CPU holds it) goes to the zone directly.
+//! - Free trylocks this CPU's list and pushes at the head; a drain moves blocks from list tails
+//!   to the zone under one zone lock hold. Frees that reach the zone one block at a time (lists
+//!   off, trylock failed, uncached order) go through this CPU's batch queue when queues are on.
+//! - Remote drains (`drain_all`, the reclaim path of a failed allocation) lock each CPU's list
+//!   and queue normally.
+//!
+//! Descriptor state of a block's head: `USER | order` while a caller holds it, `KERNEL` while it
+//! sits in the zone, on a list or in a queue. Free swaps `USER | order` for `KERNEL` with one
+//! compare-and-swap, so a double free, a free of a tail or a free with the wrong order is refused
+//! and changes nothing, even when the block sits on a list the buddy cannot see.
+//!
+//! Compound blocks: every block of more than one frame is made compound when handed out (each
+//! tail descriptor written: 2^order - 1 of them) and dismantled when freed. With
+//! `compound_retention` a block stays compound while on a per-CPU list and is dismantled only
+//! when it drains to the zone; a list hit then skips the preparation (the seed's experiment).
+
+use crate::frame_options::{FrameOptions, FrameStats};
+use crate::lock::{with_nesting_allowed, LockSite, LockStats, StatGuard, StatLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use vmarena_core::pcp::pindex;
+use vmarena_core::{BatchQueue, BatchRule, Buddy, Flush, Insert, Pcp, PcpConfig, MAX_ORDER};
+use vmarena_platform::process::monotonic_ns;
+
+/// Zone lock: refill of a per-CPU list.
+pub static ZONE_REFILL: LockSite = LockSite::new("frames: refill");
+/// Zone lock: drain of a per-CPU list.
+pub static ZONE_DRAIN: LockSite = LockSite::new("frames: drain");
+/// Zone lock: one block allocated directly.
+pub static ZONE_ALLOC: LockSite = LockSite::new("frames: zone alloc");
+/// Zone lock: one block freed directly.
+pub static ZONE_FREE: LockSite = LockSite::new("frames: zone free");
+/// Zone lock: a batch queue flush.
+pub static ZONE_FLUSH: LockSite = LockSite::new("frames: queue flush");
+/// Every frame site, for reports.
+pub static SITES: [&LockSite; 5] = [&ZONE_REFILL, &ZONE_DRAIN, &ZONE_ALLOC, &ZONE_FREE, &ZONE_FLUSH];
+
+const KERNEL: u64 = 0;
+const USER: u64 = 1 << 8;
+const TAIL: u64 = 1 << 9;
+const COMPOUND: u64 = 1 << 10;
+
+/// Why a frame call was refused. Nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Order above 10, or a count of 0.
+    BadRequest(String),
+    /// No frames, even after draining every list and queue. The text gives the figures.
+    NoFrames(String),
+    /// The frame is not the head of a block of that order held by a caller.
+    NotHeld(u32),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::BadRequest(m) | FrameError::NoFrames(m) => f.write_str(m),
+            FrameError::NotHeld(p) => write!(f, "frame {p} is not the head of a block held with that order"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// The kernel's `struct page`, reduced: 64 bytes per frame, in one dense array.
+#[repr(C, align(64))]
+struct FrameDesc {
+    /// Head: `USER | order` or `KERNEL`, plus `COMPOUND`; tail of a compound block: `TAIL`.
+    state: AtomicU64,
+    /// Tail of a compound block: the head's pfn.
+    head: AtomicU64,
+    _rest: [u64; 6],
+}
+
+#[repr(align(128))]
+struct CpuLists {
+    pcp: StatLock<Pcp>,
+    queue: StatLock<BatchQueue<(u32, u32)>>,
+    last_decay_ns: AtomicU64,
+}
+
+#[derive(Default)]
+struct Counters {
+    pcp_hits: AtomicU64,
+    pcp_refills: AtomicU64,
+    refill_blocks: AtomicU64,
+    pcp_drains: AtomicU64,
+    drain_blocks: AtomicU64,
+    free_high: AtomicU64,
+    trylock_failures: AtomicU64,
+    zone_allocs: AtomicU64,
+    zone_frees: AtomicU64,
+    queue_inserts: AtomicU64,
+    queue_flushes: AtomicU64,
+    queue_try_failures: AtomicU64,
+    queue_blocking_flushes: AtomicU64,
+    compound_preps: AtomicU64,
+    compound_dismantles: AtomicU64,
+    compound_ns: AtomicU64,
+    pcp_decays: AtomicU64,
+    alloc_failures: AtomicU64,
+    bad_frees: AtomicU64,
+    user_frames: AtomicU64,
+}
+
+/// See the module documentation.
+pub struct FrameAllocator {
+    name: String,
+    opts: FrameOptions,
+    zone: StatLock<Buddy>,
+    below_high: AtomicBool,
+    cpus: Box<[CpuLists]>,
+    desc: Box<[FrameDesc]>,
+    rule: BatchRule,
+    decay_ns: u64,
+    c: Counters,
+}
+
+impl FrameAllocator {
+    /// An allocator of `frames` frames (1 to 2^31), all free.
+    pub fn new(name: &str, frames: u64, opts: FrameOptions) -> Result<FrameAllocator, String> {
+        if frames == 0 || frames > 1 << 31 {
+            return Err(format!("{name}: {frames} frames is out of range (1 to 2^31)"));
+        }
+        let buddy = Buddy::new(frames as u32);
+        let ncpu = if opts.cpus == 0 { vmarena_platform::cpu::count().max(1) } else { opts.cpus };
+        let mut cfg = PcpConfig::for_zone(frames, buddy.watermarks().low, ncpu as u64);
+        if opts.pcp_batch > 0 {
+            cfg.batch = opts.pcp_batch;
+            cfg.high_min = cfg.high_min.max(4 * cfg.batch);
+            cfg.high_max = cfg.high_max.max(cfg.high_min);
+        }
+        if opts.pcp_high_min > 0 {
+            cfg.high_min = opts.pcp_high_min;
+        }
+        if opts.pcp_high_max > 0 {
+            cfg.high_max = opts.pcp_high_max;
+        }
+        if cfg.high_min > cfg.high_max {
+            return Err(format!(
+                "{name}: pcp_high_min {} is above pcp_high_max {}",
+                cfg.high_min, cfg.high_max
+            ));
+        }
+        let qcap = opts.batch_queue.max(1);
+        let cpus = (0..ncpu)
+            .map(|_| CpuLists {
+                pcp: StatLock::new(Pcp::new(cfg)),
+                queue: StatLock::new(BatchQueue::new(qcap)),
+                last_decay_ns: AtomicU64::new(monotonic_ns()),
+            })
+            .collect();
+        let desc = (0..frames)
+            .map(|_| FrameDesc { state: AtomicU64::new(KERNEL), head: AtomicU64::new(0), _rest: [0; 6] })
+            .collect();
+        Ok(FrameAllocator {
+            name: name.to_string(),
+            rule: if opts.batch_half_full { BatchRule::HalfFullTrylock } else { BatchRule::FullBlock },
+            decay_ns: opts.pcp_decay_ms.saturating_mul(1_000_000),
+            opts,
+            zone: StatLock::new(buddy),
+            below_high: AtomicBool::new(false),
+            cpus,
+            desc,
+            c: Counters::default(),
+        })
+    }
+
+    /// The allocator's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Frames in the zone.
+    pub fn frames(&self) -> u64 {
+        self.desc.len() as u64
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &FrameOptions {
+        &self.opts
+    }
+
+    fn cpu(&self) -> &CpuLists {
+        &self.cpus[crate::sync::current_cpu() % self.cpus.len()]
+    }
+
+    fn check_order(&self, order: u32) -> Result<(), FrameError> {
+        if order > MAX_ORDER {
+            return Err(FrameError::BadRequest(format!("{}: order {order} is above {MAX_ORDER}", self.name)));
+        }
+        Ok(())
+    }
+
+    /// Take a block of `2^order` frames; returns its first frame.
+    pub fn alloc(&self, order: u32) -> Result<u32, FrameError> {
+        self.check_order(order)?;
+        let pfn = match self.alloc_fast(order) {
+            Some(p) => p,
+            None => self.alloc_slow(order)?,
+        };
+        self.hand_out(pfn, order);
+        Ok(pfn)
+    }
+
+    /// Fill `out` with `n` single frames under one list lock hold (the kernel's bulk array
+    /// allocator). Returns how many were added; fewer than `n` only when the zone ran dry.
+    pub fn alloc_bulk(&self, n: usize, out: &mut Vec<u32>) -> usize {
+        let before = out.len();
+        if self.opts.pcp {
+            if let Some(mut p) = self.cpu().pcp.try_lock() {
+                while out.len() - before < n {
+                    match p.pop(0) {
+                        Some(pfn) => {
+                            self.c.pcp_hits.fetch_add(1, Relaxed);
+                            out.push(pfn);
+                        }
+                        None => {
+                            if self.refill(&mut p, 0) == 0 {
+                                break;
+                            }
+                        }
+                    }
+                }
+            } else {
+                self.c.trylock_failures.fetch_add(1, Relaxed);
+            }
+        }
+        while out.len() - before < n {
+            match self.alloc_slow(0) {
+                Ok(p) => out.push(p),
+                Err(_) => break,
+            }
+        }
+        for &pfn in &out[before..] {
+            self.hand_out(pfn, 0);
+        }
+        out.len() - before
+    }
+
+    fn hand_out(&self, pfn: u32, order: u32) {
+        let d = &self.desc[pfn as usize];
+        let retained = d.state.load(Relaxed) & COMPOUND;
+        if order > 0 && retained == 0 {
+            self.prep_compound(pfn, order);
+        }
+        d.state.store(USER | order as u64 | if order > 0 { COMPOUND } else { 0 }, Relaxed);
+        self.c.user_frames.fetch_add(1 << order, Relaxed);
+    }
+
+    fn alloc_fast(&self, order: u32) -> Option<u32> {
+        if !self.opts.pcp || pindex(order).is_none() {
+            return None;
+        }
+        let cpu = self.cpu();
+        let Some(mut p) = cpu.pcp.try_lock() else {
+            self.c.trylock_failures.fetch_add(1, Relaxed);
+            return None;
+        };
+        if let Some(pfn) = p.pop(order) {
+            self.c.pcp_hits.fetch_add(1, Relaxed);
+            return Some(pfn);
+        }
+        self.refill(&mut p, order);
+        let got = p.pop(order);
+        if got.is_some() {
+            self.c.pcp_hits.fetch_add(1, Relaxed);
+        }
+        self.maybe_decay(cpu, &mut p);
+        got
+    }
+
+    /// Refill a list from the zone under one zone lock hold. Returns the blocks moved.
+    fn refill(&self, p: &mut StatGuard<'_, Pcp>, order: u32) -> usize {
+        let n = p.refill_blocks(order, self.below_high.load(Relaxed));
+        let mut blocks = Vec::with_capacity(n as usize);
+        with_nesting_allowed(|| {
+            let mut z = self.zone.lock_at(&ZONE_REFILL);
+            for _ in 0..n {
+                match z.alloc(order).expect("order checked") {
+                    Some(pfn) => blocks.push(pfn),
+                    None => break,
+                }
+            }
+            let marks = z.watermarks();
+            if !z.watermark_ok(0, marks.high) {
+                self.below_high.store(true, Relaxed);
+            }
+        });
+        self.c.pcp_refills.fetch_add(1, Relaxed);
+        self.c.refill_blocks.fetch_add(blocks.len() as u64, Relaxed);
+        p.add_refilled(order, &blocks);
+        blocks.len()
+    }
+
+    fn alloc_slow(&self, order: u32) -> Result<u32, FrameError> {
+        for attempt in 0..2 {
+            let got = {
+                let mut z = self.zone.lock_at(&ZONE_ALLOC);
+                let got = z.alloc(order).expect("order checked");
+                if !z.watermark_ok(0, z.watermarks().high) {
+                    self.below_high.store(true, Relaxed);
+                }
+                got
+            };
+            if let Some(pfn) = got {
+                self.c.zone_allocs.fetch_add(1, Relaxed);
+                return Ok(pfn);
+            }
+            if attempt == 0 {
+                // Reclaim: everything cached on lists and in queues goes back to the zone.
+                self.drain_all();
+            }
+        }
+        self.c.alloc_failures.fetch_add(1, Relaxed);
+        let z = self.zone.lock();
+        Err(FrameError::NoFrames(format!(
+            "{}: no block of order {order} ({} frames, {} free in the zone, largest free order {:?}, {} held by callers)",
+            self.name,
+            self.frames(),
+            z.free_frames(),
+            (0..=MAX_ORDER).rev().find(|&o| z.nr_free()[o as usize] > 0),
+            self.c.user_frames.load(Relaxed)
+        )))
+    }
+
+    /// Give back a block that `alloc(order)` returned.
+    pub fn free(&self, pfn: u32, order: u32) -> Result<(), FrameError> {
+        self.check_order(order)?;
+        let Some(d) = self.desc.get(pfn as usize) else {
+            self.c.bad_frees.fetch_add(1, Relaxed);
+            return Err(FrameError::NotHeld(pfn));
+        };
+        let want = USER | order as u64 | if order > 0 { COMPOUND } else { 0 };
+        if d.state.compare_exchange(want, KERNEL | (want & COMPOUND), Relaxed, Relaxed).is_err() {
+            self.c.bad_frees.fetch_add(1, Relaxed);
+            return Err(FrameError::NotHeld(pfn));
+        }
+        self.c.user_frames.fetch_sub(1 << order, Relaxed);
+        if self.opts.pcp && pindex(order).is_some() {
+            let cpu = self.cpu();
+            if let Some(mut p) = cpu.pcp.try_lock() {
+                if !self.opts.compound_retention {
+                    self.dismantle(pfn, order);
+                }
+                let out = p.push(pfn, order, self.below_high.load(Relaxed));
+                if out.free_high {
+                    self.c.free_high.fetch_add(1, Relaxed);
+                }
+                if out.drain_frames > 0 {
+                    let blocks = p.take_drain(out.drain_frames, order);
+                    self.drain_to_zone(&blocks, &ZONE_DRAIN);
+                }
+                self.maybe_decay(cpu, &mut p);
+                return Ok(());
+            }
+            self.c.trylock_failures.fetch_add(1, Relaxed);
+        }
+        self.dismantle(pfn, order);
+        self.free_to_zone(pfn, order);
+        Ok(())
+    }
+
+    /// Blocks leaving the per-CPU lists for the zone: one zone lock hold.
+    fn drain_to_zone(&self, blocks: &[(u32, u32)], site: &'static LockSite) {
+        for &(pfn, o) in blocks {
+            self.dismantle(pfn, o);
+        }
+        with_nesting_allowed(|| {
+            let mut z = self.zone.lock_at(site);
+            for &(pfn, o) in blocks {
+                z.free(pfn, o).expect("a cached block is allocated in the buddy");
+            }
+            if z.watermark_ok(0, z.watermarks().high) {
+                self.below_high.store(false, Relaxed);
+            }
+        });
+        self.c.pcp_drains.fetch_add(1, Relaxed);
+        self.c.drain_blocks.fetch_add(blocks.len() as u64, Relaxed);
+    }
+
+    /// One block for the zone, through this CPU's batch queue when queues are on.
+    fn free_to_zone(&self, pfn: u32, order: u32) {
+        if self.opts.batch_queue == 0 {
+            self.zone.lock_at(&ZONE_FREE).free(pfn, order).expect("a held block is allocated in the buddy");
+            self.c.zone_frees.fetch_add(1, Relaxed);
+            return;
+        }
+        let mut q = self.cpu().queue.lock();
+        let (slots, item) = match q.insert((pfn, order)) {
+            Insert::Queued(s) => (s, None),
+            Insert::Full(x) => (0, Some(x)),
+        };
+        if item.is_none() {
+            self.c.queue_inserts.fetch_add(1, Relaxed);
+        }
+        match self.rule.after_insert(slots, q.capacity()) {
+            Flush::No => {}
+            Flush::Try => match with_nesting_allowed(|| self.zone.try_lock()) {
+                Some(z) => self.flush(&mut q, z, None),
+                None => {
+                    self.c.queue_try_failures.fetch_add(1, Relaxed);
+                }
+            },
+            Flush::Must => {
+                self.c.queue_blocking_flushes.fetch_add(1, Relaxed);
+                let z = with_nesting_allowed(|| self.zone.lock_at(&ZONE_FLUSH));
+                self.flush(&mut q, z, item);
+            }
+        }
+    }
+
+    fn flush(&self, q: &mut BatchQueue<(u32, u32)>, mut z: StatGuard<'_, Buddy>, extra: Option<(u32, u32)>) {
+        with_nesting_allowed(|| {
+            for (pfn, o) in q.drain().chain(extra) {
+                z.free(pfn, o).expect("a queued block is allocated in the buddy");
+            }
+            if z.watermark_ok(0, z.watermarks().high) {
+                self.below_high.store(false, Relaxed);
+            }
+            drop(z);
+        });
+        self.c.queue_flushes.fetch_add(1, Relaxed);
+    }
+
+    fn maybe_decay(&self, cpu: &CpuLists, p: &mut StatGuard<'_, Pcp>) {
+        if self.decay_ns == 0 {
+            return;
+        }
+        let last = cpu.last_decay_ns.load(Relaxed);
+        let now = monotonic_ns();
+        if now.saturating_sub(last) < self.decay_ns {
+            return;
+        }
+        cpu.last_decay_ns.store(now, Relaxed);
+        self.c.pcp_decays.fetch_add(1, Relaxed);
+        let n = p.decay();
+        if n > 0 {
+            let blocks = p.take_drain(n, 0);
+            self.drain_to_zone(&blocks, &ZONE_DRAIN);
+        }
+    }
+
+    /// Return everything on every CPU's list and queue to the zone (remote drain).
+    pub fn drain_all(&self) {
+        for cpu in self.cpus.iter() {
+            {
+                let mut p = cpu.pcp.lock();
+                let blocks = p.take_all();
+                if !blocks.is_empty() {
+                    self.drain_to_zone(&blocks, &ZONE_DRAIN);
+                }
+            }
+            let mut q = cpu.queue.lock();
+            if !q.is_empty() {
+                let z = with_nesting_allowed(|| self.zone.lock_at(&ZONE_FLUSH));
+                self.flush(&mut q, z, None);
+            }
+        }
+    }
+
+    /// Memory is short: every list drops `high` to its floor and drains the excess.
+    pub fn shrink_lists(&self) {
+        for cpu in self.cpus.iter() {
+            let mut p = cpu.pcp.lock();
+            let n = p.shrink();
+            if n > 0 {
+                let blocks = p.take_drain(n, 0);
+                self.drain_to_zone(&blocks, &ZONE_DRAIN);
+            }
+        }
+    }
+
+    fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
+        if !crate::lock::timing() {
+            return f();
+        }
+        let t0 = monotonic_ns();
+        let r = f();
+        self.c.compound_ns.fetch_add(monotonic_ns().saturating_sub(t0), Relaxed);
+        r
+    }
+
+    fn prep_compound(&self, pfn: u32, order: u32) {
+        self.timed(|| {
+            for t in &self.desc[pfn as usize + 1..pfn as usize + (1 << order)] {
+                t.head.store(pfn as u64, Relaxed);
+                t.state.store(TAIL, Relaxed);
+            }
+        });
+        self.c.compound_preps.fetch_add(1, Relaxed);
+    }
+
+    fn dismantle(&self, pfn: u32, order: u32) {
+        let d = &self.desc[pfn as usize];
+        if order == 0 || d.state.load(Relaxed) & COMPOUND == 0 {
+            return;
+        }
+        self.timed(|| {
+            for t in &self.desc[pfn as usize + 1..pfn as usize + (1 << order)] {
+                t.head.store(0, Relaxed);
+                t.state.store(KERNEL, Relaxed);
+            }
+        });
+        d.state.store(KERNEL, Relaxed);
+        self.c.compound_dismantles.fetch_add(1, Relaxed);
+    }
+
+    /// The order of the block headed by `pfn` if a caller holds it.
+    pub fn held_order(&self, pfn: u32) -> Option<u32> {
+        let s = self.desc.get(pfn as usize)?.state.load(Relaxed);
+        (s & USER != 0).then_some((s & 0xff) as u32)
+    }
+
+    /// The zone lock's figures.
+    pub fn zone_lock_stats(&self) -> LockStats {
+        self.zone.stats()
+    }
+
+    /// The per-CPU list locks' figures, summed.
+    pub fn pcp_lock_stats(&self) -> LockStats {
+        let mut s = LockStats::default();
+        for c in self.cpus.iter() {
+            s.merge(&c.pcp.stats());
+        }
+        s
+    }
+
+    /// `high` of each CPU's list.
+    pub fn pcp_highs(&self) -> Vec<u64> {
+        self.cpus.iter().map(|c| c.pcp.lock().high()).collect()
+    }
+
+    /// A snapshot of the figures.
+    pub fn stats(&self) -> FrameStats {
+        let c = &self.c;
+        let pcp_frames = self.cpus.iter().map(|cpu| cpu.pcp.lock().count()).sum();
+        let queued_frames = self.cpus.iter().map(|cpu| queued(&cpu.queue.lock())).sum();
+        FrameStats {
+            frames: self.frames(),
+            free_frames: self.zone.lock().free_frames(),
+            pcp_frames,
+            queued_frames,
+            user_frames: c.user_frames.load(Relaxed),
+            pcp_hits: c.pcp_hits.load(Relaxed),
+            pcp_refills: c.pcp_refills.load(Relaxed),
+            refill_blocks: c.refill_blocks.load(Relaxed),
+            pcp_drains: c.pcp_drains.load(Relaxed),
+            drain_blocks: c.drain_blocks.load(Relaxed),
+            free_high: c.free_high.load(Relaxed),
+            trylock_failures: c.trylock_failures.load(Relaxed),
+            zone_allocs: c.zone_allocs.load(Relaxed),
+            zone_frees: c.zone_frees.load(Relaxed),
+            queue_inserts: c.queue_inserts.load(Relaxed),
+            queue_flushes: c.queue_flushes.load(Relaxed),
+            queue_try_failures: c.queue_try_failures.load(Relaxed),
+            queue_blocking_flushes: c.queue_blocking_flushes.load(Relaxed),
+            compound_preps: c.compound_preps.load(Relaxed),
+            compound_dismantles: c.compound_dismantles.load(Relaxed),
+            compound_ns: c.compound_ns.load(Relaxed),
+            pcp_decays: c.pcp_decays.load(Relaxed),
+            alloc_failures: c.alloc_failures.load(Relaxed),
+            bad_frees: c.bad_frees.load(Relaxed),
+        }
+    }
+
+    /// Check the zone, every list, and that every frame is accounted for exactly once (call
+    /// it when no other thread uses the allocator).
+    pub fn check(&self) -> Result<(), String> {
+        let z = self.zone.lock();
+        z.check()?;
+        let mut total = z.free_frames();
+        drop(z);
+        for cpu in self.cpus.iter() {
+            {
+                let p = cpu.pcp.lock();
+                p.check()?;
+                total += p.count();
+            }
+            total += queued(&cpu.queue.lock());
+        }
+        total += self.c.user_frames.load(Relaxed);
+        if total != self.frames() {
+            return Err(format!(
+                "{}: {total} frames accounted for, {} in the zone",
+                self.name,
+                self.frames()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn queued(q: &BatchQueue<(u32, u32)>) -> u64 {
+    q.iter().map(|&(_, o)| 1u64 << o).sum()
+}
