@@ -70,6 +70,22 @@ pub struct AreaTag {
     pub caller: Option<&'static Location<'static>>,
     /// Bytes the user asked for (the kernel's `requested_size`).
     pub requested_bytes: u64,
+    /// What the area holds (the kernel's area flags, as `vmallocinfo` prints them).
+    pub kind: AreaKind,
+}
+
+/// What a live area holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AreaKind {
+    /// Memory of the space (`vmalloc` and family).
+    #[default]
+    Vmalloc,
+    /// Caller's frames mapped by `vmap`.
+    Vmap,
+    /// Caller's frames mapped by `vm_map_ram` (more than the per-CPU block limit).
+    VmMapRam,
+    /// A per-CPU block that `vm_map_ram` carves small mappings from.
+    VmapBlock,
 }
 
 /// An allocation request. `AllocRequest::pages(n)` gives the defaults.

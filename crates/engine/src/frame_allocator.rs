@@ -525,6 +525,28 @@ impl FrameAllocator {
         (s & USER != 0).then_some((s & 0xff) as u32)
     }
 
+    /// True when a caller holds the block that frame `pfn` belongs to (its head, or a tail of
+    /// a held compound block).
+    pub fn is_held(&self, pfn: u32) -> bool {
+        let Some(d) = self.desc.get(pfn as usize) else { return false };
+        let s = d.state.load(Relaxed);
+        if s & USER != 0 {
+            return true;
+        }
+        s == TAIL && self.held_order(d.head.load(Relaxed) as u32).is_some()
+    }
+
+    /// Call `f(pfn, order)` for every free block of the zone, with the zone lock held (so no
+    /// block can be handed out meanwhile). Returns the number of blocks.
+    pub fn for_each_free_block(&self, mut f: impl FnMut(u32, u32)) -> usize {
+        let z = self.zone.lock();
+        let blocks = z.free_blocks();
+        for &(p, o) in &blocks {
+            f(p, o);
+        }
+        blocks.len()
+    }
+
     /// The zone lock's figures.
     pub fn zone_lock_stats(&self) -> LockStats {
         self.zone.stats()

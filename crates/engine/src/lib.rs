@@ -34,7 +34,8 @@ pub mod table;
 mod worker;
 
 pub use arena::{
-    AllocError, AllocRequest, Allocation, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step, NO_NODE,
+    AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step,
+    NO_NODE,
 };
 pub use backing::{Backing, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};

@@ -3,7 +3,7 @@
 //! Owns: address-space reservations ([`Reservation`]), page release and guard markers
 //! ([`release`], [`guard`]), the current CPU and CPU count ([`cpu`]), a cycle counter and
 //! process figures for tests and the lab ([`process`]), memory-pressure notifications ([`psi`]),
-//! the thread's inside-vmarena flag ([`reentry`]).
+//! the thread's inside-vmarena flag ([`reentry`]), memory files for frame pools ([`memfd`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
 //! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
 //!
@@ -11,6 +11,7 @@
 
 pub mod cpu;
 pub mod guard;
+pub mod memfd;
 pub mod process;
 pub mod psi;
 pub mod reentry;

@@ -2,7 +2,8 @@
 //!
 //! Layers 4 and 5: [`VmSpace`], the vmalloc family over one large reservation, the
 //! process-wide [`default_space`], [`FixedPool`] (preallocated fixed-size slots with a per-CPU
-//! cache), low-memory events ([`pressure`]), a Rust global allocator for large layouts
+//! cache), [`FramePool`] (frames of a memory file, mapped with [`VmSpace::vmap`] and
+//! [`VmSpace::vm_map_ram`]), low-memory events ([`pressure`]), a Rust global allocator for large layouts
 //! ([`VmAlloc`]), and the C ABI of `include/vmarena.h`. The algorithms live in
 //! `vmarena-core`, the concurrency in `vmarena-engine`, the OS calls in `vmarena-platform`; this
 //! crate re-exports what a user needs.
@@ -24,22 +25,29 @@ mod backing;
 pub mod capi;
 mod default_space;
 pub mod fixed_pool;
+mod frame_map;
+pub mod frame_pool;
 pub mod options;
 pub mod pressure;
 pub mod rcu;
 pub mod space;
 mod vm_alloc;
 mod vmallocinfo;
+pub mod vmap;
 
 pub use default_space::{default_space, existing_default_space};
 pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
+pub use frame_pool::FramePool;
 pub use options::{ReleaseAdvice, SpaceOptions};
 pub use pressure::{pressure, MonitorStatus, PressureOptions};
 pub use space::{SpaceStats, VmError, VmSpace};
 pub use vm_alloc::{VmAlloc, DEFAULT_THRESHOLD_BYTES};
+pub use vmap::{VMAP_BLOCK_PAGES, VMAP_MAX_ALLOC_PAGES};
 pub use vmarena_engine::pressure::PressureReport;
 pub use vmarena_engine::table::{OptionDoc, StatDoc};
-pub use vmarena_engine::{ArenaOptions, ArenaStats, FixedStats, LockStats, Strategy};
+pub use vmarena_engine::{
+    ArenaOptions, ArenaStats, FixedStats, FrameOptions, FrameStats, LockStats, Strategy,
+};
 pub use vmarena_platform::Advice;
 
 /// Switch lock hold-time measurement on or off for the whole process (the kernel's lockstat).

@@ -27,7 +27,9 @@ use std::panic::Location;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use vmarena_engine::{AllocError, AllocRequest, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats};
+use vmarena_engine::{
+    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats,
+};
 use vmarena_platform::{guard, reentry, Reservation};
 
 /// Why a `VmSpace` call failed. Nothing was changed.
@@ -49,6 +51,10 @@ pub enum VmError {
     NotHeld(usize),
     /// A parameter is out of range; the text says which.
     Invalid(String),
+    /// The area holds caller's frames (vmap, vm_map_ram): unmap it with the matching call.
+    WrongKind(usize),
+    /// The frame pool has no frames left; the text gives its figures.
+    NoFrames(String),
 }
 
 impl VmError {
@@ -59,8 +65,9 @@ impl VmError {
             | VmError::BadAlignment(_)
             | VmError::NotLive(_)
             | VmError::NotHeld(_)
-            | VmError::Invalid(_) => libc::EINVAL,
-            VmError::Overflow(_) | VmError::NoSpace(_) => libc::ENOMEM,
+            | VmError::Invalid(_)
+            | VmError::WrongKind(_) => libc::EINVAL,
+            VmError::Overflow(_) | VmError::NoSpace(_) | VmError::NoFrames(_) => libc::ENOMEM,
             VmError::WouldBlock => libc::EAGAIN,
         }
     }
@@ -75,7 +82,10 @@ impl fmt::Display for VmError {
             VmError::NotLive(p) => write!(f, "{p:#x} is not the start of a live area"),
             VmError::NoSpace(m) => f.write_str(m),
             VmError::NotHeld(p) => write!(f, "{p:#x} is not the start of a slot held from this pool"),
-            VmError::Invalid(m) => f.write_str(m),
+            VmError::Invalid(m) | VmError::NoFrames(m) => f.write_str(m),
+            VmError::WrongKind(p) => {
+                write!(f, "{p:#x} maps caller's frames: unmap it with vunmap or vm_unmap_ram, not vfree")
+            }
             VmError::WouldBlock => {
                 write!(f, "no room without purging, and the request may not block")
             }
@@ -90,13 +100,19 @@ pub struct VmSpace {
     name: String,
     arena: Arena,
     reservation: Reservation,
-    page_bytes: usize,
-    page_shift: u32,
-    guard_pages: u64,
+    pub(crate) page_bytes: usize,
+    pub(crate) page_shift: u32,
+    pub(crate) guard_pages: u64,
     guards_enforced: bool,
     opts: SpaceOptions,
     memsets: AtomicU64,
     guard_calls: Arc<AtomicU64>,
+    pub(crate) frame_map: crate::frame_map::FrameMap,
+    pub(crate) blocks: crate::vmap::VmapBlocks,
+    /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks): while there are none,
+    /// `vfree` does not look up an area's kind.
+    pub(crate) mapped_live: AtomicU64,
+    pub(crate) map_calls: AtomicU64,
 }
 
 /// Figures of a space: the arena's table plus the space's own.
@@ -110,6 +126,12 @@ pub struct SpaceStats {
     pub vzalloc_memsets: u64,
     /// Guard install and remove calls.
     pub guard_calls: u64,
+    /// `mmap` calls that mapped frames or put anonymous memory back over them.
+    pub map_calls: u64,
+    /// Live areas holding caller's frames (vmap, vm_map_ram, vmap blocks).
+    pub mapped_areas: u64,
+    /// Live per-CPU vmap blocks.
+    pub vmap_blocks: u64,
 }
 
 impl VmSpace {
@@ -150,6 +172,10 @@ impl VmSpace {
             opts,
             memsets: AtomicU64::new(0),
             guard_calls,
+            frame_map: Default::default(),
+            blocks: crate::vmap::VmapBlocks::new(),
+            mapped_live: AtomicU64::new(0),
+            map_calls: AtomicU64::new(0),
         })
     }
 
@@ -215,13 +241,14 @@ impl VmSpace {
         }
     }
 
-    fn alloc_inner(
+    pub(crate) fn alloc_inner(
         &self,
         bytes: usize,
         align_bytes: usize,
         zeroed: bool,
         nonblocking: bool,
         caller: &'static Location<'static>,
+        kind: AreaKind,
     ) -> Result<NonNull<u8>, VmError> {
         let _inside = reentry::enter();
         if !align_bytes.is_power_of_two() {
@@ -235,7 +262,7 @@ impl VmSpace {
             window: None,
             prefer_fresh: zeroed,
             nonblocking,
-            tag: AreaTag { caller: Some(caller), requested_bytes: bytes as u64 },
+            tag: AreaTag { caller: Some(caller), requested_bytes: bytes as u64, kind },
         };
         let a = self.arena.alloc(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
         let addr = (a.start as usize) << self.page_shift;
@@ -252,33 +279,33 @@ impl VmSpace {
     /// Allocate `bytes` (rounded up to pages), page aligned. Contents are undefined.
     #[track_caller]
     pub fn vmalloc(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
-        self.alloc_inner(bytes, 1, false, false, Location::caller())
+        self.alloc_inner(bytes, 1, false, false, Location::caller(), AreaKind::Vmalloc)
     }
 
     /// Allocate `bytes` of zeroed memory. Fresh pages (never touched, or released by a purge)
     /// are known to read as zero and are not cleared again.
     #[track_caller]
     pub fn vzalloc(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
-        self.alloc_inner(bytes, 1, true, false, Location::caller())
+        self.alloc_inner(bytes, 1, true, false, Location::caller(), AreaKind::Vmalloc)
     }
 
     /// Allocate `bytes` aligned to `align_bytes` (a power of two).
     #[track_caller]
     pub fn vmalloc_aligned(&self, bytes: usize, align_bytes: usize) -> Result<NonNull<u8>, VmError> {
-        self.alloc_inner(bytes, align_bytes, false, false, Location::caller())
+        self.alloc_inner(bytes, align_bytes, false, false, Location::caller(), AreaKind::Vmalloc)
     }
 
     /// Allocate `bytes` of zeroed memory aligned to `align_bytes` (a power of two): the
     /// kernel's `__vmalloc_node(size, align, GFP_KERNEL | __GFP_ZERO, ...)`.
     #[track_caller]
     pub fn vzalloc_aligned(&self, bytes: usize, align_bytes: usize) -> Result<NonNull<u8>, VmError> {
-        self.alloc_inner(bytes, align_bytes, true, false, Location::caller())
+        self.alloc_inner(bytes, align_bytes, true, false, Location::caller(), AreaKind::Vmalloc)
     }
 
     /// As `vmalloc`, but never waits for a purge (the kernel's GFP_NOWAIT path).
     #[track_caller]
     pub fn vmalloc_nonblocking(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
-        self.alloc_inner(bytes, 1, false, true, Location::caller())
+        self.alloc_inner(bytes, 1, false, true, Location::caller(), AreaKind::Vmalloc)
     }
 
     /// Resize an area, keeping its contents up to the smaller size. `None` allocates. Grows and
@@ -289,10 +316,13 @@ impl VmSpace {
         let _inside = reentry::enter();
         let caller = Location::caller();
         let Some(p) = p else {
-            return self.alloc_inner(bytes, 1, false, false, caller);
+            return self.alloc_inner(bytes, 1, false, false, caller, AreaKind::Vmalloc);
         };
         let start = self.start_page(p.as_ptr() as usize)?;
         let area = self.arena.lookup(start).ok_or(VmError::NotLive(p.as_ptr() as usize))?;
+        if area.tag.kind != AreaKind::Vmalloc {
+            return Err(VmError::WrongKind(p.as_ptr() as usize));
+        }
         let usable = ((area.pages - self.guard_pages) as usize) << self.page_shift;
         if bytes == 0 {
             return Err(VmError::ZeroSize);
@@ -301,7 +331,7 @@ impl VmSpace {
             self.arena.update_tag(start, |t| t.requested_bytes = bytes as u64);
             return Ok(p);
         }
-        let q = self.alloc_inner(bytes, 1, false, false, caller)?;
+        let q = self.alloc_inner(bytes, 1, false, false, caller, AreaKind::Vmalloc)?;
         let keep = (area.tag.requested_bytes as usize).min(usable).min(bytes);
         // SAFETY: `p` is a live area of at least `keep` bytes, `q` a fresh one of at least
         // `bytes`; two live areas never overlap.
@@ -310,7 +340,7 @@ impl VmSpace {
         Ok(q)
     }
 
-    fn start_page(&self, addr: usize) -> Result<u64, VmError> {
+    pub(crate) fn start_page(&self, addr: usize) -> Result<u64, VmError> {
         if !self.reservation.contains(addr) || addr & (self.page_bytes - 1) != 0 {
             return Err(VmError::NotLive(addr));
         }
@@ -325,6 +355,12 @@ impl VmSpace {
             return Ok(());
         }
         let start = self.start_page(p as usize)?;
+        if self.mapped_live.load(Relaxed) > 0 {
+            match self.arena.lookup(start) {
+                Some(a) if a.tag.kind != AreaKind::Vmalloc => return Err(VmError::WrongKind(p as usize)),
+                _ => {}
+            }
+        }
         self.arena.free(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
     }
 
@@ -363,6 +399,9 @@ impl VmSpace {
             arena: self.arena.stats(),
             vzalloc_memsets: self.memsets.load(Relaxed),
             guard_calls: self.guard_calls.load(Relaxed),
+            map_calls: self.map_calls.load(Relaxed),
+            mapped_areas: self.mapped_live.load(Relaxed),
+            vmap_blocks: self.blocks.live(),
             ..Default::default()
         };
         if resident {

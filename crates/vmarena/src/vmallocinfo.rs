@@ -9,12 +9,13 @@
 //! 0x00007f3a40003000-0x00007f3a40005000     8192 unpurged vm_area
 //! ```
 //!
-//! The size includes the guard page, as in the kernel. The caller is `file:line:column` of the
+//! The last word is the kind: `vmalloc`, `vmap` (caller's frames) or `vm_map_ram` (a
+//! per-CPU block or a large `vm_map_ram` mapping). The size includes the guard page, as in the kernel. The caller is `file:line:column` of the
 //! Rust call (the kernel prints a symbol); areas allocated through the C ABI name the C entry
 //! point.
 
 use std::fmt::Write;
-use vmarena_engine::Arena;
+use vmarena_engine::{AreaKind, Arena};
 
 pub(crate) fn format(arena: &Arena, page_shift: u32, guard_pages: u64) -> String {
     let (busy, lazy) = arena.areas();
@@ -31,7 +32,12 @@ pub(crate) fn format(arena: &Arena, page_shift: u32, guard_pages: u64) -> String
                 }
                 None => {}
             }
-            let _ = writeln!(out, " pages={} vmalloc", a.pages - guard_pages);
+            let kind = match a.tag.kind {
+                AreaKind::Vmalloc => "vmalloc",
+                AreaKind::Vmap => "vmap",
+                AreaKind::VmMapRam | AreaKind::VmapBlock => "vm_map_ram",
+            };
+            let _ = writeln!(out, " pages={} {kind}", a.pages - guard_pages);
         }
     }
     for (start, pages) in lazy {

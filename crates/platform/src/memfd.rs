@@ -1,0 +1,118 @@
+//! A memory file: the frames of a frame pool are its 4 KiB pages, named by index.
+//!
+//! Owns: one `memfd_create` descriptor of a fixed size (closed on drop). Mapping frames is
+//! `mmap(MAP_SHARED | MAP_FIXED)` of a file range over part of a reservation; unmapping puts a
+//! fresh anonymous private mapping back (the same flags as the reservation, so the kernel merges
+//! it into its neighbours again and the mapping count falls back). Memory of free frames goes
+//! back to the system with `fallocate(PUNCH_HOLE)`; a punched frame reads as zero.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct MemFile {
+    fd: OwnedFd,
+    len_bytes: usize,
+}
+
+impl MemFile {
+    /// A new memory file of `len_bytes` (sparse: no memory until a page is written).
+    pub fn new(name: &str, len_bytes: usize) -> io::Result<MemFile> {
+        let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a valid NUL-terminated name; the returned descriptor is owned below.
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = libc::off_t::try_from(len_bytes).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        // SAFETY: plain syscall on our descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MemFile { fd, len_bytes })
+    }
+
+    /// The descriptor (for sharing the frames with another process).
+    pub fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// Size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    /// Map `len` bytes of the file at `offset` over `[addr, addr + len)`, shared, read-write.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must be page-aligned address space the caller owns (part of its
+    /// reservation) with nothing live in it: whatever was mapped there is replaced.
+    pub unsafe fn map_fixed(&self, addr: usize, len: usize, offset: usize) -> io::Result<()> {
+        if offset.checked_add(len).is_none_or(|e| e > self.len_bytes) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the caller owns the range (contract above); the file range is inside the file.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.fd.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Give the memory of `len` bytes at `offset` back to the system; they read as zero after.
+    pub fn punch_hole(&self, offset: usize, len: usize) -> io::Result<()> {
+        // SAFETY: plain syscall on our descriptor.
+        let r = unsafe {
+            libc::fallocate(
+                self.fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Put fresh anonymous private memory (no reserve) over `[addr, addr + len)`, ending whatever
+/// file mapping was there.
+///
+/// # Safety
+/// The range must be page-aligned address space the caller owns, with nothing live in it.
+pub unsafe fn map_anonymous_fixed(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: the caller owns the range (contract above).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Lines of `/proc/self/maps`: the process's mapping count.
+pub fn map_count() -> u64 {
+    std::fs::read_to_string("/proc/self/maps").map(|s| s.lines().count() as u64).unwrap_or(0)
+}

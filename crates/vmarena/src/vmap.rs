@@ -1,0 +1,346 @@
+//! Mapping caller's frames into a space: `vmap`/`vunmap`, `vm_map_ram`/`vm_unmap_ram` with the
+//! kernel's per-CPU vmap blocks, and `vmalloc_to_frame`.
+//!
+//! Owns: [`VmapBlocks`], the per-CPU blocks that small `vm_map_ram` requests (up to
+//! [`VMAP_MAX_ALLOC_PAGES`] pages) are carved from, as the kernel's `vb_alloc`/`vb_free` do:
+//!
+//! ```text
+//!  block (an area of 1024 pages, aligned to its size, one per CPU at a time on the free list)
+//!  [ used | dirty | used |  free (never handed out yet) ... ]
+//!    bump allocation in power-of-two slots from the front; holes are not reused;
+//!    the block's area is freed when every page is dirty, or when nothing is used and less
+//!    than a quarter was never handed out (the kernel purges such blocks at its next purge)
+//! ```
+//!
+//! Locks: a CPU's free list, then a block (in that order only); the address index shard alone.
+//! None is held across a syscall or an engine call that may purge.
+//!
+//! Mappings: each run of consecutive frames is one `mmap(MAP_SHARED | MAP_FIXED)` of the pool's
+//! memory file; unmapping puts anonymous memory back over the pages (one call), so the
+//! reservation's mappings merge again. The space's [`FrameMap`](crate::frame_map::FrameMap)
+//! records which frames are where.
+
+use crate::frame_map::runs;
+use crate::space::{VmError, VmSpace};
+use crate::FramePool;
+use std::collections::HashMap;
+use std::panic::Location;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use vmarena_engine::AreaKind;
+use vmarena_platform::{memfd, reentry};
+
+/// Largest `vm_map_ram` served from per-CPU blocks (the kernel's `VMAP_MAX_ALLOC`).
+pub const VMAP_MAX_ALLOC_PAGES: usize = 64;
+/// Pages of one vmap block (the kernel's `VMAP_BBMAP_BITS` for up to 512 CPUs).
+pub const VMAP_BLOCK_PAGES: u64 = 1024;
+const PURGE_THRESHOLD: u64 = VMAP_BLOCK_PAGES / 4;
+const WORDS: usize = (VMAP_BLOCK_PAGES / 64) as usize;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct BlockState {
+    free: u64,
+    dirty: u64,
+    used: [u64; WORDS],
+    dead: bool,
+}
+
+impl BlockState {
+    fn bits(&mut self, off: u64, n: u64, set: bool) {
+        for b in off..off + n {
+            let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
+            if set {
+                self.used[w] |= m;
+            } else {
+                self.used[w] &= !m;
+            }
+        }
+    }
+
+    fn all_set(&self, off: u64, n: u64) -> bool {
+        (off..off + n).all(|b| self.used[(b / 64) as usize] & (1 << (b % 64)) != 0)
+    }
+}
+
+struct Block {
+    start_page: u64,
+    cpu: usize,
+    state: Mutex<BlockState>,
+}
+
+/// Blocks by first page, for the CPUs whose index `(page / block) % CPUs` they hash to.
+type Shard = Mutex<HashMap<u64, Arc<Block>>>;
+
+/// See the module documentation.
+pub(crate) struct VmapBlocks {
+    free_lists: Box<[Mutex<Vec<Arc<Block>>>]>,
+    index: Box<[Shard]>,
+    created: AtomicU64,
+    released: AtomicU64,
+}
+
+impl VmapBlocks {
+    pub(crate) fn new() -> VmapBlocks {
+        let n = vmarena_platform::cpu::count().max(1);
+        VmapBlocks {
+            free_lists: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+            index: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
+            created: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, start_page: u64) -> &Shard {
+        &self.index[(start_page / VMAP_BLOCK_PAGES) as usize % self.index.len()]
+    }
+
+    /// Blocks whose areas are live now.
+    pub(crate) fn live(&self) -> u64 {
+        self.created.load(Relaxed) - self.released.load(Relaxed)
+    }
+
+    /// `vb_alloc`: the first page of `2^order >= pages` slots in this CPU's blocks.
+    fn alloc(&self, space: &VmSpace, pages: u64, caller: &'static Location<'static>) -> Result<u64, VmError> {
+        let n = pages.next_power_of_two();
+        let cpu = vmarena_platform::cpu::current() % self.free_lists.len();
+        loop {
+            {
+                let mut list = lock(&self.free_lists[cpu]);
+                let mut i = 0;
+                while i < list.len() {
+                    let b = list[i].clone();
+                    let mut st = lock(&b.state);
+                    if !st.dead && st.free >= n {
+                        let off = VMAP_BLOCK_PAGES - st.free;
+                        st.bits(off, n, true);
+                        st.free -= n;
+                        let full = st.free == 0;
+                        drop(st);
+                        if full {
+                            list.swap_remove(i);
+                        }
+                        return Ok(b.start_page + off);
+                    }
+                    i += 1;
+                }
+            }
+            let block_bytes = (VMAP_BLOCK_PAGES as usize) << space.page_shift;
+            let p = space.alloc_inner(block_bytes, block_bytes, false, false, caller, AreaKind::VmapBlock)?;
+            space.mapped_live.fetch_add(1, Relaxed);
+            self.created.fetch_add(1, Relaxed);
+            let start_page = (p.as_ptr() as usize >> space.page_shift) as u64;
+            let b = Arc::new(Block {
+                start_page,
+                cpu,
+                state: Mutex::new(BlockState {
+                    free: VMAP_BLOCK_PAGES,
+                    dirty: 0,
+                    used: [0; WORDS],
+                    dead: false,
+                }),
+            });
+            lock(self.shard(start_page)).insert(start_page, b.clone());
+            lock(&self.free_lists[cpu]).push(b);
+        }
+    }
+
+    /// True when `pages` pages at `page` are slots in use in a live block.
+    fn owns(&self, page: u64, pages: u64) -> bool {
+        let start = page & !(VMAP_BLOCK_PAGES - 1);
+        let Some(b) = lock(self.shard(start)).get(&start).cloned() else { return false };
+        let n = pages.next_power_of_two();
+        let off = page - start;
+        let st = lock(&b.state);
+        !st.dead && off + n <= VMAP_BLOCK_PAGES && st.all_set(off, n)
+    }
+
+    /// `vb_free` of the slots holding `pages` pages at `page`. The caller has unmapped them.
+    fn free(&self, space: &VmSpace, page: u64, pages: u64) -> Result<(), VmError> {
+        let start = page & !(VMAP_BLOCK_PAGES - 1);
+        let addr = (page as usize) << space.page_shift;
+        let b = lock(self.shard(start)).get(&start).cloned().ok_or(VmError::NotLive(addr))?;
+        let n = pages.next_power_of_two();
+        let off = page - start;
+        let mut st = lock(&b.state);
+        if st.dead || off + n > VMAP_BLOCK_PAGES || !st.all_set(off, n) {
+            return Err(VmError::NotLive(addr));
+        }
+        st.bits(off, n, false);
+        st.dirty += n;
+        let unused = st.used.iter().all(|&w| w == 0);
+        let release = st.dirty == VMAP_BLOCK_PAGES || (unused && st.free < PURGE_THRESHOLD);
+        if !release {
+            return Ok(());
+        }
+        st.dead = true;
+        drop(st);
+        lock(self.shard(start)).remove(&start);
+        lock(&self.free_lists[b.cpu]).retain(|x| !Arc::ptr_eq(x, &b));
+        space.arena().free(start).expect("a live block's area is busy");
+        space.mapped_live.fetch_sub(1, Relaxed);
+        self.released.fetch_add(1, Relaxed);
+        Ok(())
+    }
+}
+
+impl VmSpace {
+    fn check_frames(&self, pool: &FramePool, frames: &[u32]) -> Result<(), VmError> {
+        if frames.is_empty() {
+            return Err(VmError::ZeroSize);
+        }
+        if let Some(f) = frames.iter().find(|&&f| !pool.is_held(f)) {
+            return Err(VmError::Invalid(format!("frame {f} is not held from pool {}", pool.name())));
+        }
+        Ok(())
+    }
+
+    /// Map `frames` at the pages starting at `page`; on failure nothing stays mapped.
+    fn map_runs(&self, pool: &FramePool, page: u64, frames: &[u32]) -> Result<(), VmError> {
+        let pb = self.page_bytes;
+        let base = (page as usize) << self.page_shift;
+        for (i, &(at, first, len)) in runs(frames).iter().enumerate() {
+            // SAFETY: the pages belong to an area (or block slots) this call just allocated and
+            // that nobody else can reach until it returns; the file range is inside the pool.
+            let r = unsafe { pool.file().map_fixed(base + at * pb, len * pb, first as usize * pb) };
+            self.map_calls.fetch_add(1, Relaxed);
+            if let Err(e) = r {
+                // SAFETY: as above; only pages of this call's area are touched.
+                let _ = unsafe { memfd::map_anonymous_fixed(base, frames.len() * pb) };
+                return Err(VmError::NoSpace(format!(
+                    "{}: mapping run {i} of {} frames failed: {e}",
+                    self.name(),
+                    frames.len()
+                )));
+            }
+        }
+        self.frame_map.insert(page, frames.to_vec());
+        Ok(())
+    }
+
+    /// Undo `map_runs` for the `pages` pages at `page`.
+    fn unmap_pages(&self, page: u64, pages: usize) {
+        let addr = (page as usize) << self.page_shift;
+        // SAFETY: the pages belong to a mapping this call removed from the frame map, so no
+        // other call maps or unmaps them; anonymous memory goes back over them.
+        unsafe { memfd::map_anonymous_fixed(addr, pages << self.page_shift) }
+            .unwrap_or_else(|e| panic!("{}: cannot unmap frames at {addr:#x}: {e}", self.name()));
+        self.map_calls.fetch_add(1, Relaxed);
+    }
+
+    fn map_area(
+        &self,
+        pool: &FramePool,
+        frames: &[u32],
+        kind: AreaKind,
+        caller: &'static Location<'static>,
+    ) -> Result<NonNull<u8>, VmError> {
+        self.check_frames(pool, frames)?;
+        let bytes = frames.len().checked_mul(self.page_bytes).ok_or(VmError::Overflow(usize::MAX))?;
+        let p = self.alloc_inner(bytes, 1, false, false, caller, kind)?;
+        self.mapped_live.fetch_add(1, Relaxed);
+        let page = (p.as_ptr() as usize >> self.page_shift) as u64;
+        if let Err(e) = self.map_runs(pool, page, frames) {
+            self.arena().free(page).expect("area allocated above");
+            self.mapped_live.fetch_sub(1, Relaxed);
+            return Err(e);
+        }
+        Ok(p)
+    }
+
+    fn unmap_area(&self, p: *mut u8, kind: AreaKind, pages: Option<usize>) -> Result<(), VmError> {
+        let start = self.start_page(p as usize)?;
+        let area = self.arena().lookup(start).ok_or(VmError::NotLive(p as usize))?;
+        if area.tag.kind != kind {
+            return Err(if area.tag.kind == AreaKind::Vmalloc {
+                VmError::NotLive(p as usize)
+            } else {
+                VmError::WrongKind(p as usize)
+            });
+        }
+        if let Some(n) = pages {
+            if self.frame_map.len_at(start) != Some(n) {
+                return Err(VmError::Invalid(format!(
+                    "{:#x} maps {:?} pages, not {n}",
+                    p as usize,
+                    self.frame_map.len_at(start)
+                )));
+            }
+        }
+        // Removing the record claims the area: a racing unmap of the same pointer finds none.
+        let frames = self.frame_map.remove(start).ok_or(VmError::NotLive(p as usize))?;
+        self.unmap_pages(start, frames.len());
+        self.arena().free(start).expect("area looked up live above");
+        self.mapped_live.fetch_sub(1, Relaxed);
+        Ok(())
+    }
+
+    /// Map `frames` of `pool`, in order, into a new area of this space (the kernel's `vmap`).
+    /// The frames stay the caller's: [`VmSpace::vunmap`] unmaps them and frees the area only.
+    /// Every frame must be held from the pool; the same frame may appear twice.
+    #[track_caller]
+    pub fn vmap(&self, pool: &FramePool, frames: &[u32]) -> Result<NonNull<u8>, VmError> {
+        let _inside = reentry::enter();
+        self.map_area(pool, frames, AreaKind::Vmap, Location::caller())
+    }
+
+    /// Unmap an area that `vmap` returned and free it. Anything else is refused.
+    pub fn vunmap(&self, p: *mut u8) -> Result<(), VmError> {
+        let _inside = reentry::enter();
+        self.unmap_area(p, AreaKind::Vmap, None)
+    }
+
+    /// Map `frames` for a short while (the kernel's `vm_map_ram`): up to 64 frames are placed in
+    /// this CPU's vmap block (no tree search, no guard), more get an area of their own.
+    #[track_caller]
+    pub fn vm_map_ram(&self, pool: &FramePool, frames: &[u32]) -> Result<NonNull<u8>, VmError> {
+        let _inside = reentry::enter();
+        if frames.len() > VMAP_MAX_ALLOC_PAGES {
+            return self.map_area(pool, frames, AreaKind::VmMapRam, Location::caller());
+        }
+        self.check_frames(pool, frames)?;
+        let page = self.blocks.alloc(self, frames.len() as u64, Location::caller())?;
+        if let Err(e) = self.map_runs(pool, page, frames) {
+            self.blocks.free(self, page, frames.len() as u64).expect("slots allocated above");
+            return Err(e);
+        }
+        Ok(NonNull::new(((page as usize) << self.page_shift) as *mut u8).expect("never address 0"))
+    }
+
+    /// Unmap what `vm_map_ram(frames)` returned; `count` must be `frames.len()`.
+    pub fn vm_unmap_ram(&self, p: *mut u8, count: usize) -> Result<(), VmError> {
+        let _inside = reentry::enter();
+        if count == 0 {
+            return Err(VmError::ZeroSize);
+        }
+        if count > VMAP_MAX_ALLOC_PAGES {
+            return self.unmap_area(p, AreaKind::VmMapRam, Some(count));
+        }
+        let page = self.start_page(p as usize)?;
+        if !self.blocks.owns(page, count as u64) {
+            return Err(VmError::NotLive(p as usize));
+        }
+        match self.frame_map.len_at(page) {
+            Some(n) if n == count => {}
+            Some(n) => {
+                return Err(VmError::Invalid(format!("{:#x} maps {n} pages, not {count}", p as usize)))
+            }
+            None => return Err(VmError::NotLive(p as usize)),
+        }
+        let frames = self.frame_map.remove(page).ok_or(VmError::NotLive(p as usize))?;
+        self.unmap_pages(page, frames.len());
+        self.blocks.free(self, page, count as u64)
+    }
+
+    /// The frame mapped at `p` (any byte of a `vmap` or `vm_map_ram` mapping), or `None` for
+    /// addresses that map no frame.
+    pub fn vmalloc_to_frame(&self, p: *const u8) -> Option<u32> {
+        if !self.contains(p) {
+            return None;
+        }
+        self.frame_map.lookup((p as usize >> self.page_shift) as u64)
+    }
+}
