@@ -95,10 +95,94 @@ int vmarena_fixed_destroy(vmarena_fixed *pool);
 /* Functions taking a pool return EINVAL (NULL, 0 or -EINVAL) for a NULL pool; any other
  * pointer must come from vmarena_fixed_create and not be destroyed. */
 
+/* ---- Frame pools: buddy frames of a memory file, per-CPU page lists, vmap --------------- */
+
+/* A pool of `bytes` (rounded down to 4 KiB frames) of a memory file, handed out by a buddy
+ * allocator (orders 0..10) with per-CPU page lists and batch queues in front. Options come from
+ * the VMARENA_FRAMES_* environment variables (README.md, "Frame pool options"). Frames are
+ * numbers: frame n is bytes [n * 4096, (n + 1) * 4096) of the file. NULL and errno (EINVAL for
+ * 0 frames or more than 2^31, ENOMEM when the file cannot be created) on failure. */
+typedef struct vmarena_frames vmarena_frames;
+
+struct vmarena_frame_stats {
+    uint64_t frames;                  /* frames in the zone */
+    uint64_t free_frames;             /* frames in free buddy blocks (not counting per-CPU lists and queues) */
+    uint64_t pcp_frames;              /* frames cached on per-CPU lists */
+    uint64_t queued_frames;           /* frames waiting in batch queues for the zone */
+    uint64_t user_frames;             /* frames held by callers */
+    uint64_t pcp_hits;                /* blocks handed out from a per-CPU list */
+    uint64_t pcp_refills;             /* refills of a per-CPU list from the zone (one zone lock hold each) */
+    uint64_t refill_blocks;           /* blocks moved by refills */
+    uint64_t pcp_drains;              /* drains of a per-CPU list to the zone (one zone lock hold each) */
+    uint64_t drain_blocks;            /* blocks moved by drains */
+    uint64_t free_high;               /* drains started by free_high (a producer CPU freeing order 1..3 blocks) */
+    uint64_t trylock_failures;        /* per-CPU list trylocks that failed (the call went to the zone) */
+    uint64_t zone_allocs;             /* blocks allocated from the zone directly, one lock hold each */
+    uint64_t zone_frees;              /* blocks freed to the zone directly, one lock hold each */
+    uint64_t queue_inserts;           /* frees put in a batch queue */
+    uint64_t queue_flushes;           /* batch queue flushes (one zone lock hold each) */
+    uint64_t queue_try_failures;      /* half-full trylocks of the zone that failed (the frees stayed queued) */
+    uint64_t queue_blocking_flushes;  /* flushes that blocked on the zone lock (queue full) */
+    uint64_t compound_preps;          /* compound descriptors written (blocks of more than one frame made whole) */
+    uint64_t compound_dismantles;     /* compound descriptors cleared */
+    uint64_t compound_ns;             /* nanoseconds preparing and dismantling compound blocks (measured while lock timing is on) */
+    uint64_t pcp_decays;              /* decay ticks applied to per-CPU lists */
+    uint64_t alloc_failures;          /* allocations that found no frames, after draining every list and queue */
+    uint64_t bad_frees;               /* frees refused: not the head of a block held by a caller, or of another order */
+};
+
+vmarena_frames *vmarena_frames_create(size_t bytes);
+
+/* A block of 2^order frames (order 0..10): its first frame (>= 0), or -EINVAL (bad order) or
+ * -ENOMEM (no block, after draining every per-CPU list), with errno set. */
+int64_t vmarena_frames_alloc(vmarena_frames *pool, unsigned order);
+
+/* Write `n` single frames to out[0..n) under one per-CPU list lock hold. Returns how many were
+ * written: fewer than n only when the pool ran dry (errno ENOMEM). */
+size_t vmarena_frames_alloc_bulk(vmarena_frames *pool, size_t n, uint32_t *out);
+
+/* Give back a block that vmarena_frames_alloc(order) returned. 0; -EINVAL if `frame` is not the
+ * first frame of a block held with that order (a tail, freed twice, another order), and nothing
+ * changes. */
+int vmarena_frames_free(vmarena_frames *pool, uint32_t frame, unsigned order);
+
+/* The memory file's descriptor (to map frames in another process); -1 for an invalid pool. */
+int vmarena_frames_fd(const vmarena_frames *pool);
+
+/* Copy the pool's figures into *out. 0; -EINVAL for an invalid pool or NULL out. */
+int vmarena_frames_stats(const vmarena_frames *pool, struct vmarena_frame_stats *out);
+
+/* Free the pool. 0; -EBUSY while a caller holds frames (nothing changes); NULL is a no-op. */
+int vmarena_frames_destroy(vmarena_frames *pool);
+
+/* Map count frames (each held from the pool; repeats allowed) into a new area of the default
+ * space, in order. NULL and errno (EINVAL: count 0 or a frame not held; ENOMEM: no room). The
+ * frames stay the caller's; vmarena_vunmap unmaps them. */
+void *vmarena_vmap(vmarena_frames *pool, const uint32_t *frames, size_t count);
+
+/* Unmap an area that vmarena_vmap returned. 0; -EINVAL for anything else (nothing changes). */
+int vmarena_vunmap(void *p);
+
+/* Map count frames for a short while: up to 64 go to this CPU's vmap block, more get an area of
+ * their own. NULL and errno as vmarena_vmap. */
+void *vmarena_vm_map_ram(vmarena_frames *pool, const uint32_t *frames, size_t count);
+
+/* Unmap what vmarena_vm_map_ram(..., count) returned, with the same count. 0; -EINVAL
+ * otherwise (nothing changes). */
+int vmarena_vm_unmap_ram(void *p, size_t count);
+
+/* The frame mapped at any byte `p` of a vmap or vm_map_ram mapping of the default space, or
+ * -EINVAL (errno set) when `p` maps no frame. */
+int64_t vmarena_vmalloc_to_frame(const void *p);
+
+/* Functions taking a frame pool return EINVAL for a NULL pool; any other pointer must come from
+ * vmarena_frames_create and not be destroyed. */
+
 /* ---- Memory pressure --------------------------------------------------------------------- */
 
 /* Raise a low-memory event: the default space (and every other space) releases its lazily
- * freed and pooled memory, every fixed pool the memory of its free slots. Returns the bytes
+ * freed and pooled memory, every fixed pool the memory of its free slots, every frame pool the
+ * memory of its free frames. Returns the bytes
  * released. vmarena also raises this event itself on Linux PSI memory-pressure notifications
  * where the kernel allows it (see README.md, "Memory pressure"). */
 size_t vmarena_pressure(void);

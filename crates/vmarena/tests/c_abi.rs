@@ -41,3 +41,18 @@ fn c_program_exercises_every_abi_function() {
     assert!(out.status.success(), "C test failed: {out:?}");
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
+
+/// The header's `struct vmarena_frame_stats` lists the frame statistics table, in order.
+#[test]
+fn frame_stats_struct_matches_the_statistics_table() {
+    let h = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../include/vmarena.h")).unwrap();
+    let body = &h[h.find("struct vmarena_frame_stats {").expect("struct in header")..];
+    let body = &body[..body.find("};").unwrap()];
+    let names: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("uint64_t "))
+        .map(|l| l.split(';').next().unwrap().trim())
+        .collect();
+    let table: Vec<&str> = vmarena::FrameStats::TABLE.iter().map(|d| d.name).collect();
+    assert_eq!(names, table);
+}

@@ -119,6 +119,46 @@ int main(void) {
     CHECK(vmarena_fixed_get(NULL) == NULL && errno == EINVAL);
     CHECK(vmarena_fixed_put(fp, s2) == 0);
 
+
+    /* Frame pools, vmap and vm_map_ram: the same frames seen at two addresses. */
+    CHECK(vmarena_frames_create(100) == NULL && errno == EINVAL);
+    vmarena_frames *fr = vmarena_frames_create(16 << 20);
+    CHECK(fr != NULL);
+    CHECK(vmarena_frames_fd(fr) >= 0);
+    CHECK(vmarena_frames_alloc(fr, 11) == -EINVAL && errno == EINVAL);
+    int64_t blk = vmarena_frames_alloc(fr, 2);
+    CHECK(blk >= 0 && blk % 4 == 0);
+    uint32_t fs[8];
+    CHECK(vmarena_frames_alloc_bulk(fr, 4, fs) == 4);
+    for (int i = 0; i < 4; i++) fs[4 + i] = (uint32_t)blk + i;
+    char *va = vmarena_vmap(fr, fs, 8);
+    CHECK(va != NULL);
+    char *vr = vmarena_vm_map_ram(fr, fs, 8);
+    CHECK(vr != NULL && vr != va);
+    memset(va, 0x3c, 8 * 4096);
+    CHECK(vr[0] == 0x3c && vr[8 * 4096 - 1] == 0x3c);
+    CHECK(vmarena_vmalloc_to_frame(va + 4096 * 5 + 9) == blk + 1);
+    CHECK(vmarena_vmalloc_to_frame(p) == -EINVAL && errno == EINVAL);
+    CHECK(vmarena_vmap(fr, fs, 0) == NULL && errno == EINVAL);
+    CHECK(vmarena_vmap(NULL, fs, 8) == NULL && errno == EINVAL);
+    CHECK(vmarena_vfree(va) == -EINVAL && errno == EINVAL);
+    CHECK(vmarena_vm_unmap_ram(vr, 7) == -EINVAL);
+    CHECK(vmarena_vunmap(vr) == -EINVAL);
+    CHECK(vmarena_vm_unmap_ram(vr, 8) == 0);
+    CHECK(vmarena_vunmap(va) == 0);
+    CHECK(vmarena_vunmap(va) == -EINVAL);
+    CHECK(vmarena_frames_free(fr, (uint32_t)blk + 1, 0) == -EINVAL);
+    CHECK(vmarena_frames_destroy(fr) == -EBUSY && errno == EBUSY);
+    CHECK(vmarena_frames_free(fr, (uint32_t)blk, 2) == 0);
+    CHECK(vmarena_frames_free(fr, (uint32_t)blk, 2) == -EINVAL);
+    for (int i = 0; i < 4; i++) CHECK(vmarena_frames_free(fr, fs[i], 0) == 0);
+    struct vmarena_frame_stats fst;
+    CHECK(vmarena_frames_stats(fr, &fst) == 0);
+    CHECK(fst.frames == 4096 && fst.user_frames == 0 && fst.bad_frees == 2);
+    CHECK(vmarena_frames_stats(fr, NULL) == -EINVAL);
+    CHECK(vmarena_frames_destroy(fr) == 0);
+    CHECK(vmarena_frames_destroy(NULL) == 0);
+
     /* Pressure: the two free slots (24 KiB, resident) are released. */
     CHECK(vmarena_pressure() >= 2 * 12288);
     CHECK(vmarena_fixed_stats(fp, &st) == 0 && st.releases == 2);
