@@ -275,11 +275,11 @@ impl FrameAllocator {
             return Some(pfn);
         }
         self.refill(&mut p, order);
+        self.maybe_decay(cpu, &mut p);
         let got = p.pop(order);
         if got.is_some() {
             self.c.pcp_hits.fetch_add(1, Relaxed);
         }
-        self.maybe_decay(cpu, &mut p);
         got
     }
 
@@ -363,8 +363,8 @@ impl FrameAllocator {
                 if out.drain_frames > 0 {
                     let blocks = p.take_drain(out.drain_frames, order);
                     self.drain_to_zone(&blocks, &ZONE_DRAIN);
+                    self.maybe_decay(cpu, &mut p);
                 }
-                self.maybe_decay(cpu, &mut p);
                 return Ok(());
             }
             self.c.trylock_failures.fetch_add(1, Relaxed);

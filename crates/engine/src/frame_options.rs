@@ -14,7 +14,7 @@ options_table! {
         pcp_high_min: u64 = 0, "frames", "VMARENA_FRAMES_PCP_HIGH_MIN";
         /// Ceiling of `high`; 0 means max(frames / 8 / CPUs, 4 x batch). Equal to the floor: no tuning.
         pcp_high_max: u64 = 0, "frames", "VMARENA_FRAMES_PCP_HIGH_MAX";
-        /// Period of the 1/8 decay of `high`, run by the next refill or drain after it elapses.
+        /// Period of the 1/8 decay of `high`, applied by the next refill or drain after it elapses (no timer).
         pcp_decay_ms: u64 = 1000, "ms", "VMARENA_FRAMES_PCP_DECAY_MS";
         /// Slots of each CPU's batch queue for frees that go to the zone; 0 turns the queues off.
         batch_queue: usize = 63, "slots", "VMARENA_FRAMES_BATCH_QUEUE";

@@ -5,6 +5,7 @@
 //! parameter, the machine and every figure.
 
 mod fixed;
+mod frames;
 mod machine;
 mod pair;
 mod preload;
@@ -51,6 +52,14 @@ enum Command {
     /// the same slots, vmalloc/vfree, glibc malloc/free and mmap/munmap: wall, kernel and user
     /// time per cycle, faults, the per-CPU hit rate, steals, sleeps and releases.
     Fixed(fixed::FixedConfig),
+    /// The page layer: a frame pool's buddy zone with and without per-CPU lists and batch queues.
+    ///
+    /// Workloads fault (page_fault1 shape, order 0), fault-mthp (order 3), fault-thp (order 9),
+    /// bulk (64-frame bulk allocations), build (kbuild-like mixed orders) and xcpu (producer and
+    /// consumer threads in pairs), each under every configuration in one run: blocks per second,
+    /// zone-lock acquisitions per 1000 blocks and wait share, refills, drains, trylock failures,
+    /// batch-queue flushes, and with --timing the time spent on compound blocks.
+    Frames(frames::FramesConfig),
     /// Unmodified programs under glibc, jemalloc, mimalloc and vmarena's LD_PRELOAD shim.
     ///
     /// Workloads: malloc-large (mimalloc-bench's shape: 20 live buffers of 5-25 MiB, every byte
@@ -82,6 +91,19 @@ fn main() {
             if let Some(path) = &cfg.json {
                 if let Err(e) = machine::write_output(path, &fixed::json(&cfg, &runs, &m)) {
                     eprintln!("vmarena fixed: cannot write {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        Command::Frames(cfg) => {
+            let runs = frames::run(&cfg).unwrap_or_else(|e| {
+                eprintln!("vmarena frames: {e}");
+                std::process::exit(2);
+            });
+            frames::print(&cfg, &runs, &m);
+            if let Some(path) = &cfg.json {
+                if let Err(e) = machine::write_output(path, &frames::json(&cfg, &runs, &m)) {
+                    eprintln!("vmarena frames: cannot write {e}");
                     std::process::exit(1);
                 }
             }
@@ -122,6 +144,8 @@ fn print_tables() {
     options_md(vmarena::ArenaOptions::TABLE);
     println!("\n### Fixed pool options (`FixedPool`; the C ABI's pools read the environment)\n");
     options_md(vmarena::FixedOptions::TABLE);
+    println!("\n### Frame pool options (`FramePool`; the C ABI's pools read the environment)\n");
+    options_md(vmarena::FrameOptions::TABLE);
     println!("\n### Memory-pressure options (read once per process)\n");
     options_md(vmarena::PressureOptions::TABLE);
     println!("\n### Arena statistics (`Arena::stats`, `VmSpace::stats`)\n");
@@ -130,6 +154,8 @@ fn print_tables() {
     let mut fixed = vmarena::FixedStats::TABLE.to_vec();
     fixed.extend_from_slice(vmarena::FixedPoolStats::TABLE);
     stats_md(&fixed);
+    println!("\n### Frame pool statistics (`FramePool::stats`, `vmarena_frames_stats`)\n");
+    stats_md(vmarena::FrameStats::TABLE);
 }
 
 mod vmarena_engine_tables {

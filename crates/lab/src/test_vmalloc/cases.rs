@@ -1,7 +1,7 @@
 //! The 13 cases of the kernel's `lib/test_vmalloc.c`, in its order (bit `i` of
 //! `run_test_mask` selects case `i`), each doing what the kernel case does, against a
-//! [`Contender`]. A case returns 0 (passed) or -1 (failed; counted as xfailed for the cases the
-//! kernel marks `xfail`).
+//! [`Contender`]. A case returns 0 (passed), -1 (failed; counted as xfailed for the cases the
+//! kernel marks `xfail`) or [`UNSUPPORTED`] (the contender has no such operation).
 
 use super::contender::Contender;
 use std::ptr::NonNull;
@@ -72,12 +72,7 @@ pub const CASES: [Case; 13] = [
         xfail: false,
         skip: None,
     },
-    Case {
-        name: "vm_map_ram_test",
-        run: None,
-        xfail: false,
-        skip: Some("needs the frame pool and vm_map_ram (the frames issue), not built yet"),
-    },
+    Case { name: "vm_map_ram_test", run: Some(vm_map_ram_test), xfail: false, skip: None },
     Case { name: "no_block_alloc_test", run: Some(no_block_alloc_test), xfail: true, skip: None },
     Case { name: "vrealloc_test", run: Some(vrealloc_test), xfail: false, skip: None },
 ];
@@ -285,6 +280,27 @@ fn no_block_alloc_test(e: &mut CaseEnv) -> i32 {
         }
     }
     rv
+}
+
+/// Returned by a case the contender cannot run (vm_map_ram_test on a malloc peer).
+pub const UNSUPPORTED: i32 = 1;
+
+/// The kernel's case: bulk-allocate `nr_pages` pages once (the case fails if the allocation is
+/// short), then map them, write them and unmap them `loops` times.
+fn vm_map_ram_test(e: &mut CaseEnv) -> i32 {
+    let n = e.nr_pages;
+    let mut session = match e.c.map_ram_session(n) {
+        None => return UNSUPPORTED,
+        Some(Err(_)) => return -1,
+        Some(Ok(s)) => s,
+    };
+    for i in 0..e.loops {
+        let Some(p) = session.map() else { return -1 };
+        // SAFETY: `n` pages are mapped at `p` until the unmap below.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), i as u8, n * PAGE) };
+        session.unmap(p);
+    }
+    0
 }
 
 /// The 2026 case: grow and shrink through vrealloc, checking the first byte at each step.

@@ -2,13 +2,13 @@
 //!
 //! A contender allocates page-granular memory with the operations the kernel cases use. The
 //! vmarena strategies implement it over a `VmSpace` (with an `Rcu` domain for the kvfree_rcu
-//! cases); the peers (glibc, jemalloc, mimalloc, mmap) will implement it with page-aligned
+//! cases and a frame pool for vm_map_ram_test); the peers (glibc, jemalloc, mimalloc, mmap) will implement it with page-aligned
 //! allocation of the same sizes.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
 use vmarena::rcu::Rcu;
-use vmarena::{ArenaOptions, LockStats, SpaceOptions, Strategy, VmSpace};
+use vmarena::{ArenaOptions, FrameOptions, FramePool, LockStats, SpaceOptions, Strategy, VmSpace};
 
 /// Page-granular allocation as the kernel cases use it.
 pub trait Contender: Send + Sync {
@@ -35,6 +35,44 @@ pub trait Contender: Send + Sync {
     fn managed_resident_bytes(&self) -> Option<u64> {
         None
     }
+    /// `vm_map_ram_test`'s setup: `pages` pages allocated once, to be mapped again and again.
+    /// `None`: the contender has no way to map existing pages; `Some(Err)`: the allocation
+    /// came back short.
+    fn map_ram_session(&self, _pages: usize) -> Option<Result<Box<dyn MapRamSession + '_>, String>> {
+        None
+    }
+}
+
+/// Existing pages mapped and unmapped in a loop (`vm_map_ram` / `vm_unmap_ram`).
+pub trait MapRamSession {
+    /// Map the session's pages at a new address.
+    fn map(&mut self) -> Option<NonNull<u8>>;
+    /// Unmap what `map` returned.
+    fn unmap(&mut self, p: NonNull<u8>);
+}
+
+/// Frames of a vmarena frame pool mapped into the contender's space.
+struct FrameSession<'a> {
+    space: &'a VmSpace,
+    pool: &'a FramePool,
+    frames: Vec<u32>,
+}
+
+impl MapRamSession for FrameSession<'_> {
+    fn map(&mut self) -> Option<NonNull<u8>> {
+        self.space.vm_map_ram(self.pool, &self.frames).ok()
+    }
+    fn unmap(&mut self, p: NonNull<u8>) {
+        self.space.vm_unmap_ram(p.as_ptr(), self.frames.len()).expect("vm_unmap_ram of a live mapping");
+    }
+}
+
+impl Drop for FrameSession<'_> {
+    fn drop(&mut self) {
+        for &f in &self.frames {
+            self.pool.free(f, 0).expect("frames of the session are held");
+        }
+    }
 }
 
 /// A vmarena strategy over its own space.
@@ -42,6 +80,7 @@ pub struct VmarenaContender {
     pub strategy: Strategy,
     space: Arc<VmSpace>,
     rcu: Arc<Rcu>,
+    frames: std::sync::OnceLock<Result<FramePool, String>>,
 }
 
 impl VmarenaContender {
@@ -50,7 +89,7 @@ impl VmarenaContender {
         let ao = ArenaOptions { strategy, ..ArenaOptions::default().with_env()? };
         let space = Arc::new(VmSpace::new(&format!("test_vmalloc-{strategy}"), so, ao)?);
         let rcu = Rcu::new(space.clone());
-        Ok(VmarenaContender { strategy, space, rcu })
+        Ok(VmarenaContender { strategy, space, rcu, frames: std::sync::OnceLock::new() })
     }
 }
 
@@ -100,4 +139,25 @@ impl Contender for VmarenaContender {
     fn managed_resident_bytes(&self) -> Option<u64> {
         Some(self.space.resident_bytes())
     }
+
+    fn map_ram_session(&self, pages: usize) -> Option<Result<Box<dyn MapRamSession + '_>, String>> {
+        let pool = self.frames.get_or_init(|| {
+            let opts = FrameOptions::default().with_env()?;
+            FramePool::new(&format!("test_vmalloc-{}", self.strategy), FRAME_POOL_BYTES, opts)
+        });
+        let pool = match pool {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e.clone())),
+        };
+        let mut frames = Vec::with_capacity(pages);
+        let got = pool.alloc_bulk(pages, &mut frames);
+        let session = FrameSession { space: &self.space, pool, frames };
+        if got < pages {
+            return Some(Err(format!("bulk allocation gave {got} of {pages} frames")));
+        }
+        Some(Ok(Box::new(session)))
+    }
 }
+
+/// The frame pool behind `vm_map_ram_test` (sparse: only frames written take memory).
+const FRAME_POOL_BYTES: u64 = 1 << 30;

@@ -6,7 +6,7 @@
 //! the peer's own free.
 
 use super::cases::PAGE;
-use super::contender::Contender;
+use super::contender::{Contender, MapRamSession};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use vmarena::rcu::Rcu;
@@ -228,5 +228,45 @@ impl Contender for PeerContender {
 
     fn quiesce(&self) {
         self.rcu.synchronize();
+    }
+
+    /// Only plain mmap has a user-space way to map existing pages: a shared mapping of a memory
+    /// file, made and removed in each loop. The malloc peers have none.
+    fn map_ram_session(&self, pages: usize) -> Option<Result<Box<dyn MapRamSession + '_>, String>> {
+        if self.peer != Peer::Mmap {
+            return None;
+        }
+        Some(
+            vmarena_platform::memfd::MemFile::new("test_vmalloc-mmap", pages * PAGE)
+                .map(|file| Box::new(MemFileSession { file, len: pages * PAGE }) as Box<dyn MapRamSession>)
+                .map_err(|e| e.to_string()),
+        )
+    }
+}
+
+/// The mmap peer's vm_map_ram: `mmap(MAP_SHARED)` of a memory file, `munmap`.
+struct MemFileSession {
+    file: vmarena_platform::memfd::MemFile,
+    len: usize,
+}
+
+impl MapRamSession for MemFileSession {
+    fn map(&mut self) -> Option<NonNull<u8>> {
+        // SAFETY: a new mapping at an address of the kernel's choosing; nothing else is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.file.fd(),
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| NonNull::new(p.cast()).expect("mmap never returns 0 here"))
+    }
+    fn unmap(&mut self, p: NonNull<u8>) {
+        // SAFETY: `p` is a mapping of `len` bytes made by `map` and unmapped once.
+        unsafe { libc::munmap(p.as_ptr().cast(), self.len) };
     }
 }
