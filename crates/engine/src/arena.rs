@@ -687,7 +687,7 @@ impl Shared {
         let mut best: Option<usize> = None;
         for (i, l) in g.lazy_tree.iter().enumerate() {
             if l.reusable
-                && l.pages >= pages
+                && (l.pages == pages || (self.opts.lazy_split && l.pages > pages))
                 && l.start & (r.align_pages - 1) == 0
                 && best.is_none_or(|b| l.pages < g.lazy_tree[b].pages)
             {

@@ -19,6 +19,8 @@ options_table! {
         decay_interval_ms: u64 = 1000, "ms", "VMARENA_DECAY_INTERVAL_MS";
         /// Share of each pool a normal purge gives back to the free tree (the kernel's 25%).
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
+        /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
+        lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
     }
 }
 

@@ -107,7 +107,8 @@ pub struct VmSpace {
     opts: SpaceOptions,
     memsets: AtomicU64,
     guard_calls: Arc<AtomicU64>,
-    pub(crate) frame_map: crate::frame_map::FrameMap,
+    pub(crate) frame_map: Arc<crate::frame_map::FrameMap>,
+    frames: Option<Arc<crate::frame_backing::FrameBacking>>,
     pub(crate) blocks: crate::vmap::VmapBlocks,
     /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks): while there are none,
     /// `vfree` does not look up an area's kind.
@@ -137,6 +138,29 @@ pub struct SpaceStats {
 impl VmSpace {
     /// A space named `name` with the given options.
     pub fn new(name: &str, opts: SpaceOptions, arena_opts: ArenaOptions) -> Result<VmSpace, String> {
+        Self::build(name, opts, arena_opts, None)
+    }
+
+    /// A frames-backed space: `vmalloc` backs each area with frames of `pool` (blocks of the
+    /// largest orders that fit, mapped one run of consecutive frames per call) instead of
+    /// anonymous memory, so `vmalloc_to_frame` answers for every page and the memory can be
+    /// mapped again elsewhere through the pool's file. Frames go back to the pool when a purge
+    /// releases an area. Lazy areas are reused at their own size only (no splitting).
+    pub fn with_frames(
+        name: &str,
+        opts: SpaceOptions,
+        arena_opts: ArenaOptions,
+        pool: crate::FramePool,
+    ) -> Result<VmSpace, String> {
+        Self::build(name, opts, ArenaOptions { lazy_split: false, ..arena_opts }, Some(pool))
+    }
+
+    fn build(
+        name: &str,
+        opts: SpaceOptions,
+        arena_opts: ArenaOptions,
+        pool: Option<crate::FramePool>,
+    ) -> Result<VmSpace, String> {
         let _inside = reentry::enter();
         let page_bytes = vmarena_platform::page_size();
         let page_shift = page_bytes.trailing_zeros();
@@ -159,6 +183,20 @@ impl VmSpace {
         let guard_calls = backing.guard_calls.clone();
         let lo = (reservation.base() >> page_shift) as u64;
         let hi = lo + (reservation.len_bytes() >> page_shift) as u64;
+        let frame_map = Arc::new(crate::frame_map::FrameMap::default());
+        let (frames, backing): (_, Box<dyn vmarena_engine::Backing>) = match pool {
+            None => (None, backing),
+            Some(pool) => {
+                let fb = Arc::new(crate::frame_backing::FrameBacking {
+                    memory: *backing,
+                    pool,
+                    map: frame_map.clone(),
+                    blocks: Default::default(),
+                    page_shift,
+                });
+                (Some(fb.clone()), Box::new(crate::frame_backing::SharedFrameBacking(fb)))
+            }
+        };
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
         crate::pressure::start_monitor();
         Ok(VmSpace {
@@ -172,7 +210,8 @@ impl VmSpace {
             opts,
             memsets: AtomicU64::new(0),
             guard_calls,
-            frame_map: Default::default(),
+            frame_map,
+            frames,
             blocks: crate::vmap::VmapBlocks::new(),
             mapped_live: AtomicU64::new(0),
             map_calls: AtomicU64::new(0),
@@ -266,6 +305,11 @@ impl VmSpace {
         };
         let a = self.arena.alloc(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
         let addr = (a.start as usize) << self.page_shift;
+        if kind == AreaKind::Vmalloc {
+            if let Some(fb) = &self.frames {
+                self.back_with_frames(fb, a.start, a.pages - self.guard_pages)?;
+            }
+        }
         if zeroed && !a.fresh {
             let len = ((a.pages - self.guard_pages) as usize) << self.page_shift;
             // SAFETY: the area's data pages are ours from this allocation until its free;
@@ -274,6 +318,43 @@ impl VmSpace {
             self.memsets.fetch_add(1, Relaxed);
         }
         Ok(NonNull::new(addr as *mut u8).expect("reservation never contains address 0"))
+    }
+
+    /// Give the area at `start` frames if it has none (a frames-backed space). On failure
+    /// (after one purge to get frames back) the area is freed and the error names the pool.
+    fn back_with_frames(
+        &self,
+        fb: &crate::frame_backing::FrameBacking,
+        start: u64,
+        data_pages: u64,
+    ) -> Result<(), VmError> {
+        if fb.has_frames(start) {
+            return Ok(());
+        }
+        let blocks = match fb.take_blocks(data_pages) {
+            Ok(b) => b,
+            Err(_) => {
+                self.arena.purge();
+                fb.take_blocks(data_pages).inspect_err(|_| {
+                    self.arena.free(start).expect("area allocated by the caller");
+                })?
+            }
+        };
+        let frames: Vec<u32> = blocks.iter().flat_map(|&(f, o)| f..f + (1 << o)).collect();
+        if let Err(e) = self.map_runs(&fb.pool, start, &frames) {
+            for &(f, o) in &blocks {
+                fb.pool.free(f, o).expect("blocks taken above");
+            }
+            self.arena.free(start).expect("area allocated by the caller");
+            return Err(e);
+        }
+        fb.record(start, blocks);
+        Ok(())
+    }
+
+    /// The frame pool behind a frames-backed space.
+    pub fn frame_pool(&self) -> Option<&crate::FramePool> {
+        self.frames.as_ref().map(|f| &f.pool)
     }
 
     /// Allocate `bytes` (rounded up to pages), page aligned. Contents are undefined.

@@ -199,7 +199,7 @@ impl VmSpace {
     }
 
     /// Map `frames` at the pages starting at `page`; on failure nothing stays mapped.
-    fn map_runs(&self, pool: &FramePool, page: u64, frames: &[u32]) -> Result<(), VmError> {
+    pub(crate) fn map_runs(&self, pool: &FramePool, page: u64, frames: &[u32]) -> Result<(), VmError> {
         let pb = self.page_bytes;
         let base = (page as usize) << self.page_shift;
         for (i, &(at, first, len)) in runs(frames).iter().enumerate() {

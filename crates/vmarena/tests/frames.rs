@@ -255,3 +255,103 @@ fn a_low_memory_event_gives_free_frames_back() {
     s.vunmap(p.as_ptr()).unwrap();
     fp.free(head, 10).unwrap();
 }
+
+fn frames_space(name: &str, pool: &FramePool) -> VmSpace {
+    let so = SpaceOptions { space_bytes: 1 << 32, ..Default::default() };
+    let ao = ArenaOptions { decay_interval_ms: 0, purge_thread: false, ..Default::default() };
+    VmSpace::with_frames(name, so, ao, pool.clone()).unwrap()
+}
+
+#[test]
+fn a_frames_backed_space_maps_frames_that_another_mapping_can_see() {
+    let _serial = serial();
+    let fp = pool("backed", 64);
+    let s = frames_space("backed", &fp);
+    let other = space("other");
+    let p = s.vmalloc(1 << 20).unwrap();
+    let st = s.stats(false);
+    assert_eq!(st.map_calls, 1, "256 frames of one order-8 block: one mmap");
+    common::fill(p.as_ptr(), 1 << 20, 99);
+    let frames: Vec<u32> =
+        (0..256).map(|i| s.vmalloc_to_frame(p.as_ptr().wrapping_add(i * 4096)).unwrap()).collect();
+    assert_eq!(fp.stats().user_frames, 256);
+    let q = other.vmap(&fp, &frames).unwrap();
+    common::verify(q.as_ptr(), 1 << 20, 99);
+    other.vunmap(q.as_ptr()).unwrap();
+    // Odd sizes: blocks of descending orders cover the data pages exactly.
+    let r = s.vzalloc(5 * 4096 + 1).unwrap();
+    // SAFETY: 6 pages.
+    assert!(unsafe { std::slice::from_raw_parts(r.as_ptr(), 6 * 4096) }.iter().all(|&b| b == 0));
+    assert_eq!(fp.stats().user_frames, 256 + 6);
+    // A pool hit keeps the frames (no new mapping); a purge gives them back.
+    s.vfree(r.as_ptr()).unwrap();
+    let calls = s.stats(false).map_calls;
+    let r2 = s.vmalloc(6 * 4096).unwrap();
+    assert_eq!(r2, r);
+    assert_eq!(s.stats(false).map_calls, calls, "a pool hit keeps its frames mapped");
+    s.vfree(r2.as_ptr()).unwrap();
+    s.vfree(p.as_ptr()).unwrap();
+    s.shrink();
+    assert_eq!(fp.stats().user_frames, 0, "a purge gives every frame back");
+    assert_eq!(s.vmalloc_to_frame(p.as_ptr()), None);
+    s.check().unwrap();
+}
+
+#[test]
+fn a_frames_backed_space_fails_cleanly_when_the_pool_is_empty() {
+    let _serial = serial();
+    let fp = pool("small", 1);
+    let s = frames_space("small", &fp);
+    let p = s.vmalloc(512 << 10).unwrap();
+    match s.vmalloc(768 << 10) {
+        Err(VmError::NoFrames(m)) => assert!(m.contains("small"), "{m}"),
+        other => panic!("expected NoFrames, got {other:?}"),
+    }
+    assert_eq!(s.stats(false).arena.live_areas, 1, "the refused area was freed");
+    assert_eq!(fp.stats().user_frames, 128);
+    // Freed memory is found again through the purge on failure.
+    s.vfree(p.as_ptr()).unwrap();
+    let q = s.vmalloc(1 << 20).unwrap();
+    s.vfree(q.as_ptr()).unwrap();
+}
+
+#[test]
+fn stress_a_frames_backed_space_with_owner_patterns() {
+    let _serial = serial();
+    let fp = pool("fstress", 256);
+    let s = Arc::new(frames_space("fstress", &fp));
+    let hs: Vec<_> = (0..4u64)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut live = Vec::new();
+                for i in 0..600u64 {
+                    let bytes = 4096 * (1 + ((i * 7 + t) % 40) as usize);
+                    let p = s.vmalloc(bytes).unwrap();
+                    let tag = (t << 32) | i;
+                    common::fill(p.as_ptr(), bytes, tag);
+                    live.push((p, bytes, tag));
+                    if live.len() > 16 {
+                        let (q, b, tg) = live.remove((i as usize * 5) % live.len());
+                        common::verify(q.as_ptr(), b, tg);
+                        s.vfree(q.as_ptr()).unwrap();
+                    }
+                    if i % 100 == 0 {
+                        s.purge();
+                    }
+                }
+                for (q, b, tg) in live {
+                    common::verify(q.as_ptr(), b, tg);
+                    s.vfree(q.as_ptr()).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    s.shrink();
+    assert_eq!(fp.stats().user_frames, 0);
+    s.check().unwrap();
+    fp.allocator().check().unwrap();
+}
