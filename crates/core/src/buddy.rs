@@ -51,7 +51,8 @@ pub enum BuddyError {
 /// Watermarks in frames, as the kernel sizes them from the zone size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Watermarks {
-    /// Below this, only the reclaim path (a drain of every per-CPU list) may allocate.
+    /// The kernel's reserve for atomic allocations. Nothing is held back here: it is the base
+    /// that `low` and `high` are measured from.
     pub min: u64,
     /// Below this the zone is short: per-CPU lists stop growing.
     pub low: u64,

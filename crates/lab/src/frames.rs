@@ -21,6 +21,7 @@
 //! preparing and dismantling compound blocks.
 
 use crate::machine::Machine;
+use crate::test_vmalloc::cases::Rng;
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::Instant;
 use vmarena::{FrameOptions, FramePool, FrameStats, LockStats};
@@ -139,16 +140,6 @@ fn check(cfg: &FramesConfig) -> Result<(), String> {
         parse_config(c)?;
     }
     Ok(())
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Alloc `order` or count a failure.

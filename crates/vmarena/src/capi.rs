@@ -275,22 +275,39 @@ pub unsafe extern "C" fn vmarena_fixed_stats(pool: *const FixedHandle, out: *mut
 /// changes); NULL is a no-op returning 0.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_destroy(pool: *mut FixedHandle) -> libc::c_int {
-    if pool.is_null() {
+    // SAFETY: the header's contract on `pool`, as for every fixed-pool function.
+    unsafe { destroy(pool, |h| handle(h).is_some(), |h| h.pool.cache_stats().held > 0, |h| h.magic = 0) }
+}
+
+/// Free a handle made by `Box::into_raw`: 0 (NULL is a no-op), -EINVAL for an invalid handle,
+/// -EBUSY while `busy` says it is in use (nothing changes).
+///
+/// # Safety
+/// `ptr` is NULL or a pointer its create function returned and nobody destroyed; `valid` checks
+/// the handle's magic before anything else reads it, and `clear` wipes the magic before the free.
+unsafe fn destroy<H>(
+    ptr: *mut H,
+    valid: impl Fn(*const H) -> bool,
+    busy: impl Fn(&H) -> bool,
+    clear: impl Fn(&mut H),
+) -> libc::c_int {
+    if ptr.is_null() {
         return 0;
     }
     guarded(-libc::EFAULT, || {
-        let Some(h) = handle(pool) else {
+        if !valid(ptr) {
             set_errno(libc::EINVAL);
             return -libc::EINVAL;
-        };
-        if h.pool.cache_stats().held > 0 {
+        }
+        // SAFETY: `valid` matched the magic of a live handle (contract above).
+        if busy(unsafe { &*ptr }) {
             set_errno(libc::EBUSY);
             return -libc::EBUSY;
         }
-        // SAFETY: `pool` came from Box::into_raw in vmarena_fixed_create (the magic matched)
-        // and is destroyed once: the magic is cleared before the memory is freed.
-        let mut b = unsafe { Box::from_raw(pool) };
-        b.magic = 0;
+        // SAFETY: `ptr` came from Box::into_raw (the magic matched) and is destroyed once: the
+        // magic is cleared before the memory is freed.
+        let mut b = unsafe { Box::from_raw(ptr) };
+        clear(&mut b);
         drop(b);
         0
     })
@@ -506,25 +523,10 @@ pub unsafe extern "C" fn vmarena_frames_stats(
 /// `int vmarena_frames_destroy(vmarena_frames *pool);`
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_destroy(pool: *mut FramesHandle) -> libc::c_int {
-    if pool.is_null() {
-        return 0;
+    // SAFETY: the header's contract on `pool`, as for every frame-pool function.
+    unsafe {
+        destroy(pool, |h| frames_handle(h).is_some(), |h| h.pool.stats().user_frames > 0, |h| h.magic = 0)
     }
-    guarded(-libc::EFAULT, || {
-        let Some(h) = frames_handle(pool) else {
-            set_errno(libc::EINVAL);
-            return -libc::EINVAL;
-        };
-        if h.pool.stats().user_frames > 0 {
-            set_errno(libc::EBUSY);
-            return -libc::EBUSY;
-        }
-        // SAFETY: `pool` came from Box::into_raw in vmarena_frames_create (the magic matched)
-        // and is destroyed once: the magic is cleared before the memory is freed.
-        let mut b = unsafe { Box::from_raw(pool) };
-        b.magic = 0;
-        drop(b);
-        0
-    })
 }
 
 fn frames_slice<'a>(frames: *const u32, count: usize) -> Option<&'a [u32]> {
