@@ -154,6 +154,7 @@ pub enum PurgeKind {
     /// Release lazy memory, refill pools with the released areas, decay pools by the option's
     /// share (25%).
     Normal,
+
     /// Release lazy memory and return every pooled and lazy area to the free tree.
     Full,
 }
@@ -550,6 +551,7 @@ impl Shared {
                 if let Some((start, fresh, split)) =
                     self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree)
                 {
+                    let joined = std::mem::take(&mut g.joined_guards);
                     if self.shard_of(start) == me {
                         let ok = g.busy.insert(start, area);
                         debug_assert!(ok, "pool handed out a live start");
@@ -557,6 +559,10 @@ impl Shared {
                     } else {
                         drop(g);
                         self.insert_busy(nodes, start, area);
+                    }
+                    if !joined.is_empty() {
+                        // The joined areas' own guards now lie inside the new area's data.
+                        self.backing.retire(&joined);
                     }
                     if split {
                         self.backing.prepare(start, pages);
@@ -697,7 +703,10 @@ impl Shared {
                 }
             }
         }
-        let l = g.lazy_tree.swap_remove(best?);
+        let Some(best) = best else {
+            return self.node_join(g, r);
+        };
+        let l = g.lazy_tree.swap_remove(best);
         g.lazy_tree_pages -= pages;
         g.lazy_reuses += 1;
         let split = l.pages > pages;
@@ -707,6 +716,58 @@ impl Shared {
         }
         g.sync(&self.lazy_approx, false);
         Some((l.start, false, split))
+    }
+
+    /// No single lazy area fits: take a run of address-adjacent reusable lazy areas that does,
+    /// the one with the smallest total. The areas before the last one are consumed whole; their
+    /// guards (now inside the new area) are left in `g.joined_guards` for the caller to remove
+    /// after it drops the lock; the rest of the last area stays lazy with its own guard.
+    fn node_join(&self, g: &mut NodeState, r: &Request) -> Option<(u64, bool, bool)> {
+        let pages = r.size_pages;
+        if !self.opts.lazy_split || g.lazy_tree.len() < 2 {
+            return None;
+        }
+        let mut order: Vec<usize> = (0..g.lazy_tree.len()).filter(|&i| g.lazy_tree[i].reusable).collect();
+        order.sort_unstable_by_key(|&i| g.lazy_tree[i].start);
+        // Runs as [from, to) in `order`, with the pages needed to cover the request.
+        let mut best: Option<(usize, usize, u64)> = None;
+        let mut from = 0;
+        while from < order.len() {
+            let first = &g.lazy_tree[order[from]];
+            let (mut to, mut total, mut end) = (from + 1, first.pages, first.start + first.pages);
+            while total < pages && to < order.len() && g.lazy_tree[order[to]].start == end {
+                total += g.lazy_tree[order[to]].pages;
+                end += g.lazy_tree[order[to]].pages;
+                to += 1;
+            }
+            if total >= pages
+                && to - from >= 2
+                && first.start & (r.align_pages - 1) == 0
+                && best.is_none_or(|b| total < b.2)
+            {
+                best = Some((from, to, total));
+            }
+            from += 1;
+        }
+        let (from, to, total) = best?;
+        let taken: Vec<LazyArea> = order[from..to].iter().map(|&i| g.lazy_tree[i]).collect();
+        let mut gone: Vec<usize> = order[from..to].to_vec();
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for i in gone {
+            g.lazy_tree.swap_remove(i);
+        }
+        let start = taken[0].start;
+        let last = taken[taken.len() - 1];
+        g.joined_guards = taken[..taken.len() - 1].iter().map(|l| (l.start, l.pages)).collect();
+        if total > pages {
+            g.lazy_tree.push(LazyArea { start: start + pages, pages: total - pages, reusable: true });
+        }
+        debug_assert!(last.start + last.pages == start + total);
+        g.lazy_tree_pages -= pages;
+        g.lazy_reuses += 1;
+        g.lazy_joins += 1;
+        g.sync(&self.lazy_approx, false);
+        Some((start, false, total > pages))
     }
 
     /// Put a freed area on its home node (locked): its pool, or the lazy list.
@@ -854,6 +915,7 @@ impl Shared {
                     s.pool_misses += p.misses;
                     s.lazy_reuses += p.lazy_reuses;
                     s.lazy_splits += p.lazy_splits;
+                    s.lazy_joins += p.lazy_joins;
                     s.frees += p.frees;
                 }
                 let f = free.lock();

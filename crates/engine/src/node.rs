@@ -56,6 +56,9 @@ pub(crate) struct NodeState {
     pub misses: u64,
     pub lazy_reuses: u64,
     pub lazy_splits: u64,
+    pub lazy_joins: u64,
+    /// Guards of lazy areas the last `node_join` consumed whole, for the caller to remove.
+    pub joined_guards: Vec<(u64, u64)>,
     pub chunk_allocs: u64,
     pub frees: u64,
 }

@@ -27,6 +27,8 @@ stats_table! {
         lazy_reuses, "allocs";
         /// Of those, reuses that split a larger lazy area (the rest stays lazy).
         lazy_splits, "allocs";
+        /// Of those, reuses that joined address-adjacent lazy areas (none fitted alone).
+        lazy_joins, "allocs";
         /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
         /// Allocations carved from a node's chunk (a zone of its stripe taken from the tree).

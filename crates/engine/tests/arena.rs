@@ -379,3 +379,49 @@ fn a_large_lazy_area_is_split_for_a_smaller_request_before_any_purge() {
     a.check().unwrap();
     assert_eq!(a.stats().live_areas, 0);
 }
+
+#[test]
+fn adjacent_lazy_areas_are_joined_when_none_fits_alone() {
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions { nodes: 1, ..opts(Strategy::Nodes) };
+    let a = Arena::new("join", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let x = a.alloc(&AllocRequest::pages(500)).unwrap();
+    let y = a.alloc(&AllocRequest::pages(600)).unwrap();
+    let z = a.alloc(&AllocRequest::pages(700)).unwrap();
+    assert_eq!((y.start, z.start), (x.start + 500, x.start + 1100), "the test needs adjacent areas");
+    a.free(x.start).unwrap();
+    a.free(z.start).unwrap();
+    // Not adjacent: a 900-page request finds no run and comes from the tree.
+    let t = a.alloc(&AllocRequest::pages(900)).unwrap();
+    assert_ne!(t.start, x.start);
+    a.free(y.start).unwrap();
+    let retired_before = rec.retired.lock().unwrap().len();
+    let prepared_before = rec.prepared.lock().unwrap().len();
+    // x (500) + y (600) + part of z: the guards of x and y lie inside the new area and are
+    // removed; its own guard is prepared at its end; the rest of z stays lazy.
+    let j = a.alloc(&AllocRequest::pages(1500)).unwrap();
+    assert_eq!(j.start, x.start);
+    assert!(!j.fresh);
+    assert_eq!(rec.retired.lock().unwrap()[retired_before..], [(x.start, 500), (y.start, 600)]);
+    assert_eq!(rec.prepared.lock().unwrap()[prepared_before..], [(x.start, 1500)]);
+    let st = a.stats();
+    assert_eq!((st.lazy_joins, st.purges), (1, 0));
+    a.check().unwrap();
+    // The 300 pages left of z serve an exact request with z's own guard.
+    let rest = a.alloc(&AllocRequest::pages(300)).unwrap();
+    assert_eq!(rest.start, x.start + 1500);
+    a.free(j.start).unwrap();
+    a.free(rest.start).unwrap();
+    a.free(t.start).unwrap();
+    a.shrink();
+    a.check().unwrap();
+    assert_eq!(a.stats().live_areas, 0);
+    // With splitting off, nothing is joined either.
+    let o = ArenaOptions { nodes: 1, lazy_split: false, ..opts(Strategy::Nodes) };
+    let b = Arena::new("nojoin", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
+    let (p, q) = (b.alloc(&AllocRequest::pages(500)).unwrap(), b.alloc(&AllocRequest::pages(500)).unwrap());
+    b.free(p.start).unwrap();
+    b.free(q.start).unwrap();
+    assert_ne!(b.alloc(&AllocRequest::pages(800)).unwrap().start, p.start);
+    assert_eq!(b.stats().lazy_joins, 0);
+}

@@ -185,3 +185,35 @@ fn purge_returns_memory_at_once() {
     assert_eq!(released, 64 * 65, "pages of every area, guard pages included");
     assert_eq!(s.resident_bytes(), 0);
 }
+
+/// A request larger than every lazy area joins adjacent ones: the guards between them are
+/// removed, so writing the whole new area does not fault, and the old contents are there.
+#[test]
+fn joined_lazy_areas_have_no_guard_inside() {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions { nodes: 1, decay_interval_ms: 0, ..Default::default() };
+    let s = VmSpace::new("join", so, ao).unwrap();
+    let mib = 1 << 20;
+    let a = s.vmalloc(2 * mib).unwrap();
+    let b = s.vmalloc(2 * mib).unwrap();
+    let c = s.vmalloc(2 * mib).unwrap();
+    assert_eq!(b.as_ptr() as usize, a.as_ptr() as usize + 2 * mib + 4096, "the test needs adjacent areas");
+    // SAFETY: 2 MiB each.
+    unsafe {
+        std::ptr::write_bytes(a.as_ptr(), 1, 2 * mib);
+        std::ptr::write_bytes(b.as_ptr(), 2, 2 * mib);
+    }
+    s.vfree(a.as_ptr()).unwrap();
+    s.vfree(b.as_ptr()).unwrap();
+    let j = s.vmalloc(3 * mib).unwrap();
+    assert_eq!(j, a);
+    assert_eq!(s.stats(false).arena.lazy_joins, 1);
+    // SAFETY: 3 MiB of data; a's old guard page, at 2 MiB, is data now.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(j.as_ptr(), 3 * mib) };
+    assert_eq!(bytes[0], 1);
+    assert_eq!(bytes[2 * mib + 4096], 2, "b's first byte, kept resident");
+    bytes.fill(7);
+    s.vfree(j.as_ptr()).unwrap();
+    s.vfree(c.as_ptr()).unwrap();
+    s.check().unwrap();
+}
