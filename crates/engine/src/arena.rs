@@ -56,6 +56,9 @@ pub use crate::error::{AllocError, FreeError};
 /// No allocating node (the kernel's `vn_id` 0).
 pub const NO_NODE: u16 = u16::MAX;
 
+/// Lazy areas an allocation tries to grow into the free space after them (step Extend).
+const EXTEND_TRIES: usize = 3;
+
 /// Full purges an allocation tries, while they make progress, before it fails.
 const FULL_PURGE_RETRIES: usize = 4;
 
@@ -581,6 +584,41 @@ impl Shared {
                         return Some(Allocation { start, pages, fresh: fresh_from_tree });
                     }
                 }
+                // Step Extend: the largest lazy area of this node, grown into the free space
+                // right after it, so only the growth takes fresh pages.
+                let mut g = g;
+                let mut tried = Vec::new();
+                while r.align_pages == 1
+                    && SizePools::class_of(pages).is_none()
+                    && self.opts.lazy_split
+                    && tried.len() < EXTEND_TRIES
+                {
+                    let Some(l) = Self::node_claim_largest(&mut g, pages, &self.lazy_approx) else { break };
+                    {
+                        drop(g);
+                        let (end, extra) = (l.start + l.pages, pages - l.pages);
+                        let grown = Request::new(extra, 1, end, end + extra)
+                            .ok()
+                            .and_then(|q| free.lock_at(&site::ALLOC_FREE_TREE).alloc(&q))
+                            .map(|(s, _)| s);
+                        g = nodes[me].lock_at(&site::ALLOC_NODE);
+                        if grown.is_some() {
+                            debug_assert_eq!(grown, Some(end));
+                            g.lazy_reuses += 1;
+                            g.lazy_extends += 1;
+                            Self::node_unclaim(&mut g, tried, &self.lazy_approx);
+                            drop(g);
+                            self.insert_busy(nodes, l.start, area);
+                            // The old guard is inside the area now; the new one goes at its end.
+                            self.backing.retire(&[(l.start, l.pages)]);
+                            self.backing.prepare(l.start, pages);
+                            return Some(Allocation { start: l.start, pages, fresh: false });
+                        }
+                        tried.push(l);
+                    }
+                }
+                // Candidates whose next pages were not free go back on the lazy list.
+                Self::node_unclaim(&mut g, tried, &self.lazy_approx);
                 let rest = if small { std::mem::take(&mut g.chunk) } else { (0, 0) };
                 drop(g);
                 // Steps Tree and TreeExact: a zone start of this node's stripe for poolable
@@ -770,6 +808,30 @@ impl Shared {
         Some((start, false, total > pages))
     }
 
+    /// Take the largest reusable lazy area smaller than `pages` off the node's lazy list.
+    fn node_claim_largest(
+        g: &mut NodeState,
+        pages: u64,
+        lazy_approx: &crate::sync::AtomicI64,
+    ) -> Option<LazyArea> {
+        let i = (0..g.lazy_tree.len())
+            .filter(|&i| g.lazy_tree[i].reusable && g.lazy_tree[i].pages < pages)
+            .max_by_key(|&i| g.lazy_tree[i].pages)?;
+        let l = g.lazy_tree.swap_remove(i);
+        g.lazy_tree_pages -= l.pages;
+        g.sync(lazy_approx, false);
+        Some(l)
+    }
+
+    /// Put claimed lazy areas back on the node's lazy list.
+    fn node_unclaim(g: &mut NodeState, areas: Vec<LazyArea>, lazy_approx: &crate::sync::AtomicI64) {
+        for l in areas {
+            g.lazy_tree.push(l);
+            g.lazy_tree_pages += l.pages;
+        }
+        g.sync(lazy_approx, false);
+    }
+
     /// Put a freed area on its home node (locked): its pool, or the lazy list.
     #[inline]
     fn node_push(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
@@ -916,6 +978,7 @@ impl Shared {
                     s.lazy_reuses += p.lazy_reuses;
                     s.lazy_splits += p.lazy_splits;
                     s.lazy_joins += p.lazy_joins;
+                    s.lazy_extends += p.lazy_extends;
                     s.frees += p.frees;
                 }
                 let f = free.lock();

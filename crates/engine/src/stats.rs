@@ -29,6 +29,8 @@ stats_table! {
         lazy_splits, "allocs";
         /// Of those, reuses that joined address-adjacent lazy areas (none fitted alone).
         lazy_joins, "allocs";
+        /// Of those, reuses that grew a lazy area into the free space right after it.
+        lazy_extends, "allocs";
         /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
         /// Allocations carved from a node's chunk (a zone of its stripe taken from the tree).

@@ -388,6 +388,8 @@ fn adjacent_lazy_areas_are_joined_when_none_fits_alone() {
     let x = a.alloc(&AllocRequest::pages(500)).unwrap();
     let y = a.alloc(&AllocRequest::pages(600)).unwrap();
     let z = a.alloc(&AllocRequest::pages(700)).unwrap();
+    // A live area after z, so that no lazy area can grow into free space (step Extend).
+    let cap = a.alloc(&AllocRequest::pages(100)).unwrap();
     assert_eq!((y.start, z.start), (x.start + 500, x.start + 1100), "the test needs adjacent areas");
     a.free(x.start).unwrap();
     a.free(z.start).unwrap();
@@ -413,6 +415,7 @@ fn adjacent_lazy_areas_are_joined_when_none_fits_alone() {
     a.free(j.start).unwrap();
     a.free(rest.start).unwrap();
     a.free(t.start).unwrap();
+    a.free(cap.start).unwrap();
     a.shrink();
     a.check().unwrap();
     assert_eq!(a.stats().live_areas, 0);
@@ -424,4 +427,37 @@ fn adjacent_lazy_areas_are_joined_when_none_fits_alone() {
     b.free(q.start).unwrap();
     assert_ne!(b.alloc(&AllocRequest::pages(800)).unwrap().start, p.start);
     assert_eq!(b.stats().lazy_joins, 0);
+}
+
+#[test]
+fn a_lazy_area_grows_into_the_free_space_after_it() {
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions { nodes: 1, ..opts(Strategy::Nodes) };
+    let a = Arena::new("extend", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let x = a.alloc(&AllocRequest::pages(500)).unwrap();
+    let y = a.alloc(&AllocRequest::pages(600)).unwrap();
+    let z = a.alloc(&AllocRequest::pages(400)).unwrap();
+    let w = a.alloc(&AllocRequest::pages(300)).unwrap();
+    assert_eq!(w.start, x.start + 1500, "the test needs adjacent areas");
+    a.free(x.start).unwrap();
+    a.free(z.start).unwrap();
+    a.free(w.start).unwrap();
+    let (retired, prepared) = (rec.retired.lock().unwrap().len(), rec.prepared.lock().unwrap().len());
+    // 800 pages: no lazy area or run fits (z + w is 700). x is followed by live y, z by lazy w;
+    // w is followed by free space, so w grows by 500 fresh pages.
+    let e = a.alloc(&AllocRequest::pages(800)).unwrap();
+    assert_eq!(e.start, w.start);
+    assert!(!e.fresh);
+    assert_eq!(rec.retired.lock().unwrap()[retired..], [(w.start, 300)]);
+    assert_eq!(rec.prepared.lock().unwrap()[prepared..], [(w.start, 800)]);
+    let st = a.stats();
+    assert_eq!((st.lazy_extends, st.lazy_joins, st.live_areas), (1, 0, 2));
+    assert_eq!(st.lazy_pages, 900, "the candidates that could not grow are lazy again");
+    a.check().unwrap();
+    for s in [y.start, e.start] {
+        a.free(s).unwrap();
+    }
+    a.shrink();
+    a.check().unwrap();
+    assert_eq!(a.stats().free_pages, 1 << 20);
 }

@@ -217,3 +217,26 @@ fn joined_lazy_areas_have_no_guard_inside() {
     s.vfree(c.as_ptr()).unwrap();
     s.check().unwrap();
 }
+
+/// A lazy area followed by free space grows into it: its old guard page becomes data.
+#[test]
+fn a_grown_lazy_area_has_no_guard_inside() {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions { nodes: 1, decay_interval_ms: 0, ..Default::default() };
+    let s = VmSpace::new("extend", so, ao).unwrap();
+    let mib = 1 << 20;
+    let a = s.vmalloc(2 * mib).unwrap();
+    // SAFETY: 2 MiB.
+    unsafe { std::ptr::write_bytes(a.as_ptr(), 3, 2 * mib) };
+    s.vfree(a.as_ptr()).unwrap();
+    let g = s.vmalloc(3 * mib).unwrap();
+    assert_eq!(g, a);
+    assert_eq!(s.stats(false).arena.lazy_extends, 1);
+    // SAFETY: 3 MiB of data; a's old guard page, at 2 MiB, is data now.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(g.as_ptr(), 3 * mib) };
+    assert_eq!(bytes[0], 3, "the reused part keeps its pages");
+    assert_eq!(bytes[3 * mib - 1], 0, "the growth is fresh");
+    bytes.fill(9);
+    s.vfree(g.as_ptr()).unwrap();
+    s.check().unwrap();
+}
