@@ -139,6 +139,11 @@ impl Pcp {
         self.high = self.high.clamp(self.cfg.high_min, self.cfg.high_max);
     }
 
+    /// True when `order`'s list holds no block. `order` must be a cached order.
+    pub fn is_empty_at(&self, order: u32) -> bool {
+        self.lists[pindex(order).expect("an uncached order")].is_empty()
+    }
+
     /// Take the head block of `order`'s list. `order` must be a cached order.
     pub fn pop(&mut self, order: u32) -> Option<u32> {
         let i = pindex(order).expect("pop of an uncached order");

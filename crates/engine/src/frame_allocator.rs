@@ -30,6 +30,8 @@
 
 use crate::frame_options::{FrameOptions, FrameStats};
 use crate::lock::{with_nesting_allowed, LockSite, LockStats, StatGuard, StatLock};
+use crate::node::Padded;
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use vmarena_core::pcp::pindex;
 use vmarena_core::{BatchQueue, BatchRule, Buddy, Flush, Insert, Pcp, PcpConfig, MAX_ORDER};
@@ -85,16 +87,54 @@ struct FrameDesc {
     _rest: [u64; 6],
 }
 
-#[repr(align(128))]
 struct CpuLists {
-    pcp: StatLock<Pcp>,
-    queue: StatLock<BatchQueue<(u32, u32)>>,
+    pcp: StatLock<PcpSlot>,
+    queue: StatLock<QueueSlot>,
     last_decay_ns: AtomicU64,
 }
 
+/// A CPU's lists and the counters of their hits, kept under the list lock so a hit touches no
+/// shared cache line.
+struct PcpSlot {
+    pcp: Pcp,
+    hits: u64,
+}
+
+/// A CPU's batch queue and the count of its inserts, under the queue lock.
+struct QueueSlot {
+    queue: BatchQueue<(u32, u32)>,
+    inserts: u64,
+}
+
+impl Deref for PcpSlot {
+    type Target = Pcp;
+    fn deref(&self) -> &Pcp {
+        &self.pcp
+    }
+}
+
+impl DerefMut for PcpSlot {
+    fn deref_mut(&mut self) -> &mut Pcp {
+        &mut self.pcp
+    }
+}
+
+impl Deref for QueueSlot {
+    type Target = BatchQueue<(u32, u32)>;
+    fn deref(&self) -> &Self::Target {
+        &self.queue
+    }
+}
+
+impl DerefMut for QueueSlot {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.queue
+    }
+}
+
+/// Counters of the slower paths (refills, drains, the zone, failures), shared by all CPUs.
 #[derive(Default)]
 struct Counters {
-    pcp_hits: AtomicU64,
     pcp_refills: AtomicU64,
     refill_blocks: AtomicU64,
     pcp_drains: AtomicU64,
@@ -103,7 +143,6 @@ struct Counters {
     trylock_failures: AtomicU64,
     zone_allocs: AtomicU64,
     zone_frees: AtomicU64,
-    queue_inserts: AtomicU64,
     queue_flushes: AtomicU64,
     queue_try_failures: AtomicU64,
     queue_blocking_flushes: AtomicU64,
@@ -113,7 +152,6 @@ struct Counters {
     pcp_decays: AtomicU64,
     alloc_failures: AtomicU64,
     bad_frees: AtomicU64,
-    user_frames: AtomicU64,
 }
 
 /// See the module documentation.
@@ -122,7 +160,7 @@ pub struct FrameAllocator {
     opts: FrameOptions,
     zone: StatLock<Buddy>,
     below_high: AtomicBool,
-    cpus: Box<[CpuLists]>,
+    cpus: Box<[Padded<CpuLists>]>,
     desc: Box<[FrameDesc]>,
     rule: BatchRule,
     decay_ns: u64,
@@ -157,10 +195,12 @@ impl FrameAllocator {
         }
         let qcap = opts.batch_queue.max(1);
         let cpus = (0..ncpu)
-            .map(|_| CpuLists {
-                pcp: StatLock::new(Pcp::new(cfg)),
-                queue: StatLock::new(BatchQueue::new(qcap)),
-                last_decay_ns: AtomicU64::new(monotonic_ns()),
+            .map(|_| {
+                Padded(CpuLists {
+                    pcp: StatLock::new(PcpSlot { pcp: Pcp::new(cfg), hits: 0 }),
+                    queue: StatLock::new(QueueSlot { queue: BatchQueue::new(qcap), inserts: 0 }),
+                    last_decay_ns: AtomicU64::new(monotonic_ns()),
+                })
             })
             .collect();
         let desc = (0..frames)
@@ -225,7 +265,7 @@ impl FrameAllocator {
                 while out.len() - before < n {
                     match p.pop(0) {
                         Some(pfn) => {
-                            self.c.pcp_hits.fetch_add(1, Relaxed);
+                            p.hits += 1;
                             out.push(pfn);
                         }
                         None => {
@@ -258,7 +298,6 @@ impl FrameAllocator {
             self.prep_compound(pfn, order);
         }
         d.state.store(USER | order as u64 | if order > 0 { COMPOUND } else { 0 }, Relaxed);
-        self.c.user_frames.fetch_add(1 << order, Relaxed);
     }
 
     fn alloc_fast(&self, order: u32) -> Option<u32> {
@@ -270,21 +309,17 @@ impl FrameAllocator {
             self.c.trylock_failures.fetch_add(1, Relaxed);
             return None;
         };
-        if let Some(pfn) = p.pop(order) {
-            self.c.pcp_hits.fetch_add(1, Relaxed);
-            return Some(pfn);
+        if p.is_empty_at(order) {
+            self.refill(&mut p, order);
+            self.maybe_decay(cpu, &mut p);
         }
-        self.refill(&mut p, order);
-        self.maybe_decay(cpu, &mut p);
         let got = p.pop(order);
-        if got.is_some() {
-            self.c.pcp_hits.fetch_add(1, Relaxed);
-        }
+        p.hits += got.is_some() as u64;
         got
     }
 
     /// Refill a list from the zone under one zone lock hold. Returns the blocks moved.
-    fn refill(&self, p: &mut StatGuard<'_, Pcp>, order: u32) -> usize {
+    fn refill(&self, p: &mut StatGuard<'_, PcpSlot>, order: u32) -> usize {
         let n = p.refill_blocks(order, self.below_high.load(Relaxed));
         let mut blocks = Vec::with_capacity(n as usize);
         with_nesting_allowed(|| {
@@ -326,6 +361,7 @@ impl FrameAllocator {
             }
         }
         self.c.alloc_failures.fetch_add(1, Relaxed);
+        let held = self.stats().user_frames;
         let z = self.zone.lock();
         Err(FrameError::NoFrames(format!(
             "{}: no block of order {order} ({} frames, {} free in the zone, largest free order {:?}, {} held by callers)",
@@ -333,7 +369,7 @@ impl FrameAllocator {
             self.frames(),
             z.free_frames(),
             (0..=MAX_ORDER).rev().find(|&o| z.nr_free()[o as usize] > 0),
-            self.c.user_frames.load(Relaxed)
+            held
         )))
     }
 
@@ -349,7 +385,6 @@ impl FrameAllocator {
             self.c.bad_frees.fetch_add(1, Relaxed);
             return Err(FrameError::NotHeld(pfn));
         }
-        self.c.user_frames.fetch_sub(1 << order, Relaxed);
         if self.opts.pcp && pindex(order).is_some() {
             let cpu = self.cpu();
             if let Some(mut p) = cpu.pcp.try_lock() {
@@ -404,9 +439,7 @@ impl FrameAllocator {
             Insert::Queued(s) => (s, None),
             Insert::Full(x) => (0, Some(x)),
         };
-        if item.is_none() {
-            self.c.queue_inserts.fetch_add(1, Relaxed);
-        }
+        q.inserts += item.is_none() as u64;
         match self.rule.after_insert(slots, q.capacity()) {
             Flush::No => {}
             Flush::Try => match with_nesting_allowed(|| self.zone.try_lock()) {
@@ -436,7 +469,7 @@ impl FrameAllocator {
         self.c.queue_flushes.fetch_add(1, Relaxed);
     }
 
-    fn maybe_decay(&self, cpu: &CpuLists, p: &mut StatGuard<'_, Pcp>) {
+    fn maybe_decay(&self, cpu: &CpuLists, p: &mut StatGuard<'_, PcpSlot>) {
         if self.decay_ns == 0 {
             return;
         }
@@ -561,23 +594,26 @@ impl FrameAllocator {
         s
     }
 
-    /// `high` of each CPU's list.
-    pub fn pcp_highs(&self) -> Vec<u64> {
-        self.cpus.iter().map(|c| c.pcp.lock().high()).collect()
-    }
-
     /// A snapshot of the figures.
     pub fn stats(&self) -> FrameStats {
         let c = &self.c;
-        let pcp_frames = self.cpus.iter().map(|cpu| cpu.pcp.lock().count()).sum();
-        let queued_frames = self.cpus.iter().map(|cpu| queued(&cpu.queue.lock())).sum();
+        let (mut pcp_frames, mut pcp_hits, mut queued_frames, mut queue_inserts) = (0, 0, 0, 0);
+        for cpu in self.cpus.iter() {
+            let p = cpu.pcp.lock();
+            (pcp_frames, pcp_hits) = (pcp_frames + p.count(), pcp_hits + p.hits);
+            drop(p);
+            let q = cpu.queue.lock();
+            (queued_frames, queue_inserts) = (queued_frames + queued(&q), queue_inserts + q.inserts);
+        }
+        let free_frames = self.zone.lock().free_frames();
         FrameStats {
             frames: self.frames(),
-            free_frames: self.zone.lock().free_frames(),
+            free_frames,
             pcp_frames,
             queued_frames,
-            user_frames: c.user_frames.load(Relaxed),
-            pcp_hits: c.pcp_hits.load(Relaxed),
+            // Derived: a snapshot taken while threads run may be off by what moved meanwhile.
+            user_frames: self.frames().saturating_sub(free_frames + pcp_frames + queued_frames),
+            pcp_hits,
             pcp_refills: c.pcp_refills.load(Relaxed),
             refill_blocks: c.refill_blocks.load(Relaxed),
             pcp_drains: c.pcp_drains.load(Relaxed),
@@ -586,7 +622,7 @@ impl FrameAllocator {
             trylock_failures: c.trylock_failures.load(Relaxed),
             zone_allocs: c.zone_allocs.load(Relaxed),
             zone_frees: c.zone_frees.load(Relaxed),
-            queue_inserts: c.queue_inserts.load(Relaxed),
+            queue_inserts,
             queue_flushes: c.queue_flushes.load(Relaxed),
             queue_try_failures: c.queue_try_failures.load(Relaxed),
             queue_blocking_flushes: c.queue_blocking_flushes.load(Relaxed),
@@ -614,7 +650,14 @@ impl FrameAllocator {
             }
             total += queued(&cpu.queue.lock());
         }
-        total += self.c.user_frames.load(Relaxed);
+        // Blocks held by callers, from their head descriptors.
+        total += self
+            .desc
+            .iter()
+            .map(|d| d.state.load(Relaxed))
+            .filter(|s| s & USER != 0)
+            .map(|s| 1u64 << (s & 0xff))
+            .sum::<u64>();
         if total != self.frames() {
             return Err(format!(
                 "{}: {total} frames accounted for, {} in the zone",

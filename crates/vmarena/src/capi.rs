@@ -81,13 +81,7 @@ pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
             Ok(s) => s.vfree(p.cast()),
             Err(_) => Err(VmError::NotLive(p as usize)),
         };
-        match r {
-            Ok(()) => 0,
-            Err(e) => {
-                set_errno(e.errno());
-                -e.errno()
-            }
-        }
+        status(r)
     })
 }
 
@@ -228,13 +222,7 @@ pub unsafe extern "C" fn vmarena_fixed_get_timeout(
 /// `int vmarena_fixed_put(vmarena_fixed *pool, void *p);` 0, or -EINVAL (nothing changes).
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_put(pool: *mut FixedHandle, p: *mut libc::c_void) -> libc::c_int {
-    with_pool(pool, -libc::EINVAL, |pool| match pool.put(p.cast()) {
-        Ok(()) => Some(0),
-        Err(e) => {
-            set_errno(e.errno());
-            Some(-e.errno())
-        }
-    })
+    with_pool(pool, -libc::EINVAL, |pool| Some(status(pool.put(p.cast()))))
 }
 
 /// `size_t vmarena_fixed_slot_size(const vmarena_fixed *pool);` 0 for an invalid pool.
@@ -461,13 +449,7 @@ pub unsafe extern "C" fn vmarena_frames_free(
     frame: u32,
     order: libc::c_uint,
 ) -> libc::c_int {
-    with_frames(pool, -libc::EINVAL, |p| match p.free(frame, order) {
-        Ok(()) => 0,
-        Err(e) => {
-            set_errno(e.errno());
-            -e.errno()
-        }
-    })
+    with_frames(pool, -libc::EINVAL, |p| status(p.free(frame, order)))
 }
 
 /// `int vmarena_frames_fd(const vmarena_frames *pool);`
@@ -553,6 +535,7 @@ fn map_with(
     })
 }
 
+/// 0, or `-errno` with errno set.
 fn status(r: Result<(), VmError>) -> libc::c_int {
     match r {
         Ok(()) => 0,
