@@ -40,6 +40,7 @@
 
 use crate::backing::Backing;
 use crate::lock::{LockStats, StatLock};
+use crate::magazine::{FreeFast, ThreadCaches};
 use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
 use crate::options::ArenaOptions;
 use crate::site;
@@ -66,12 +67,16 @@ const FULL_PURGE_RETRIES: usize = 4;
 /// because the worker has fallen behind (many more runnable threads than CPUs).
 const LAZY_BACKPRESSURE: i64 = 2;
 
+/// `AreaTag::requested_bytes` of an area whose latest allocation came from a thread cache.
+pub const UNKNOWN_BYTES: u64 = u64::MAX;
+
 /// What the layer above records with each live area.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AreaTag {
     /// Where the area was allocated from (for `vmallocinfo`).
     pub caller: Option<&'static Location<'static>>,
-    /// Bytes the user asked for (the kernel's `requested_size`).
+    /// Bytes the user asked for (the kernel's `requested_size`); [`UNKNOWN_BYTES`] after a
+    /// thread-cache reuse.
     pub requested_bytes: u64,
     /// What the area holds (the kernel's area flags, as `vmallocinfo` prints them).
     pub kind: AreaKind,
@@ -100,7 +105,8 @@ pub struct AllocRequest {
     pub align_pages: u64,
     /// Sub-range the area must lie in; `None` for the whole arena (only then are pools used).
     pub window: Option<(u64, u64)>,
-    /// Prefer an area whose memory was released (reads as zero without a memset).
+    /// Prefer an area whose memory was released (reads as zero without a memset) among pooled
+    /// areas; a thread cache still serves it a dirty area (see `Allocation::fresh`).
     pub prefer_fresh: bool,
     /// Never wait for a purge: fail with [`AllocError::WouldBlock`] instead.
     pub nonblocking: bool,
@@ -227,6 +233,9 @@ pub(crate) struct Shared {
     pub(crate) worker_started: AtomicBool,
     pub(crate) worker: Arc<Worker>,
     pub(crate) counters: Counters,
+    /// Per-thread magazines (Nodes), or why there are none.
+    pub(crate) cache: Option<ThreadCaches>,
+    pub(crate) cache_off: Option<String>,
 }
 
 /// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
@@ -261,7 +270,19 @@ impl Arena {
                 Kind::Nodes { free: free(), nodes: (0..nr_nodes).map(|_| new_node()).collect() }
             }
         };
+        let (cache, cache_off) = if !opts.thread_cache {
+            (None, Some("switched off (thread_cache)".to_string()))
+        } else if opts.strategy != Strategy::Nodes {
+            (None, Some(format!("the {} strategy has none", opts.strategy)))
+        } else {
+            match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, opts.thread_cache_pages) {
+                Ok(c) => (Some(c), None),
+                Err(e) => (None, Some(e)),
+            }
+        };
         let shared = Arc::new(Shared {
+            cache,
+            cache_off,
             name: name.into(),
             lo,
             hi,
@@ -317,9 +338,26 @@ impl Arena {
         self.shared.lazy_max
     }
 
-    /// Allocate an area. See [`Step`] for the order in which sources are tried.
+    /// Why this arena has no thread caches (`None`: it has them).
+    pub fn thread_cache_off(&self) -> Option<&str> {
+        self.shared.cache_off.as_deref()
+    }
+
+    /// Allocate an area. See [`Step`] for the order in which sources are tried; before them,
+    /// a small page-aligned request anywhere in the arena is served from the thread's cache.
     pub fn alloc(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
         let sh = &*self.shared;
+        if let Some(c) = &sh.cache {
+            if req.window.is_none()
+                && req.align_pages == 1
+                && req.pages != 0
+                && c.states.tracks(req.pages, req.tag.kind)
+            {
+                if let Some(start) = c.alloc(&self.shared, req.pages, req.tag.caller, true) {
+                    return Ok(Allocation { start, pages: req.pages, fresh: false });
+                }
+            }
+        }
         let (lo, hi) = req.window.unwrap_or((sh.lo, sh.hi));
         if lo < sh.lo || hi > sh.hi {
             return Err(AllocError::OutOfRange { window: (lo, hi), arena: (sh.lo, sh.hi) });
@@ -359,8 +397,60 @@ impl Arena {
         })
     }
 
-    /// Free the area that starts at `start`. Its memory stays resident until a purge.
+    /// Free the area that starts at `start`. Its memory stays resident until a purge. A small
+    /// area goes to the thread's cache; its record then reports an unknown requested size.
     pub fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        if let Some(r) = self.free_via_cache(start, true) {
+            return r;
+        }
+        self.free_slow(start)
+    }
+
+    /// Allocate `pages` pages (page aligned, anywhere, contents undefined) from this thread's
+    /// cache only: no lock, no allocation, no syscall. `None` on a miss, when the arena has no
+    /// thread caches, or when the thread has not registered a magazine yet (the first
+    /// [`Arena::alloc`] or [`Arena::free`] of a small area does).
+    #[inline]
+    pub fn alloc_cached(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        let c = self.shared.cache.as_ref()?;
+        if pages == 0 || !c.states.tracks(pages, AreaKind::Vmalloc) {
+            return None;
+        }
+        c.alloc(&self.shared, pages, caller, false)
+    }
+
+    /// Free a small area into this thread's cache: `None` when `start` is not a small live
+    /// area (nothing changed; call [`Arena::free`]). Takes no lock unless the cache is full.
+    #[inline]
+    pub fn free_cached(&self, start: u64) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
+        self.free_via_cache(start, false)
+    }
+
+    #[inline]
+    fn free_via_cache(&self, start: u64, register: bool) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
+        let sh = &*self.shared;
+        let c = sh.cache.as_ref()?;
+        match c.free(&self.shared, start, register) {
+            FreeFast::Cached { pages, caller } => Some(Ok(BusyArea {
+                pages,
+                node: NO_NODE,
+                tag: AreaTag { caller, requested_bytes: UNKNOWN_BYTES, kind: AreaKind::Vmalloc },
+            })),
+            FreeFast::Refused => {
+                sh.counters.bad_frees.fetch_add(1, Relaxed);
+                Some(Err(FreeError::NotLive { start }))
+            }
+            FreeFast::Flush => {
+                // Claimed (its word is cached): finish through the busy map, which may allocate.
+                let _inside = vmarena_platform::reentry::enter();
+                Some(self.free_slow(start))
+            }
+            FreeFast::Untracked => None,
+        }
+    }
+
+    /// Free through the busy map (the kernel's path), then start a purge if one is due.
+    fn free_slow(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
         let sh = &*self.shared;
         let r = sh.free(start);
         match r {
@@ -368,11 +458,7 @@ impl Arena {
                 sh.counters.bad_frees.fetch_add(1, Relaxed);
             }
             Ok(_) => {
-                if !sh.worker_started.load(Relaxed) && sh.opts.purge_thread && sh.opts.decay_interval_ms > 0 {
-                    // The decay interval needs the worker even below the threshold.
-                    sh.worker_started.store(true, Relaxed);
-                    sh.worker.start(&self.shared);
-                }
+                Shared::start_decay_worker(&self.shared);
                 let lazy = sh.lazy_approx.load(Relaxed);
                 if lazy > sh.lazy_max as i64 && !sh.purge_requested.swap(true, Relaxed) {
                     sh.kick(&self.shared);
@@ -384,18 +470,33 @@ impl Arena {
         r
     }
 
-    /// The record of the live area that starts at `start`.
+    /// The record of the live area that starts at `start`. For an area that went through a
+    /// thread cache, the caller is the latest one and the requested size is [`UNKNOWN_BYTES`].
     pub fn lookup(&self, start: u64) -> Option<BusyArea<AreaTag>> {
-        self.shared.with_busy(start, |b| b.get(start).copied())
+        let sh = &*self.shared;
+        let mut a = sh.with_busy(start, |b| b.get(start).copied())?;
+        if !sh.patch_cached(start, &mut a) {
+            return None;
+        }
+        Some(a)
     }
 
     /// Change the tag of a live area; false if `start` is not live.
     pub fn update_tag(&self, start: u64, f: impl FnOnce(&mut AreaTag)) -> bool {
-        self.shared.with_busy(start, |b| b.get_mut(start).map(|a| f(&mut a.tag)).is_some())
+        let sh = &*self.shared;
+        if let Some(c) = &sh.cache {
+            if c.states.get(start).is_some_and(|w| w.cached) {
+                return false;
+            }
+        }
+        sh.with_busy(start, |b| b.get_mut(start).map(|a| f(&mut a.tag)).is_some())
     }
 
     /// Release the memory of every lazy area now and decay pools as a background purge would.
+    /// Thread caches are drained first (a magazine whose owner is inside a call is left to its
+    /// owner, which drains it at its next call).
     pub fn purge(&self) -> PurgeReport {
+        self.shared.drain_caches();
         self.shared.purge(PurgeKind::Normal)
     }
 
@@ -452,8 +553,22 @@ impl Arena {
                 (vec![b.busy.sorted()], b.lazy.clone())
             }
             Kind::Nodes { nodes, .. } => {
-                let busy = nodes.iter().map(|n| n.lock().busy.sorted()).collect();
+                let sh = &*self.shared;
                 let mut lazy = Vec::new();
+                let busy = nodes
+                    .iter()
+                    .map(|n| {
+                        let mut v = n.lock().busy.sorted();
+                        v.retain_mut(|(s, a)| {
+                            let live = sh.patch_cached(*s, a);
+                            if !live {
+                                lazy.push((*s, a.pages));
+                            }
+                            live
+                        });
+                        v
+                    })
+                    .collect();
                 for n in nodes.iter() {
                     let p = n.lock();
                     lazy.extend(
@@ -558,6 +673,7 @@ impl Shared {
                     if self.shard_of(start) == me {
                         let ok = g.busy.insert(start, area);
                         debug_assert!(ok, "pool handed out a live start");
+                        self.track(start, &area);
                         drop(g);
                     } else {
                         drop(g);
@@ -578,6 +694,7 @@ impl Shared {
                     if let Some(start) = g.carve(pages) {
                         let ok = g.busy.insert(start, area);
                         debug_assert!(ok, "chunk handed out a live start");
+                        self.track(start, &area);
                         g.chunk_allocs += 1;
                         drop(g);
                         self.backing.prepare(start, pages);
@@ -634,6 +751,7 @@ impl Shared {
                     let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
                     let ok = g.busy.insert(start, area);
                     debug_assert!(ok, "tree handed out a live start");
+                    self.track(start, &area);
                     let mut leftover = new_chunk;
                     if let Some(c) = new_chunk {
                         g.chunk_allocs += 1;
@@ -693,8 +811,41 @@ impl Shared {
 
     #[inline]
     fn insert_busy(&self, nodes: &[Node], start: u64, area: BusyArea<AreaTag>) {
-        let ok = nodes[self.shard_of(start)].lock_at(&site::ALLOC_HOME_NODE).busy.insert(start, area);
+        let mut g = nodes[self.shard_of(start)].lock_at(&site::ALLOC_HOME_NODE);
+        let ok = g.busy.insert(start, area);
         debug_assert!(ok, "allocator handed out a live start");
+        self.track(start, &area);
+    }
+
+    /// A Nodes area entered the busy map: its state word goes live (under the shard lock).
+    #[inline]
+    fn track(&self, start: u64, area: &BusyArea<AreaTag>) {
+        if let Some(c) = &self.cache {
+            c.states.track(start, area.pages, &area.tag);
+        }
+    }
+
+    /// Fix up a busy record from the state words: false when the area sits in a thread cache
+    /// (free for its user); otherwise the latest caller, and an unknown requested size when
+    /// the area went through a cache.
+    pub(crate) fn patch_cached(&self, start: u64, a: &mut BusyArea<AreaTag>) -> bool {
+        let Some(c) = &self.cache else { return true };
+        match c.states.get(start) {
+            Some(w) if w.cached => false,
+            Some(w) => {
+                if w.reused {
+                    a.tag.caller = w.caller;
+                    a.tag.requested_bytes = UNKNOWN_BYTES;
+                }
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Give cached areas back to the nodes (see [`ThreadCaches::drain_all`]).
+    pub(crate) fn drain_caches(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.drain_all(self))
     }
 
     /// Steps Pool and LazyReuse on the locked node: `(start, fresh, split)`; `split` means the
@@ -845,7 +996,7 @@ impl Shared {
         g.sync(&self.lazy_approx, false);
     }
 
-    fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+    pub(crate) fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
         let not_live = FreeError::NotLive { start };
         match &self.kind {
             Kind::Global(g) => {
@@ -872,6 +1023,9 @@ impl Shared {
                 let shard = self.shard_of(start);
                 let mut g = nodes[shard].lock_at(&site::FREE_SHARD_NODE);
                 let a = g.busy.remove(start).ok_or(not_live)?;
+                if let Some(c) = &self.cache {
+                    c.states.clear(start, a.pages);
+                }
                 // Back to the node that allocated it; untagged areas wait on the shard's node.
                 let (home, tagged) = if a.node == NO_NODE { (shard, false) } else { (a.node as usize, true) };
                 if home == shard {
@@ -882,6 +1036,15 @@ impl Shared {
                 }
                 Ok(a)
             }
+        }
+    }
+
+    /// Start the worker for the decay interval (which needs it even below the threshold), once.
+    #[inline]
+    pub(crate) fn start_decay_worker(me: &Arc<Shared>) {
+        if !me.worker_started.load(Relaxed) && me.opts.purge_thread && me.opts.decay_interval_ms > 0 {
+            me.worker_started.store(true, Relaxed);
+            me.worker.start(me);
         }
     }
 
@@ -933,7 +1096,14 @@ impl Shared {
 
     fn stats(&self) -> ArenaStats {
         let c = &self.counters;
+        let cf = self.cache.as_ref().map(|c| c.figures()).unwrap_or_default();
         let mut s = ArenaStats {
+            cached_areas: cf.areas,
+            cached_pages: cf.pages,
+            cache_hits: cf.hits,
+            cache_misses: cf.misses,
+            cache_flushes: cf.flushes,
+            cache_drained: cf.drained,
             tree_allocs: c.tree_allocs.load(Relaxed),
             purges: c.purges.load(Relaxed),
             full_purges: c.full_purges.load(Relaxed),
@@ -986,6 +1156,10 @@ impl Shared {
                 s.free_ranges = f.len() as u64;
             }
         }
+        // Cached areas are in the busy map but free for their users.
+        s.live_areas = s.live_areas.saturating_sub(cf.areas);
+        s.live_pages = s.live_pages.saturating_sub(cf.pages);
+        s.frees += cf.pushes;
         s
     }
 }

@@ -6,12 +6,20 @@
 //! busy). Call it when no other thread uses the arena: an area in flight between two locks would
 //! otherwise look lost.
 
+use crate::arena::AreaTag;
 use crate::arena::{Kind, Shared, NO_NODE};
 use crate::lock::with_nesting_allowed;
 use crate::strategy::BusyLazy;
+use vmarena_core::BusyArea;
 
 impl Shared {
     pub(crate) fn check(&self) -> Result<(), String> {
+        // The registry mutex comes before every other lock (magazine.rs).
+        let mut cached: Vec<u64> = self.cache.as_ref().map(|c| c.cached_starts()).unwrap_or_default();
+        cached.sort_unstable();
+        if let Some(w) = cached.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("area {:#x} sits in two thread-cache slots", w[0]));
+        }
         let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
         with_nesting_allowed(|| {
             // (start, pages, what)
@@ -74,8 +82,22 @@ impl Shared {
                             if a.node != NO_NODE && a.node as usize >= self.nr_nodes {
                                 return Err(format!("busy area {s:#x} tagged with node {}", a.node));
                             }
+                            self.check_state_word(s, &a, &cached)?;
                             all.push((s, a.pages, "busy"));
                         }
+                    }
+                    let in_caches = node_guards
+                        .iter()
+                        .flat_map(|p| p.busy.sorted())
+                        .filter(|(s, _)| {
+                            self.cache.as_ref().and_then(|c| c.states.get(*s)).is_some_and(|w| w.cached)
+                        })
+                        .count();
+                    if in_caches != cached.len() {
+                        return Err(format!(
+                            "{in_caches} busy areas have cached state words, thread caches hold {}",
+                            cached.len()
+                        ));
                     }
                 }
             }
@@ -100,5 +122,29 @@ impl Shared {
             }
             Ok(())
         })
+    }
+
+    /// A busy area's state word agrees with its record: live or cached exactly when the area is
+    /// tracked, cached exactly when a thread cache holds it, with the record's size.
+    fn check_state_word(&self, s: u64, a: &BusyArea<AreaTag>, cached: &[u64]) -> Result<(), String> {
+        let Some(c) = &self.cache else { return Ok(()) };
+        let word = c.states.get(s);
+        let in_cache = cached.binary_search(&s).is_ok();
+        match word {
+            None if c.states.tracks(a.pages, a.tag.kind) => {
+                Err(format!("busy area {s:#x} of {} pages has no state word", a.pages))
+            }
+            None if in_cache => Err(format!("cached area {s:#x} has no state word")),
+            None => Ok(()),
+            Some(w) if w.pages != a.pages => {
+                Err(format!("state word of {s:#x} says {} pages, the record {}", w.pages, a.pages))
+            }
+            Some(w) if w.cached != in_cache => Err(format!(
+                "state word of {s:#x} says {}, but the area is {}in a thread cache",
+                if w.cached { "cached" } else { "live" },
+                if in_cache { "" } else { "not " }
+            )),
+            Some(_) => Ok(()),
+        }
     }
 }

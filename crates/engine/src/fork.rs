@@ -41,6 +41,9 @@ impl Arena {
         let sh = &self.shared;
         let mut held: Vec<Box<dyn Held + '_>> = Vec::with_capacity(8 + sh.nr_nodes);
         held.push(Box::new(crate::pressure::lock_registry()));
+        if let Some(c) = &sh.cache {
+            held.push(c.lock_for_fork());
+        }
         held.push(Box::new(sh.purge_lock.lock().unwrap_or_else(|e| e.into_inner())));
         with_nesting_allowed(|| match &sh.kind {
             Kind::Global(g) => held.push(Box::new(g.lock())),

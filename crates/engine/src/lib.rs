@@ -8,10 +8,12 @@
 //! three.
 //!
 //! The engine never touches memory: a [`Backing`] says what pages stand for. This crate holds
-//! no `unsafe` except the lock primitive in [`lock`].
+//! no `unsafe` except the lock primitive in [`lock`] and the caller packed into the thread
+//! caches' state words (`area_state`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod area_state;
 pub mod arena;
 pub mod backing;
 mod check;
@@ -22,6 +24,11 @@ pub mod fork;
 pub mod frame_allocator;
 pub mod frame_options;
 pub mod lock;
+#[cfg(not(loom))]
+mod magazine;
+#[cfg(loom)]
+#[path = "magazine_loom.rs"]
+mod magazine;
 mod node;
 pub mod options;
 pub mod pressure;
@@ -35,7 +42,7 @@ mod worker;
 
 pub use arena::{
     AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step,
-    NO_NODE,
+    NO_NODE, UNKNOWN_BYTES,
 };
 pub use backing::{Backing, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};

@@ -21,6 +21,12 @@ options_table! {
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
+        /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).
+        thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";
+        /// Largest area a thread cache holds, in pages, guard pages included (at most 16383).
+        thread_cache_max_pages: u64 = 32, "pages", "VMARENA_THREAD_CACHE_MAX_PAGES";
+        /// Pages one thread's magazine of one arena may hold at most.
+        thread_cache_pages: u64 = 512, "pages", "VMARENA_THREAD_CACHE_PAGES";
     }
 }
 

@@ -15,6 +15,10 @@ impl Shared {
     /// Release lazy memory in one batch, refill or decay pools, return areas to the tree.
     /// Serialised by the purge mutex; holds each spin lock only to detach or attach lists.
     pub(crate) fn purge(&self, kind: PurgeKind) -> PurgeReport {
+        if kind == PurgeKind::Full {
+            // Failure path, shrinker, low memory: cached areas count as well.
+            self.drain_caches();
+        }
         let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.purge_requested.store(false, Relaxed);
         let full = kind == PurgeKind::Full;

@@ -31,6 +31,18 @@ stats_table! {
         lazy_joins, "allocs";
         /// Of those, reuses that grew a lazy area into the free space right after it.
         lazy_extends, "allocs";
+        /// Freed small areas held in thread caches (counted neither live nor lazy).
+        cached_areas, "areas";
+        /// Pages of the areas held in thread caches.
+        cached_pages, "pages";
+        /// Allocations served from the thread's own cache (no lock).
+        cache_hits, "allocs";
+        /// Cacheable allocations that found the thread's cache empty for their size.
+        cache_misses, "allocs";
+        /// Frees that found the thread's cache full and went to the node.
+        cache_flushes, "frees";
+        /// Cached areas given back to the nodes by drains, evictions and thread exits.
+        cache_drained, "areas";
         /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
         /// Allocations carved from a node's chunk (a zone of its stripe taken from the tree).

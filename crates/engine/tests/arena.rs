@@ -139,7 +139,9 @@ fn nonblocking_request_does_not_purge() {
 
 #[test]
 fn nodes_reuse_freed_area_from_the_pool_before_any_purge() {
-    let a = arena(Strategy::Nodes, 0, 1 << 20);
+    // The pools themselves, without the thread caches in front (tests/thread_cache.rs).
+    let o = ArenaOptions { thread_cache: false, ..opts(Strategy::Nodes) };
+    let a = Arena::new("pools", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
     // Pin to one CPU so that the node does not change between the two calls.
     let x = a.alloc(&AllocRequest::pages(2)).unwrap();
     a.free(x.start).unwrap();
@@ -159,7 +161,8 @@ fn nodes_reuse_freed_area_from_the_pool_before_any_purge() {
 #[test]
 fn purge_releases_lazy_memory_in_one_batch_refills_and_decays() {
     let rec = Arc::new(Recorder::default());
-    let a = Arena::new("rec", 0, 1 << 20, opts(Strategy::Nodes), Box::new(RecBacking(rec.clone()))).unwrap();
+    let o = ArenaOptions { thread_cache: false, ..opts(Strategy::Nodes) };
+    let a = Arena::new("rec", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
     let xs: Vec<_> = (0..40).map(|_| a.alloc(&AllocRequest::pages(3)).unwrap()).collect();
     let big = a.alloc(&AllocRequest::pages(300)).unwrap();
     assert_eq!(rec.prepared.lock().unwrap().len(), 41, "every tree allocation is prepared");

@@ -3,7 +3,8 @@
 //! Owns: address-space reservations ([`Reservation`]), page release and guard markers
 //! ([`release`], [`guard`]), the current CPU and CPU count ([`cpu`]), a cycle counter and
 //! process figures for tests and the lab ([`process`]), memory-pressure notifications ([`psi`]),
-//! the thread's inside-vmarena flag ([`reentry`]), memory files for frame pools ([`memfd`]).
+//! the thread's inside-vmarena flag ([`reentry`]), memory files for frame pools ([`memfd`]),
+//! process-wide barriers ([`membarrier`]) and lazily zero word tables ([`word_table`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
 //! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
 //!
@@ -11,15 +12,18 @@
 
 pub mod cpu;
 pub mod guard;
+pub mod membarrier;
 pub mod memfd;
 pub mod process;
 pub mod psi;
 pub mod reentry;
 pub mod release;
 pub mod reservation;
+pub mod word_table;
 
 pub use release::Advice;
 pub use reservation::Reservation;
+pub use word_table::WordTable;
 
 /// The system page size in bytes (4096 on the machines this is built for).
 pub fn page_size() -> usize {

@@ -280,7 +280,43 @@ impl VmSpace {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn alloc_inner(
+        &self,
+        bytes: usize,
+        align_bytes: usize,
+        zeroed: bool,
+        nonblocking: bool,
+        caller: &'static Location<'static>,
+        kind: AreaKind,
+    ) -> Result<NonNull<u8>, VmError> {
+        // A small area from this thread's cache: no lock, no allocation (so no re-entry flag).
+        if kind == AreaKind::Vmalloc && align_bytes <= self.page_bytes && align_bytes.is_power_of_two() {
+            if let Some((p, pages)) = self.alloc_cached(bytes, caller) {
+                if zeroed {
+                    // A cached area is dirty; clearing a few pages costs less than faulting
+                    // fresh ones.
+                    let len = ((pages - self.guard_pages) as usize) << self.page_shift;
+                    // SAFETY: the area's data pages are ours from this allocation on and are
+                    // mapped read-write in the reservation.
+                    unsafe { std::ptr::write_bytes(p.as_ptr(), 0, len) };
+                    self.memsets.fetch_add(1, Relaxed);
+                }
+                return Ok(p);
+            }
+        }
+        self.alloc_slow(bytes, align_bytes, zeroed, nonblocking, caller, kind)
+    }
+
+    #[inline(always)]
+    fn alloc_cached(&self, bytes: usize, caller: &'static Location<'static>) -> Option<(NonNull<u8>, u64)> {
+        let pages = self.pages_for(bytes).ok()?;
+        let start = self.arena.alloc_cached(pages, Some(caller))?;
+        Some((NonNull::new(((start as usize) << self.page_shift) as *mut u8)?, pages))
+    }
+
+    #[inline(never)]
+    fn alloc_slow(
         &self,
         bytes: usize,
         align_bytes: usize,
@@ -430,12 +466,23 @@ impl VmSpace {
 
     /// Free the area that starts at `p`. Null is a no-op. Anything that is not the start of a
     /// live area of this space is refused and nothing changes.
+    #[inline]
     pub fn vfree(&self, p: *mut u8) -> Result<(), VmError> {
-        let _inside = reentry::enter();
         if p.is_null() {
             return Ok(());
         }
         let start = self.start_page(p as usize)?;
+        // A small area into this thread's cache (only areas of the space's own memory have
+        // a state word, so the kind needs no check).
+        if let Some(r) = self.arena.free_cached(start) {
+            return r.map(|_| ()).map_err(|_| VmError::NotLive(p as usize));
+        }
+        self.vfree_slow(p, start)
+    }
+
+    #[inline(never)]
+    fn vfree_slow(&self, p: *mut u8, start: u64) -> Result<(), VmError> {
+        let _inside = reentry::enter();
         if self.mapped_live.load(Relaxed) > 0 {
             match self.arena.lookup(start) {
                 Some(a) if a.tag.kind != AreaKind::Vmalloc => return Err(VmError::WrongKind(p as usize)),

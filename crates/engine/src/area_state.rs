@@ -1,0 +1,184 @@
+//! `AreaStates`: one atomic state word per page of an arena, read and changed without a lock.
+//!
+//! Owns: the words (a lazily zero [`WordTable`], so only table pages that cover live small
+//! areas take memory). Only the first page of an area of at most `max_pages` pages that holds
+//! the space's own memory ([`AreaKind::Vmalloc`]) ever has a non-zero word; every other word is
+//! zero. A word is
+//!
+//! ```text
+//!   63                               16 15            2 1  0
+//!  +-----------------------------------+---------------+----+
+//!  | caller (&'static Location) >> 3   |r| pages      | st |   st: 0 none, 1 live, 2 cached
+//!  |                                   | | (guard incl.)|    |   r: reused from a cache
+//!  +-----------------------------------+---------------+----+
+//! ```
+//!
+//! Transitions and who makes them (the thread cache's invariants, DESIGN.md section 16):
+//!
+//! - none → live: the allocating thread, under the area's busy-shard lock, when the area enters
+//!   the busy map ([`AreaStates::track`]);
+//! - live → cached: any freeing thread, one compare-and-swap ([`AreaStates::claim`]); the winner
+//!   owns the area, a second free of it sees `cached` and is refused;
+//! - cached → live: the owner of the magazine that holds it, one plain release store
+//!   ([`AreaStates::reuse`]) — nobody else writes a cached word;
+//! - live or cached → none: the thread that removes the area from the busy map, under the same
+//!   shard lock ([`AreaStates::clear`]), so a start is never live in the words without being
+//!   live in the busy map.
+//!
+//! The caller is packed into the word so that a magazine hit records a truthful caller for
+//! `vmallocinfo` without taking a lock; packing it is the one `unsafe` of this module.
+#![allow(unsafe_code)]
+#![cfg_attr(loom, allow(dead_code))]
+
+use crate::arena::{AreaKind, AreaTag};
+use std::panic::Location;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use vmarena_platform::WordTable;
+
+const ST_MASK: u64 = 0b11;
+const LIVE: u64 = 1;
+const CACHED: u64 = 2;
+const PAGES_SHIFT: u32 = 2;
+const PAGES_MASK: u64 = (1 << 13) - 1;
+const REUSED: u64 = 1 << 15;
+const CALLER_SHIFT: u32 = 16;
+
+/// Largest area, in pages, a word can describe.
+pub(crate) const MAX_TRACKED_PAGES: u64 = PAGES_MASK;
+
+/// What a free found in the word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The word was live and is now cached: the caller owns the area (`pages`, `caller`).
+    Won { pages: u64, caller: Option<&'static Location<'static>> },
+    /// The word was already cached: a double free.
+    AlreadyFree,
+    /// No word for this start: not a small live area (the busy map decides).
+    Untracked,
+}
+
+/// A tracked word, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WordState {
+    pub(crate) pages: u64,
+    /// In a thread cache (free for its user).
+    pub(crate) cached: bool,
+    /// The latest allocation came from a thread cache (the busy record's tag is older).
+    pub(crate) reused: bool,
+    pub(crate) caller: Option<&'static Location<'static>>,
+}
+
+/// State words for pages `[lo, lo + len)`.
+pub(crate) struct AreaStates {
+    lo: u64,
+    table: WordTable,
+    max_pages: u64,
+}
+
+fn encode(pages: u64, caller: Option<&'static Location<'static>>, st: u64) -> u64 {
+    let c = caller.map_or(0, |l| l as *const Location<'static> as u64);
+    // A caller above 2^51 (not a user-space address on the supported machines) is dropped.
+    let c = if c >> 51 == 0 { c >> 3 } else { 0 };
+    (c << CALLER_SHIFT) | ((pages & PAGES_MASK) << PAGES_SHIFT) | st
+}
+
+fn decode_caller(w: u64) -> Option<&'static Location<'static>> {
+    let c = (w >> CALLER_SHIFT) << 3;
+    if c == 0 {
+        return None;
+    }
+    // SAFETY: a non-zero caller field is only ever written by `encode` from a
+    // `&'static Location<'static>` (8-byte aligned, so the three dropped bits were zero); the
+    // location lives for the whole program.
+    Some(unsafe { &*(c as *const Location<'static>) })
+}
+
+fn pages_of(w: u64) -> u64 {
+    (w >> PAGES_SHIFT) & PAGES_MASK
+}
+
+impl AreaStates {
+    /// Words for `len` pages from `lo`, tracking areas of at most `max_pages` pages.
+    pub(crate) fn new(lo: u64, len: u64, max_pages: u64) -> Result<AreaStates, String> {
+        let table =
+            WordTable::new(len as usize).map_err(|e| format!("area state table of {len} words: {e}"))?;
+        Ok(AreaStates { lo, table, max_pages: max_pages.min(MAX_TRACKED_PAGES) })
+    }
+
+    /// Largest tracked area, in pages.
+    #[inline]
+    pub(crate) fn max_pages(&self) -> u64 {
+        self.max_pages
+    }
+
+    #[inline]
+    fn word(&self, start: u64) -> Option<&AtomicU64> {
+        self.table.words().get(start.wrapping_sub(self.lo) as usize)
+    }
+
+    /// Whether an area of this size and kind is tracked.
+    #[inline]
+    pub(crate) fn tracks(&self, pages: u64, kind: AreaKind) -> bool {
+        pages <= self.max_pages && kind == AreaKind::Vmalloc
+    }
+
+    /// The area at `start` entered the busy map (call under its shard lock).
+    #[inline]
+    pub(crate) fn track(&self, start: u64, pages: u64, tag: &AreaTag) {
+        if self.tracks(pages, tag.kind) {
+            if let Some(w) = self.word(start) {
+                w.store(encode(pages, tag.caller, LIVE), Release);
+            }
+        }
+    }
+
+    /// The area at `start` left the busy map (call under its shard lock).
+    #[inline]
+    pub(crate) fn clear(&self, start: u64, pages: u64) {
+        if pages <= self.max_pages {
+            if let Some(w) = self.word(start) {
+                if w.load(Relaxed) != 0 {
+                    w.store(0, Release);
+                }
+            }
+        }
+    }
+
+    /// A free of `start`: live → cached in one compare-and-swap.
+    #[inline]
+    pub(crate) fn claim(&self, start: u64) -> Claim {
+        let Some(w) = self.word(start) else { return Claim::Untracked };
+        let mut cur = w.load(Acquire);
+        loop {
+            match cur & ST_MASK {
+                LIVE => match w.compare_exchange_weak(cur, (cur & !ST_MASK) | CACHED, AcqRel, Acquire) {
+                    Ok(_) => return Claim::Won { pages: pages_of(cur), caller: decode_caller(cur) },
+                    Err(now) => cur = now,
+                },
+                CACHED => return Claim::AlreadyFree,
+                _ => return Claim::Untracked,
+            }
+        }
+    }
+
+    /// A cached area handed out again by the magazine that holds it: cached → live.
+    #[inline]
+    pub(crate) fn reuse(&self, start: u64, pages: u64, caller: Option<&'static Location<'static>>) {
+        if let Some(w) = self.word(start) {
+            debug_assert_eq!(w.load(Relaxed) & ST_MASK, CACHED, "reused a start that was not cached");
+            w.store(encode(pages, caller, LIVE) | REUSED, Release);
+        }
+    }
+
+    /// `None` for an untracked start.
+    #[inline]
+    pub(crate) fn get(&self, start: u64) -> Option<WordState> {
+        let w = self.word(start)?.load(Acquire);
+        let (cached, reused, caller) = (w & ST_MASK == CACHED, w & REUSED != 0, decode_caller(w));
+        match w & ST_MASK {
+            LIVE | CACHED => Some(WordState { pages: pages_of(w), cached, reused, caller }),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! Thread caches: a per-thread magazine of freed small areas in front of the node pools
+//! (vmem's quantum caches, jemalloc's tcache), so that an alloc+free pair of a small area costs
+//! one locked instruction and no lock.
+//!
+//! Owns: each thread's [`Magazine`] for each arena it used (in thread-local storage, with an
+//! `Arc` in the arena's registry), and the arena's [`AreaStates`]. A magazine holds areas that
+//! are still in the busy map with their state word `cached`; from the engine's point of view
+//! they are live, from the user's they are free.
+//!
+//! Paths (DESIGN.md section 16):
+//!
+//! - alloc hit: pop this thread's magazine, store the word `live` (no locked instruction);
+//! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
+//!   the pair; a second free of the area loses it and is refused), then push on this thread's
+//!   magazine; when the magazine is full, the area goes down the busy-map path, which clears
+//!   the word under the shard lock;
+//! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
+//!   magazines. Owner and drainer meet through two flags per magazine, `in_op` (owner) and
+//!   `control` (drainer), in a Dekker pair whose fences are asymmetric: the owner orders its
+//!   store of `in_op` before its load of `control` with a compiler fence only, and the drainer,
+//!   between its store of `control` and its load of `in_op`, runs `membarrier`, which puts a
+//!   full barrier on every running thread. A magazine whose owner is inside an operation is
+//!   not touched; its owner drains it itself at its next operation (`control = DRAIN`);
+//! - thread exit: the thread-local destructor gives every magazine back to its arena.
+//!
+//! Locks: the registry mutex (registration, exit, drain) is taken before any node lock and
+//! never under one. The fast paths take no lock.
+//!
+//! Enabled for the Nodes strategy when the range fits the state table and `membarrier` works
+//! (the reason is reported otherwise); the older strategies stay as the kernel had them.
+
+use crate::area_state::{AreaStates, Claim};
+use crate::arena::Shared;
+use std::cell::RefCell;
+use std::panic::Location;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Owner may use the magazine.
+const RUN: u8 = 0;
+/// A drainer is emptying it (only while the drainer holds the registry mutex).
+const STEAL: u8 = 1;
+/// The owner must empty it at its next operation.
+const DRAIN: u8 = 2;
+
+/// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
+/// is given back.
+const MAGAZINES_PER_THREAD: usize = 8;
+
+/// Entries per size class at most.
+const CLASS_MAX_ENTRIES: u64 = 32;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One size class: a stack of area starts, written only by its owner (or a drainer that
+/// stole the magazine). Relaxed atomics, so plain loads and stores on the fast path.
+struct Class {
+    len: AtomicUsize,
+    slots: Box<[AtomicU64]>,
+}
+
+/// One thread's cached areas of one arena.
+pub(crate) struct Magazine {
+    in_op: AtomicBool,
+    control: AtomicU8,
+    /// Index `p - 1` for areas of `p` pages.
+    classes: Box<[Class]>,
+    /// Pages held (owner writes; a drainer while it holds the magazine).
+    pages: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    pushes: AtomicU64,
+    flushes: AtomicU64,
+}
+
+/// Single-writer counter: a plain load and store, no locked instruction.
+#[inline]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Relaxed) + 1, Relaxed);
+}
+
+impl Magazine {
+    fn new(max_pages: u64, budget_pages: u64) -> Magazine {
+        let classes = (1..=max_pages)
+            .map(|p| {
+                let cap = (budget_pages / (4 * p)).clamp(1, CLASS_MAX_ENTRIES) as usize;
+                Class { len: AtomicUsize::new(0), slots: (0..cap).map(|_| AtomicU64::new(0)).collect() }
+            })
+            .collect();
+        Magazine {
+            in_op: AtomicBool::new(false),
+            control: AtomicU8::new(RUN),
+            classes,
+            pages: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            pushes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        }
+    }
+
+    /// Start an owner operation: true when the magazine may be used (`leave` must follow).
+    #[inline]
+    fn enter(&self) -> bool {
+        self.in_op.store(true, Relaxed);
+        // The drainer's membarrier supplies the hardware barrier of this Dekker pair.
+        compiler_fence(SeqCst);
+        if self.control.load(Acquire) == RUN {
+            return true;
+        }
+        self.in_op.store(false, Release);
+        false
+    }
+
+    #[inline]
+    fn leave(&self) {
+        self.in_op.store(false, Release);
+    }
+
+    #[inline]
+    fn pop(&self, pages: u64) -> Option<u64> {
+        let c = &self.classes[pages as usize - 1];
+        let n = c.len.load(Relaxed);
+        if n == 0 {
+            return None;
+        }
+        c.len.store(n - 1, Relaxed);
+        self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
+        Some(c.slots[n - 1].load(Relaxed))
+    }
+
+    #[inline]
+    fn push(&self, pages: u64, start: u64, budget_pages: u64) -> bool {
+        let c = &self.classes[pages as usize - 1];
+        let n = c.len.load(Relaxed);
+        let held = self.pages.load(Relaxed);
+        if n == c.slots.len() || held + pages > budget_pages {
+            return false;
+        }
+        c.slots[n].store(start, Relaxed);
+        c.len.store(n + 1, Relaxed);
+        self.pages.store(held + pages, Relaxed);
+        true
+    }
+
+    /// Empty the magazine into `out` as `(start, pages)` (owner outside an operation, or a
+    /// drainer holding it).
+    fn take(&self, out: &mut Vec<(u64, u64)>) {
+        for (i, c) in self.classes.iter().enumerate() {
+            let n = c.len.load(Relaxed);
+            out.extend(c.slots[..n].iter().map(|s| (s.load(Relaxed), i as u64 + 1)));
+            c.len.store(0, Relaxed);
+        }
+        self.pages.store(0, Relaxed);
+    }
+
+    fn entries(&self) -> Vec<u64> {
+        self.classes
+            .iter()
+            .flat_map(|c| c.slots[..c.len.load(Relaxed)].iter().map(|s| s.load(Relaxed)))
+            .collect()
+    }
+}
+
+struct Entry {
+    id: u64,
+    mag: Arc<Magazine>,
+    arena: Weak<Shared>,
+}
+
+/// The thread's magazines, most recently used first; given back at thread exit.
+struct Owned(Vec<Entry>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        for e in self.0.drain(..) {
+            give_back(e);
+        }
+    }
+}
+
+fn give_back(e: Entry) {
+    if let Some(sh) = e.arena.upgrade() {
+        if let Some(tc) = &sh.cache {
+            tc.retire(&sh, &e.mag);
+        }
+    }
+}
+
+thread_local! {
+    static OWNED: RefCell<Owned> = const { RefCell::new(Owned(Vec::new())) };
+}
+
+/// Outcome of a free through the thread cache.
+pub(crate) enum FreeFast {
+    /// The area sits in this thread's magazine.
+    Cached { pages: u64, caller: Option<&'static Location<'static>> },
+    /// The caller owns the area (its word is `cached`) and must free it through the busy map.
+    Flush,
+    /// Not a small live area: the busy map decides.
+    Untracked,
+    /// A second free of a cached area.
+    Refused,
+}
+
+/// Counters of the thread caches of one arena.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CacheFigures {
+    pub(crate) areas: u64,
+    pub(crate) pages: u64,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) pushes: u64,
+    pub(crate) flushes: u64,
+    pub(crate) drained: u64,
+}
+
+/// The thread caches of one arena.
+pub(crate) struct ThreadCaches {
+    id: u64,
+    pub(crate) states: AreaStates,
+    budget_pages: u64,
+    registry: Mutex<Vec<Arc<Magazine>>>,
+    /// Counters of magazines given back, and areas drained.
+    retired: Mutex<CacheFigures>,
+}
+
+impl ThreadCaches {
+    /// Thread caches for pages `[lo, hi)`, or why there are none.
+    pub(crate) fn new(lo: u64, hi: u64, max_pages: u64, budget_pages: u64) -> Result<ThreadCaches, String> {
+        if max_pages == 0 || budget_pages == 0 {
+            return Err("thread cache sizes are 0".into());
+        }
+        const MAX_TABLE_WORDS: u64 = 1 << 30;
+        if hi - lo > MAX_TABLE_WORDS {
+            return Err(format!("range of {} pages is above the state table's {MAX_TABLE_WORDS}", hi - lo));
+        }
+        vmarena_platform::membarrier::register()?;
+        Ok(ThreadCaches {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            states: AreaStates::new(lo, hi - lo, max_pages)?,
+            budget_pages,
+            registry: Mutex::new(Vec::new()),
+            retired: Mutex::new(CacheFigures::default()),
+        })
+    }
+
+    /// Run `f` on this thread's magazine for the arena. `register`: create one on first use
+    /// (allocates); otherwise `None` when the thread has none yet. Also `None` when
+    /// thread-local storage is gone (thread exit) or re-entered.
+    #[inline]
+    fn with_magazine<R>(
+        &self,
+        arena: &Arc<Shared>,
+        register: bool,
+        f: impl FnOnce(&Magazine) -> R,
+    ) -> Option<R> {
+        OWNED
+            .try_with(|o| {
+                let mut owned = o.try_borrow().ok()?;
+                if owned.0.first().is_none_or(|e| e.id != self.id) {
+                    drop(owned);
+                    // Puts this arena's magazine first, or says there is none.
+                    self.find_or_register(o, arena, register)?;
+                    owned = o.try_borrow().ok()?;
+                }
+                // One call site, so that `f` is inlined into the fast path.
+                Some(f(&owned.0.first()?.mag))
+            })
+            .ok()
+            .flatten()
+    }
+
+    #[cold]
+    fn find_or_register(&self, o: &RefCell<Owned>, arena: &Arc<Shared>, register: bool) -> Option<()> {
+        let mut evicted = Vec::new();
+        {
+            let mut o = o.try_borrow_mut().ok()?;
+            // Magazines of arenas that are gone hold nothing that needs giving back.
+            o.0.retain(|e| e.arena.strong_count() > 0);
+            if let Some(i) = o.0.iter().position(|e| e.id == self.id) {
+                let e = o.0.remove(i);
+                o.0.insert(0, e);
+            } else if !register {
+                return None;
+            } else {
+                let mag = Arc::new(Magazine::new(self.states.max_pages(), self.budget_pages));
+                self.registry.lock().unwrap_or_else(|e| e.into_inner()).push(mag.clone());
+                o.0.insert(0, Entry { id: self.id, mag, arena: Arc::downgrade(arena) });
+                // Cached areas are given back on idle intervals by the worker.
+                Shared::start_decay_worker(arena);
+                while o.0.len() > MAGAZINES_PER_THREAD {
+                    evicted.extend(o.0.pop());
+                }
+            }
+        }
+        for e in evicted {
+            give_back(e);
+        }
+        Some(())
+    }
+
+    /// Alloc through the magazine: the start of a cached area of `pages` pages, now live.
+    /// `register`: see `with_magazine`.
+    #[inline]
+    pub(crate) fn alloc(
+        &self,
+        arena: &Arc<Shared>,
+        pages: u64,
+        caller: Option<&'static Location<'static>>,
+        register: bool,
+    ) -> Option<u64> {
+        self.with_magazine(arena, register, |m| {
+            if !m.enter() {
+                self.owner_control(arena, m);
+                return None;
+            }
+            let got = m.pop(pages);
+            if let Some(s) = got {
+                self.states.reuse(s, pages, caller);
+                bump(&m.hits);
+            } else {
+                bump(&m.misses);
+            }
+            m.leave();
+            got
+        })
+        .flatten()
+    }
+
+    /// Free through the magazine (see [`FreeFast`]). `register`: see `with_magazine`.
+    #[inline]
+    pub(crate) fn free(&self, arena: &Arc<Shared>, start: u64, register: bool) -> FreeFast {
+        let (pages, caller) = match self.states.claim(start) {
+            Claim::Untracked => return FreeFast::Untracked,
+            Claim::AlreadyFree => return FreeFast::Refused,
+            Claim::Won { pages, caller } => (pages, caller),
+        };
+        let cached = self.with_magazine(arena, register, |m| {
+            if !m.enter() {
+                self.owner_control(arena, m);
+                return false;
+            }
+            let ok = m.push(pages, start, self.budget_pages);
+            bump(if ok { &m.pushes } else { &m.flushes });
+            m.leave();
+            ok
+        });
+        if cached == Some(true) {
+            FreeFast::Cached { pages, caller }
+        } else {
+            FreeFast::Flush
+        }
+    }
+
+    /// The owner found `control` set: if a drain was asked for, empty the magazine now.
+    #[cold]
+    fn owner_control(&self, arena: &Shared, m: &Magazine) {
+        if m.control.compare_exchange(DRAIN, STEAL, Acquire, Relaxed).is_ok() {
+            let mut areas = Vec::new();
+            m.take(&mut areas);
+            m.control.store(RUN, Release);
+            self.give_areas(arena, &areas);
+        }
+    }
+
+    /// Areas taken from magazines go down the busy-map path (their words are `cached`, so no
+    /// free from outside can race with it).
+    fn give_areas(&self, arena: &Shared, areas: &[(u64, u64)]) {
+        for &(start, _) in areas {
+            if let Err(e) = arena.free(start) {
+                panic!("{}: cached area {start:#x} was not busy: {e}", arena.name);
+            }
+        }
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += areas.len() as u64;
+    }
+
+    /// A thread gave its magazine back (exit or eviction): unregister it, free its areas.
+    fn retire(&self, arena: &Shared, mag: &Arc<Magazine>) {
+        let mut areas = Vec::new();
+        {
+            let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+            reg.retain(|m| !Arc::ptr_eq(m, mag));
+            // Unregistered under the mutex: no drainer holds it now, and its owner is here.
+            mag.take(&mut areas);
+            let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            r.hits += mag.hits.load(Relaxed);
+            r.misses += mag.misses.load(Relaxed);
+            r.pushes += mag.pushes.load(Relaxed);
+            r.flushes += mag.flushes.load(Relaxed);
+        }
+        self.give_areas(arena, &areas);
+    }
+
+    /// Empty every magazine whose owner is not inside an operation; ask the others to empty
+    /// themselves. Returns the areas taken.
+    pub(crate) fn drain_all(&self, arena: &Shared) -> u64 {
+        let mut areas = Vec::new();
+        {
+            let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+            let held: Vec<&Arc<Magazine>> = reg
+                .iter()
+                .filter(|m| m.pages.load(Relaxed) > 0)
+                .filter(|m| {
+                    m.control.compare_exchange(RUN, STEAL, SeqCst, Relaxed).is_ok()
+                        || m.control.compare_exchange(DRAIN, STEAL, SeqCst, Relaxed).is_ok()
+                })
+                .collect();
+            if held.is_empty() {
+                return 0;
+            }
+            let fenced = vmarena_platform::membarrier::barrier();
+            for m in held {
+                if fenced && !m.in_op.load(Acquire) {
+                    m.take(&mut areas);
+                    m.control.store(RUN, Release);
+                } else {
+                    m.control.store(DRAIN, Release);
+                }
+            }
+        }
+        self.give_areas(arena, &areas);
+        areas.len() as u64
+    }
+
+    /// Figures summed over live and given-back magazines.
+    pub(crate) fn figures(&self) -> CacheFigures {
+        let mut f = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        for m in self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let (areas, pages) = m.classes.iter().enumerate().fold((0, 0), |(a, p), (i, c)| {
+                let n = c.len.load(Relaxed) as u64;
+                (a + n, p + n * (i as u64 + 1))
+            });
+            f.areas += areas;
+            f.pages += pages;
+            f.hits += m.hits.load(Relaxed);
+            f.misses += m.misses.load(Relaxed);
+            f.pushes += m.pushes.load(Relaxed);
+            f.flushes += m.flushes.load(Relaxed);
+        }
+        f
+    }
+
+    /// Every cached start, for the checker (call when no thread uses the arena).
+    pub(crate) fn cached_starts(&self) -> Vec<u64> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter().flat_map(|m| m.entries()).collect()
+    }
+
+    /// The registry mutex, for `fork()`.
+    #[cfg(not(loom))]
+    pub(crate) fn lock_for_fork(&self) -> Box<dyn crate::fork::Held + '_> {
+        Box::new(self.registry.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}

@@ -1,0 +1,64 @@
+//! The thread caches under `--cfg loom`: never built (`ThreadCaches::new` refuses), so the
+//! models check the node paths. The caches' owner/drainer handshake relies on `membarrier`,
+//! which loom cannot model; `tests/thread_cache.rs` stresses it on the real primitives.
+
+#![allow(dead_code)]
+
+use crate::area_state::AreaStates;
+use crate::arena::Shared;
+use crate::sync::Arc;
+use std::panic::Location;
+
+pub(crate) enum FreeFast {
+    Cached { pages: u64, caller: Option<&'static Location<'static>> },
+    Flush,
+    Untracked,
+    Refused,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CacheFigures {
+    pub(crate) areas: u64,
+    pub(crate) pages: u64,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) pushes: u64,
+    pub(crate) flushes: u64,
+    pub(crate) drained: u64,
+}
+
+pub(crate) struct ThreadCaches {
+    pub(crate) states: AreaStates,
+}
+
+impl ThreadCaches {
+    pub(crate) fn new(
+        _lo: u64,
+        _hi: u64,
+        _max_pages: u64,
+        _budget_pages: u64,
+    ) -> Result<ThreadCaches, String> {
+        Err("not built under loom".into())
+    }
+    pub(crate) fn alloc(
+        &self,
+        _: &Arc<Shared>,
+        _: u64,
+        _: Option<&'static Location<'static>>,
+        _: bool,
+    ) -> Option<u64> {
+        None
+    }
+    pub(crate) fn free(&self, _: &Arc<Shared>, _: u64, _: bool) -> FreeFast {
+        FreeFast::Untracked
+    }
+    pub(crate) fn drain_all(&self, _: &Shared) -> u64 {
+        0
+    }
+    pub(crate) fn figures(&self) -> CacheFigures {
+        CacheFigures::default()
+    }
+    pub(crate) fn cached_starts(&self) -> Vec<u64> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,301 @@
+//! Thread caches (per-thread magazines in front of the node pools), on integers.
+
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::{Arc, Barrier, Mutex};
+use vmarena_engine::{
+    AllocRequest, AreaTag, Arena, ArenaOptions, FreeError, NoBacking, Strategy, UNKNOWN_BYTES,
+};
+
+/// Areas handed to a worker to free: `(start, pages, owner)`.
+type Mailboxes = Arc<Vec<Mutex<Vec<(u64, u64, usize)>>>>;
+
+fn opts() -> ArenaOptions {
+    ArenaOptions {
+        strategy: Strategy::Nodes,
+        nodes: 2,
+        purge_thread: false,
+        decay_interval_ms: 0,
+        thread_cache_max_pages: 8,
+        thread_cache_pages: 64,
+        ..Default::default()
+    }
+}
+
+fn arena() -> Arena {
+    let a = Arena::new("tc", 0x1000, 0x1000 + (1 << 20), opts(), Box::new(NoBacking)).unwrap();
+    assert_eq!(a.thread_cache_off(), None, "this machine supports thread caches");
+    a
+}
+
+#[test]
+fn a_freed_small_area_is_the_next_allocation_of_its_size_without_a_lock() {
+    let a = arena();
+    let x = a.alloc(&AllocRequest::pages(2)).unwrap();
+    a.free(x.start).unwrap();
+    let st = a.stats();
+    assert_eq!((st.cached_areas, st.cached_pages, st.live_areas, st.lazy_pages), (1, 2, 0, 0));
+    let node_acq = |a: &Arena| a.lock_stats().iter().map(|(_, l)| l.acquisitions).sum::<u64>();
+    let before = node_acq(&a);
+    let y = a.alloc_cached(2, None).expect("hit");
+    assert_eq!(y, x.start);
+    assert_eq!(node_acq(&a), before, "a hit takes no lock");
+    let st = a.stats();
+    assert_eq!((st.cache_hits, st.cached_areas, st.live_areas, st.live_pages), (1, 0, 1, 2));
+    // Other sizes miss and leave the cache alone.
+    assert_eq!(a.alloc_cached(3, None), None);
+    a.check().unwrap();
+}
+
+#[test]
+fn double_frees_are_refused_from_any_thread_and_change_nothing() {
+    let a = Arc::new(arena());
+    let x = a.alloc(&AllocRequest::pages(1)).unwrap();
+    a.free(x.start).unwrap();
+    let st = a.stats();
+    assert_eq!(a.free(x.start), Err(FreeError::NotLive { start: x.start }));
+    let a2 = a.clone();
+    let other = std::thread::spawn(move || a2.free(x.start)).join().unwrap();
+    assert_eq!(other, Err(FreeError::NotLive { start: x.start }));
+    let after = a.stats();
+    assert_eq!(after.bad_frees, st.bad_frees + 2);
+    assert_eq!((after.cached_areas, after.live_areas), (st.cached_areas, st.live_areas));
+    assert!(a.lookup(x.start).is_none(), "a cached area is not live for its user");
+    assert!(!a.update_tag(x.start, |t| t.requested_bytes = 1));
+    // Two threads racing to free one live area: exactly one wins.
+    for _ in 0..200 {
+        let y = a.alloc(&AllocRequest::pages(1)).unwrap();
+        let go = Arc::new(Barrier::new(2));
+        let h: Vec<_> = (0..2)
+            .map(|_| {
+                let (a, go) = (a.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    a.free(y.start).is_ok()
+                })
+            })
+            .collect();
+        let wins = h.into_iter().map(|h| h.join().unwrap()).filter(|&w| w).count();
+        assert_eq!(wins, 1);
+    }
+    a.check().unwrap();
+}
+
+#[test]
+fn records_of_reused_areas_carry_the_latest_caller_and_an_unknown_size() {
+    let a = arena();
+    let first = Location::caller();
+    let req = |caller: &'static Location<'static>, bytes| AllocRequest {
+        tag: AreaTag { caller: Some(caller), requested_bytes: bytes, ..Default::default() },
+        ..AllocRequest::pages(2)
+    };
+    let x = a.alloc(&req(first, 100)).unwrap();
+    assert_eq!(a.lookup(x.start).unwrap().tag.requested_bytes, 100);
+    a.free(x.start).unwrap();
+    let second = Location::caller();
+    let y = a.alloc(&req(second, 5000)).unwrap();
+    assert_eq!(y.start, x.start);
+    let rec = a.lookup(y.start).unwrap();
+    assert_eq!(rec.tag.caller, Some(second));
+    assert_eq!(rec.tag.requested_bytes, UNKNOWN_BYTES, "the record's 100 bytes are stale");
+    let (busy, _) = a.areas();
+    let listed: Vec<_> = busy.iter().flatten().filter(|(s, _)| *s == y.start).collect();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].1.tag.caller, Some(second));
+    a.free(y.start).unwrap();
+    let (busy, lazy) = a.areas();
+    assert!(busy.iter().flatten().all(|(s, _)| *s != y.start), "cached areas are not listed live");
+    assert!(lazy.contains(&(y.start, 2)), "cached areas are listed with the lazy ones");
+}
+
+#[test]
+fn a_full_magazine_sends_frees_to_the_nodes() {
+    let a = arena();
+    // 64 pages of budget, at most 64 / (4 x 1) = 16 one-page entries.
+    let xs: Vec<_> = (0..40).map(|_| a.alloc(&AllocRequest::pages(1)).unwrap()).collect();
+    for x in &xs {
+        a.free(x.start).unwrap();
+    }
+    let st = a.stats();
+    assert_eq!(st.cached_areas, 16);
+    assert_eq!(st.cache_flushes, 24);
+    assert_eq!(st.lazy_pages, 24, "the rest waits for a purge as usual");
+    assert_eq!(st.live_areas, 0);
+    a.check().unwrap();
+}
+
+#[test]
+fn purge_drains_the_magazine_of_an_idle_thread() {
+    let a = Arc::new(arena());
+    let (cached, park) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let t = {
+        let (a, cached, park) = (a.clone(), cached.clone(), park.clone());
+        std::thread::spawn(move || {
+            // 64 / (4 x 3) = 5 entries for 3-page areas.
+            let xs: Vec<_> = (0..5).map(|_| a.alloc(&AllocRequest::pages(3)).unwrap()).collect();
+            for x in &xs {
+                a.free(x.start).unwrap();
+            }
+            cached.wait();
+            // Parked, alive, outside any call: its magazine must be taken from outside.
+            park.wait();
+            // Its next call finds the magazine empty and still works.
+            let y = a.alloc(&AllocRequest::pages(3)).unwrap();
+            a.free(y.start).unwrap();
+        })
+    };
+    cached.wait();
+    assert_eq!((a.stats().cached_areas, a.stats().lazy_pages), (5, 0));
+    let r = a.purge();
+    let st = a.stats();
+    assert_eq!(st.cached_areas, 0);
+    assert_eq!(st.cache_drained, 5);
+    assert_eq!(r.pages_released, 15, "the drained areas were purged in the same call");
+    a.check().unwrap();
+    park.wait();
+    t.join().unwrap();
+    a.check().unwrap();
+}
+
+#[test]
+fn a_thread_that_exits_gives_its_magazine_back() {
+    let a = Arc::new(arena());
+    let a2 = a.clone();
+    std::thread::spawn(move || {
+        let xs: Vec<_> = (0..5).map(|_| a2.alloc(&AllocRequest::pages(1)).unwrap()).collect();
+        for x in &xs {
+            a2.free(x.start).unwrap();
+        }
+        assert_eq!(a2.stats().cached_areas, 5);
+    })
+    .join()
+    .unwrap();
+    let st = a.stats();
+    assert_eq!((st.cached_areas, st.cache_drained, st.lazy_pages), (0, 5, 5));
+    a.check().unwrap();
+}
+
+#[test]
+fn shrink_and_allocation_failure_drain_the_caches() {
+    // 64 pages: cached areas are needed to satisfy a large request.
+    let a = Arena::new("small", 0, 64, opts(), Box::new(NoBacking)).unwrap();
+    let xs: Vec<_> = (0..8).map(|_| a.alloc(&AllocRequest::pages(8)).unwrap()).collect();
+    for x in &xs {
+        a.free(x.start).unwrap();
+    }
+    assert!(a.stats().cached_areas > 0);
+    let all = a.alloc(&AllocRequest::pages(64)).expect("the failure path drains, purges, retries");
+    assert_eq!(a.stats().cached_areas, 0);
+    a.free(all.start).unwrap();
+    a.shrink();
+    assert_eq!(a.stats().free_pages, 64);
+    a.check().unwrap();
+}
+
+#[test]
+fn strategies_without_caches_and_the_switch_say_why() {
+    for s in [Strategy::Global, Strategy::Split] {
+        let a =
+            Arena::new("x", 0, 1000, ArenaOptions { strategy: s, ..opts() }, Box::new(NoBacking)).unwrap();
+        assert!(a.thread_cache_off().unwrap().contains("strategy"), "{s}");
+    }
+    let a = Arena::new("x", 0, 1000, ArenaOptions { thread_cache: false, ..opts() }, Box::new(NoBacking))
+        .unwrap();
+    assert!(a.thread_cache_off().unwrap().contains("thread_cache"));
+    let a = Arena::new("x", 0, u64::MAX, opts(), Box::new(NoBacking)).unwrap();
+    assert!(a.thread_cache_off().unwrap().contains("state table"));
+    let x = a.alloc(&AllocRequest::pages(1)).unwrap();
+    a.free(x.start).unwrap();
+    assert_eq!(a.stats().cached_areas, 0);
+}
+
+/// Workers allocate small areas, stamp each page they own, free some of their own and hand the
+/// rest to other workers to free; a drainer purges all along. The stamp map catches any page
+/// handed to two owners, and the checker any area lost or double-listed.
+#[test]
+fn stress_with_cross_thread_frees_and_concurrent_drains_keeps_owners_apart() {
+    const WORKERS: usize = 4;
+    const ROUNDS: usize = 3000;
+    let a = Arc::new(arena());
+    let owner: Arc<Mutex<HashMap<u64, usize>>> = Arc::default();
+    let mailbox: Mailboxes = Arc::new((0..WORKERS).map(|_| Mutex::default()).collect());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drainer = {
+        let (a, stop) = (a.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                a.purge();
+                n += 1;
+                std::thread::yield_now();
+            }
+            n
+        })
+    };
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|me| {
+            let (a, owner, mailbox) = (a.clone(), owner.clone(), mailbox.clone());
+            std::thread::spawn(move || {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ me as u64;
+                let mut mine: Vec<(u64, u64)> = Vec::new();
+                let release = |s: u64, p: u64, who: usize| {
+                    let mut o = owner.lock().unwrap();
+                    for pg in s..s + p {
+                        assert_eq!(o.remove(&pg), Some(who), "page {pg:#x} not owned by {who} at free");
+                    }
+                    drop(o);
+                    a.free(s).unwrap();
+                };
+                for i in 0..ROUNDS {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let pages = 1 + rng % 10;
+                    let x = a.alloc(&AllocRequest::pages(pages)).unwrap();
+                    {
+                        let mut o = owner.lock().unwrap();
+                        for pg in x.start..x.start + pages {
+                            assert_eq!(o.insert(pg, me), None, "page {pg:#x} handed out twice");
+                        }
+                    }
+                    mine.push((x.start, pages));
+                    if mine.len() > 8 {
+                        let (s, p) = mine.swap_remove((rng >> 20) as usize % mine.len());
+                        if i % 3 == 0 {
+                            mailbox[(me + 1) % WORKERS].lock().unwrap().push((s, p, me));
+                        } else {
+                            release(s, p, me);
+                        }
+                    }
+                    let inbox = std::mem::take(&mut *mailbox[me].lock().unwrap());
+                    for (s, p, who) in inbox {
+                        release(s, p, who);
+                    }
+                }
+                for (s, p) in mine {
+                    release(s, p, me);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    for m in mailbox.iter() {
+        for (s, p, who) in std::mem::take(&mut *m.lock().unwrap()) {
+            let mut o = owner.lock().unwrap();
+            for pg in s..s + p {
+                assert_eq!(o.remove(&pg), Some(who));
+            }
+            drop(o);
+            a.free(s).unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(drainer.join().unwrap() > 0);
+    assert!(owner.lock().unwrap().is_empty());
+    let st = a.stats();
+    assert_eq!(st.live_areas, 0, "{st:?}");
+    assert!(st.cache_hits > 0 && st.cache_drained > 0, "{st:?}");
+    a.check().unwrap();
+}

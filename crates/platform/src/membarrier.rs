@@ -1,0 +1,49 @@
+//! Process-wide memory barriers on demand (`membarrier(2)`, private expedited).
+//!
+//! Owns: the registration of this process for `MEMBARRIER_CMD_PRIVATE_EXPEDITED`, done once.
+//! An asymmetric fence: the rare side calls [`barrier`], which makes every running thread of
+//! the process execute a full memory barrier before it returns; the frequent side then needs
+//! only a compiler fence between its store and its load (a Dekker pair without a locked
+//! instruction on the fast path). Threads that are not running pass a barrier at their next
+//! context switch, which the kernel orders the same way.
+//!
+//! Where the call is missing (kernels before 4.14, seccomp filters), [`register`] says so and
+//! the callers must not rely on [`barrier`].
+
+use std::sync::OnceLock;
+
+const CMD_QUERY: libc::c_long = 0;
+const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+fn membarrier(cmd: libc::c_long) -> libc::c_long {
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long, 0 as libc::c_long) }
+}
+
+/// Register the process for private expedited barriers (once; later calls return the first
+/// answer). `Err` names why barriers are unavailable.
+pub fn register() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let cmds = membarrier(CMD_QUERY);
+            if cmds < 0 {
+                return Err(format!("membarrier unavailable (errno {})", crate::last_errno()));
+            }
+            if cmds & CMD_PRIVATE_EXPEDITED == 0 {
+                return Err("membarrier without MEMBARRIER_CMD_PRIVATE_EXPEDITED".into());
+            }
+            if membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) != 0 {
+                return Err(format!("membarrier registration failed (errno {})", crate::last_errno()));
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// A full memory barrier on every running thread of the process. False when it could not be
+/// done (not registered, or refused); the caller must then treat the other threads as unfenced.
+pub fn barrier() -> bool {
+    register().is_ok() && membarrier(CMD_PRIVATE_EXPEDITED) == 0
+}

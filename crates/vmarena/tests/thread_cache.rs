@@ -1,0 +1,167 @@
+//! Thread caches on real memory: contents across reuse and drains, callers, vrealloc, memory
+//! back to the OS.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use vmarena::*;
+
+/// Areas handed to a worker to check and free: `(address, length, tag)`.
+type Mailboxes = Arc<Vec<Mutex<Vec<(usize, usize, u64)>>>>;
+
+fn space(decay_interval_ms: u64) -> VmSpace {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions { purge_thread: decay_interval_ms > 0, decay_interval_ms, ..Default::default() };
+    let s = VmSpace::new("tc", so, ao).unwrap();
+    assert_eq!(s.arena().thread_cache_off(), None);
+    s
+}
+
+#[test]
+fn vrealloc_of_a_reused_area_keeps_every_byte_the_user_wrote() {
+    let s = space(0);
+    let p = s.vmalloc(100).unwrap();
+    s.vfree(p.as_ptr()).unwrap();
+    // Same size class: the cached area comes back, and its record still says 100 bytes.
+    let q = s.vmalloc(4000).unwrap();
+    assert_eq!(q, p);
+    common::fill(q.as_ptr(), 4000, 7);
+    let r = s.vrealloc(Some(q), 3 * 4096).unwrap();
+    assert_ne!(r, q);
+    common::verify(r.as_ptr(), 4000, 7);
+    s.vfree(r.as_ptr()).unwrap();
+    s.check().unwrap();
+}
+
+#[test]
+fn vmallocinfo_names_the_latest_caller_and_lists_cached_areas_as_unpurged() {
+    let s = space(0);
+    let p = s.vmalloc(4096).unwrap();
+    s.vfree(p.as_ptr()).unwrap();
+    let line = line!() + 1;
+    let q = s.vmalloc(4096).unwrap();
+    assert_eq!(q, p);
+    let info = s.vmallocinfo();
+    let mine = info.lines().find(|l| l.starts_with(&format!("0x{:016x}", q.as_ptr() as usize))).unwrap();
+    assert!(mine.contains(&format!("thread_cache.rs:{line}:")), "{mine}");
+    s.vfree(q.as_ptr()).unwrap();
+    let info = s.vmallocinfo();
+    let mine = info.lines().find(|l| l.starts_with(&format!("0x{:016x}", q.as_ptr() as usize))).unwrap();
+    assert!(mine.ends_with("unpurged vm_area"), "{mine}");
+    assert_eq!(s.vfree(q.as_ptr()), Err(VmError::NotLive(q.as_ptr() as usize)), "double free");
+    assert_eq!(s.size(q.as_ptr()), None);
+}
+
+#[test]
+fn vzalloc_from_the_cache_is_zeroed() {
+    let s = space(0);
+    let p = s.vmalloc(8192).unwrap();
+    common::fill(p.as_ptr(), 8192, 3);
+    s.vfree(p.as_ptr()).unwrap();
+    let z = s.vzalloc(8192).unwrap();
+    assert_eq!(z, p, "the dirty cached area is reused");
+    // SAFETY: 8192 usable bytes.
+    assert!(unsafe { std::slice::from_raw_parts(z.as_ptr(), 8192) }.iter().all(|&b| b == 0));
+    s.vfree(z.as_ptr()).unwrap();
+}
+
+#[test]
+fn memory_of_cached_areas_goes_back_to_the_os_with_no_further_calls() {
+    let s = Arc::new(space(100));
+    let s2 = s.clone();
+    // A thread that stays alive and idle after filling its magazine.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let ps: Vec<_> = (0..16).map(|_| s2.vmalloc(3 * 4096).unwrap()).collect();
+        for p in &ps {
+            common::fill(p.as_ptr(), 3 * 4096, 9);
+        }
+        for p in ps {
+            s2.vfree(p.as_ptr()).unwrap();
+        }
+        rx.recv().unwrap();
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while s.stats(false).arena.cached_areas == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut resident = s.resident_bytes();
+    while resident > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        resident = s.resident_bytes();
+    }
+    assert_eq!(resident, 0, "the idle drain and purge gave the cached memory back");
+    assert!(s.stats(false).arena.cache_drained > 0);
+    tx.send(()).unwrap();
+    t.join().unwrap();
+    s.check().unwrap();
+}
+
+/// Owners write their pattern over every byte, hand half of their areas to another thread to
+/// check and free, and a drainer purges all along: a page given to two owners, or released
+/// while owned, shows as a broken pattern.
+#[test]
+fn patterns_survive_cross_thread_frees_and_concurrent_drains() {
+    const WORKERS: u64 = 4;
+    let s = Arc::new(space(0));
+    let mail: Mailboxes = Arc::new((0..WORKERS).map(|_| Mutex::default()).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let drainer = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                s.purge();
+                std::thread::yield_now();
+            }
+        })
+    };
+    let ws: Vec<_> = (0..WORKERS)
+        .map(|me| {
+            let (s, mail) = (s.clone(), mail.clone());
+            std::thread::spawn(move || {
+                let check_free = |p: usize, len: usize, tag: u64| {
+                    common::verify(p as *const u8, len, tag);
+                    s.vfree(p as *mut u8).unwrap();
+                };
+                let mut mine = Vec::new();
+                for i in 0..4000u64 {
+                    let len = 1 + (i * 7919 + me * 104_729) as usize % (6 * 4096);
+                    let tag = (me << 32) | i;
+                    let p = s.vmalloc(len).unwrap();
+                    common::fill(p.as_ptr(), len, tag);
+                    mine.push((p.as_ptr() as usize, len, tag));
+                    if mine.len() > 6 {
+                        let a = mine.remove((i % 6) as usize);
+                        if i % 2 == 0 {
+                            mail[((me + 1) % WORKERS) as usize].lock().unwrap().push(a);
+                        } else {
+                            check_free(a.0, a.1, a.2);
+                        }
+                    }
+                    for a in std::mem::take(&mut *mail[me as usize].lock().unwrap()) {
+                        check_free(a.0, a.1, a.2);
+                    }
+                }
+                for a in mine {
+                    check_free(a.0, a.1, a.2);
+                }
+            })
+        })
+        .collect();
+    for w in ws {
+        w.join().unwrap();
+    }
+    for m in mail.iter() {
+        for (p, len, tag) in std::mem::take(&mut *m.lock().unwrap()) {
+            common::verify(p as *const u8, len, tag);
+            s.vfree(p as *mut u8).unwrap();
+        }
+    }
+    stop.store(true, Relaxed);
+    drainer.join().unwrap();
+    let st = s.stats(false).arena;
+    assert_eq!(st.live_areas, 0);
+    assert!(st.cache_hits > 0, "{st:?}");
+    s.check().unwrap();
+}
