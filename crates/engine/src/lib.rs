@@ -23,6 +23,7 @@ pub mod fixed_cache;
 pub mod fork;
 pub mod frame_allocator;
 pub mod frame_options;
+pub mod handshake;
 pub mod lock;
 #[cfg(not(loom))]
 mod magazine;

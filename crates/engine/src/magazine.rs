@@ -15,12 +15,10 @@
 //!   magazine; when the magazine is full, the area goes down the busy-map path, which clears
 //!   the word under the shard lock;
 //! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
-//!   magazines. Owner and drainer meet through two flags per magazine, `in_op` (owner) and
-//!   `control` (drainer), in a Dekker pair whose fences are asymmetric: the owner orders its
-//!   store of `in_op` before its load of `control` with a compiler fence only, and the drainer,
-//!   between its store of `control` and its load of `in_op`, runs `membarrier`, which puts a
-//!   full barrier on every running thread. A magazine whose owner is inside an operation is
-//!   not touched; its owner drains it itself at its next operation (`control = DRAIN`);
+//!   magazines. Owner and drainer meet through a [`Handshake`] (Dekker's pair with asymmetric
+//!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
+//!   whose owner is inside an operation is not touched; its owner empties it itself at its
+//!   next operation;
 //! - thread exit: the thread-local destructor gives every magazine back to its arena.
 //!
 //! Locks: the registry mutex (registration, exit, drain) is taken before any node lock and
@@ -31,18 +29,12 @@
 
 use crate::area_state::{AreaStates, Claim};
 use crate::arena::Shared;
+use crate::handshake::{heavy_fence, Enter, Handshake};
 use std::cell::RefCell;
 use std::panic::Location;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, Weak};
-
-/// Owner may use the magazine.
-const RUN: u8 = 0;
-/// A drainer is emptying it (only while the drainer holds the registry mutex).
-const STEAL: u8 = 1;
-/// The owner must empty it at its next operation.
-const DRAIN: u8 = 2;
 
 /// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
 /// is given back.
@@ -62,8 +54,7 @@ struct Class {
 
 /// One thread's cached areas of one arena.
 pub(crate) struct Magazine {
-    in_op: AtomicBool,
-    control: AtomicU8,
+    hs: Handshake,
     /// Index `p - 1` for areas of `p` pages.
     classes: Box<[Class]>,
     /// Pages held (owner writes; a drainer while it holds the magazine).
@@ -89,8 +80,7 @@ impl Magazine {
             })
             .collect();
         Magazine {
-            in_op: AtomicBool::new(false),
-            control: AtomicU8::new(RUN),
+            hs: Handshake::default(),
             classes,
             pages: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -98,24 +88,6 @@ impl Magazine {
             pushes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
         }
-    }
-
-    /// Start an owner operation: true when the magazine may be used (`leave` must follow).
-    #[inline]
-    fn enter(&self) -> bool {
-        self.in_op.store(true, Relaxed);
-        // The drainer's membarrier supplies the hardware barrier of this Dekker pair.
-        compiler_fence(SeqCst);
-        if self.control.load(Acquire) == RUN {
-            return true;
-        }
-        self.in_op.store(false, Release);
-        false
-    }
-
-    #[inline]
-    fn leave(&self) {
-        self.in_op.store(false, Release);
     }
 
     #[inline]
@@ -312,8 +284,8 @@ impl ThreadCaches {
         register: bool,
     ) -> Option<u64> {
         self.with_magazine(arena, register, |m| {
-            if !m.enter() {
-                self.owner_control(arena, m);
+            if m.hs.enter() != Enter::Go {
+                self.owner_drain(arena, m);
                 return None;
             }
             let got = m.pop(pages);
@@ -323,7 +295,7 @@ impl ThreadCaches {
             } else {
                 bump(&m.misses);
             }
-            m.leave();
+            m.hs.leave();
             got
         })
         .flatten()
@@ -338,13 +310,13 @@ impl ThreadCaches {
             Claim::Won { pages, caller } => (pages, caller),
         };
         let cached = self.with_magazine(arena, register, |m| {
-            if !m.enter() {
-                self.owner_control(arena, m);
+            if m.hs.enter() != Enter::Go {
+                self.owner_drain(arena, m);
                 return false;
             }
             let ok = m.push(pages, start, self.budget_pages);
             bump(if ok { &m.pushes } else { &m.flushes });
-            m.leave();
+            m.hs.leave();
             ok
         });
         if cached == Some(true) {
@@ -354,13 +326,13 @@ impl ThreadCaches {
         }
     }
 
-    /// The owner found `control` set: if a drain was asked for, empty the magazine now.
+    /// The owner could not use its magazine: if a drain was asked for, empty it now.
     #[cold]
-    fn owner_control(&self, arena: &Shared, m: &Magazine) {
-        if m.control.compare_exchange(DRAIN, STEAL, Acquire, Relaxed).is_ok() {
+    fn owner_drain(&self, arena: &Shared, m: &Magazine) {
+        if m.hs.claim_drain() {
             let mut areas = Vec::new();
             m.take(&mut areas);
-            m.control.store(RUN, Release);
+            m.hs.release();
             self.give_areas(arena, &areas);
         }
     }
@@ -399,24 +371,16 @@ impl ThreadCaches {
         let mut areas = Vec::new();
         {
             let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-            let held: Vec<&Arc<Magazine>> = reg
-                .iter()
-                .filter(|m| m.pages.load(Relaxed) > 0)
-                .filter(|m| {
-                    m.control.compare_exchange(RUN, STEAL, SeqCst, Relaxed).is_ok()
-                        || m.control.compare_exchange(DRAIN, STEAL, SeqCst, Relaxed).is_ok()
-                })
-                .collect();
+            let held: Vec<&Arc<Magazine>> =
+                reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
             if held.is_empty() {
                 return 0;
             }
-            let fenced = vmarena_platform::membarrier::barrier();
+            let fenced = heavy_fence();
             for m in held {
-                if fenced && !m.in_op.load(Acquire) {
+                if m.hs.settle(fenced) {
                     m.take(&mut areas);
-                    m.control.store(RUN, Release);
-                } else {
-                    m.control.store(DRAIN, Release);
+                    m.hs.release();
                 }
             }
         }

@@ -8,7 +8,7 @@
 #[cfg(not(loom))]
 mod imp {
     pub use std::hint::spin_loop;
-    pub use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
     pub use std::sync::{Arc, Condvar, Mutex};
     pub use std::thread::yield_now;
 
@@ -29,7 +29,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub use loom::hint::spin_loop;
-    pub use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
     pub use loom::sync::{Arc, Condvar, Mutex};
     pub use loom::thread::yield_now;
     use std::cell::Cell;

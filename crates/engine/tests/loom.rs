@@ -213,3 +213,73 @@ fn fixed_cache_reclaim_races_get_and_put() {
         assert_eq!(c.stats().held, 0);
     });
 }
+
+/// The thread caches' owner/drainer handshake (src/handshake.rs, with `SeqCst` fences standing
+/// in for the compiler fence and `membarrier`): an owner doing two operations on its magazine
+/// and a drainer emptying it never touch the magazine at the same time (loom's cell checks
+/// every access for a happens-before edge), and no entry is lost or duplicated.
+#[test]
+fn thread_cache_handshake_keeps_owner_and_drainer_apart() {
+    use loom::cell::UnsafeCell;
+    use vmarena_engine::handshake::{heavy_fence, Enter, Handshake};
+
+    struct Magazine {
+        hs: Handshake,
+        items: UnsafeCell<Vec<u32>>,
+    }
+    // SAFETY: `items` is only touched under the handshake, which is what the model checks.
+    unsafe impl Sync for Magazine {}
+
+    loom::model(|| {
+        let m = Arc::new(Magazine { hs: Handshake::default(), items: UnsafeCell::new(vec![1]) });
+        let drainer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut taken = Vec::new();
+                if m.hs.mark() {
+                    let fenced = heavy_fence();
+                    if m.hs.settle(fenced) {
+                        // SAFETY: the handshake gave the magazine to this thread.
+                        m.items.with_mut(|v| taken.append(unsafe { &mut *v }));
+                        m.hs.release();
+                    }
+                }
+                taken
+            })
+        };
+        // The owner frees entry 2 into its magazine, then allocates one entry from it; when it
+        // cannot use the magazine, entry 2 goes elsewhere (the nodes).
+        let (mut popped, mut elsewhere) = (Vec::new(), Vec::new());
+        for op in 0..2 {
+            match m.hs.enter() {
+                Enter::Go => {
+                    // SAFETY: between `Go` and `leave` the magazine is the owner's.
+                    m.items.with_mut(|v| unsafe {
+                        if op == 0 {
+                            (*v).push(2)
+                        } else {
+                            popped.extend((*v).pop())
+                        }
+                    });
+                    m.hs.leave();
+                }
+                e => {
+                    if e == Enter::Drain && m.hs.claim_drain() {
+                        // SAFETY: the claim gave the magazine to the owner outside an operation.
+                        m.items.with_mut(|v| popped.append(unsafe { &mut *v }));
+                        m.hs.release();
+                    }
+                    if op == 0 {
+                        elsewhere.push(2);
+                    }
+                }
+            }
+        }
+        let taken = drainer.join().unwrap();
+        // SAFETY: both threads are done.
+        let rest = m.items.with(|v| unsafe { (*v).clone() });
+        let mut all = [taken, popped, elsewhere, rest].concat();
+        all.sort_unstable();
+        assert_eq!(all, vec![1, 2], "an entry was lost or duplicated");
+    });
+}
