@@ -450,6 +450,7 @@ impl Arena {
     }
 
     /// Free through the busy map (the kernel's path), then start a purge if one is due.
+    #[inline(always)]
     fn free_slow(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
         let sh = &*self.shared;
         let r = sh.free(start);
@@ -996,6 +997,7 @@ impl Shared {
         g.sync(&self.lazy_approx, false);
     }
 
+    #[inline]
     pub(crate) fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
         let not_live = FreeError::NotLive { start };
         match &self.kind {

@@ -97,6 +97,8 @@ struct Sample {
     locks: Vec<(&'static str, LockStats)>,
     purges: u64,
     pool_hit_rate: f64,
+    /// Allocations served by the thread's cache, per allocation.
+    cache_hit_rate: f64,
 }
 
 pub struct PairResult {
@@ -151,6 +153,7 @@ fn run_once(target: &Arc<Target>, threads: usize, cfg: &PairConfig) -> Sample {
         mpairs_per_s: total_pairs / wall_ns * 1e3,
         purges: after.purges - before.purges,
         pool_hit_rate: if hits + misses > 0.0 { hits / (hits + misses) } else { 0.0 },
+        cache_hit_rate: (after.cache_hits - before.cache_hits) as f64 / total_pairs,
         locks,
     }
 }
@@ -232,8 +235,8 @@ pub fn print(cfg: &PairConfig, results: &[PairResult], m: &Machine) {
     );
     println!();
     println!(
-        "{:<8} {:>7} {:>10} {:>10} {:>9} {:>9} {:>8}  locks (acq/pair, contended %, wait share)",
-        "strategy", "threads", "ns/pair", "Mpairs/s", "scaling", "pool hit", "purges"
+        "{:<8} {:>7} {:>10} {:>10} {:>9} {:>10} {:>9} {:>8}  locks (acq/pair, contended %, wait share)",
+        "strategy", "threads", "ns/pair", "Mpairs/s", "scaling", "cache hit", "pool hit", "purges"
     );
     for r in results {
         let m = r.median();
@@ -255,12 +258,13 @@ pub fn print(cfg: &PairConfig, results: &[PairResult], m: &Machine) {
             })
             .collect();
         println!(
-            "{:<8} {:>7} {:>10.1} {:>10.2} {:>8.2}x {:>8.1}% {:>8}  {}, wait {:.1}%",
+            "{:<8} {:>7} {:>10.1} {:>10.2} {:>8.2}x {:>9.1}% {:>8.1}% {:>8}  {}, wait {:.1}%",
             r.strategy.name(),
             r.threads,
             m.ns_per_pair,
             m.mpairs_per_s,
             m.mpairs_per_s / base,
+            100.0 * m.cache_hit_rate,
             100.0 * m.pool_hit_rate,
             m.purges,
             locks.join(", "),
@@ -306,6 +310,7 @@ pub fn json(cfg: &PairConfig, results: &[PairResult], m: &Machine) -> String {
                 "ns_per_pair": s.ns_per_pair,
                 "mpairs_per_s": s.mpairs_per_s,
                 "pool_hit_rate": s.pool_hit_rate,
+                "cache_hit_rate": s.cache_hit_rate,
                 "purges": s.purges,
                 "lock_wait_share": s.wait_share(),
                 "locks": locks,
