@@ -6,6 +6,7 @@
 
 mod fixed;
 mod frames;
+mod lock_model;
 mod machine;
 mod pair;
 mod preload;

@@ -75,7 +75,38 @@ pub fn lock_lines(r: &RunResult) -> String {
             l.hold_ns as f64 / 1e6
         );
     }
+    if let Some(m) = model(r) {
+        let cells: Vec<String> = MODEL_THREADS
+            .iter()
+            .map(|&t| {
+                let p = m.predict(t);
+                format!("{t}: {:.2}x wait {:.1}%", p.speedup, 100.0 * p.wait_share)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "many-core model (mean-value analysis of these hold times, one core per thread, waiting \
+             a lower bound): {}; bound {:.1}x",
+            cells.join(", "),
+            m.bound()
+        );
+    }
     out
+}
+
+/// Thread counts the many-core model is evaluated at.
+pub const MODEL_THREADS: [usize; 4] = [2, 8, 32, 64];
+
+/// The many-core model of a run ([`crate::lock_model`]); `None` without hold times (run with
+/// `--lock-timing`) or without locks (peers).
+pub fn model(r: &RunResult) -> Option<crate::lock_model::Demands> {
+    if r.locks.iter().all(|l| l.hold_ns == 0) {
+        return None;
+    }
+    let worker_ns = r.workers.iter().map(|w| w.wall_ns).sum::<u64>() as f64;
+    let locks: Vec<(String, f64, f64)> =
+        r.locks.iter().map(|l| (l.lock.clone(), l.hold_ns as f64, l.wait_ns as f64)).collect();
+    Some(crate::lock_model::Demands::from_run(r.workers.len(), worker_ns, &locks))
 }
 
 /// Nanoseconds per loop of case `i`, averaged over workers and repetitions.
@@ -180,6 +211,19 @@ pub fn json(results: &[RunResult], p: &Params, seed: u64, m: &Machine) -> String
         "machine": m,
         "cases": CASES.iter().map(|c| c.name).collect::<Vec<_>>(),
         "results": results,
+        "many_core_model": results.iter().map(|r| {
+            let m = model(r)?;
+            Some(serde_json::json!({
+                "contender": r.name,
+                "outside_ns": m.outside_ns,
+                "shared_hold_ns": m.shared_ns,
+                "bound_speedup": m.bound(),
+                "predictions": MODEL_THREADS.iter().map(|&t| {
+                    let p = m.predict(t);
+                    serde_json::json!({ "threads": t, "speedup": p.speedup, "wait_share": p.wait_share })
+                }).collect::<Vec<_>>(),
+            }))
+        }).collect::<Vec<_>>(),
     })
     .to_string()
         + "\n"
