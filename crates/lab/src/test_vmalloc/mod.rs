@@ -486,6 +486,14 @@ mod tests {
         assert!(text.contains("All test took worker0=") && text.contains("All test took worker1="));
         if who.starts_with("vmarena") {
             assert!(report::lock_lines(r).contains("lock wait share: "));
+            // The many-core model needs hold times: absent without lock timing, present with.
+            assert!(!report::lock_lines(r).contains("many-core model"));
+            let mut timed = r.clone();
+            for l in &mut timed.locks {
+                l.hold_ns = l.acquisitions.max(1) * 50;
+            }
+            let lines = report::lock_lines(&timed);
+            assert!(lines.contains("many-core model") && lines.contains("64: "), "{lines}");
         }
     }
 }
