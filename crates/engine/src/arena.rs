@@ -346,18 +346,18 @@ impl Arena {
     /// Allocate an area. See [`Step`] for the order in which sources are tried; before them,
     /// a small page-aligned request anywhere in the arena is served from the thread's cache.
     pub fn alloc(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
-        let sh = &*self.shared;
-        if let Some(c) = &sh.cache {
-            if req.window.is_none()
-                && req.align_pages == 1
-                && req.pages != 0
-                && c.states.tracks(req.pages, req.tag.kind)
-            {
-                if let Some(start) = c.alloc(&self.shared, req.pages, req.tag.caller, true) {
-                    return Ok(Allocation { start, pages: req.pages, fresh: false });
-                }
+        if req.window.is_none() && req.align_pages == 1 && req.tag.kind == AreaKind::Vmalloc {
+            if let Some(start) = self.alloc_cached(req.pages, req.tag.caller) {
+                return Ok(Allocation { start, pages: req.pages, fresh: false });
             }
         }
+        self.alloc_uncached(req)
+    }
+
+    /// Allocate an area through the steps of [`Step`] only, without the thread's cache (for a
+    /// caller that tried [`Arena::alloc_cached`] already).
+    pub fn alloc_uncached(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
+        let sh = &*self.shared;
         let (lo, hi) = req.window.unwrap_or((sh.lo, sh.hi));
         if lo < sh.lo || hi > sh.hi {
             return Err(AllocError::OutOfRange { window: (lo, hi), arena: (sh.lo, sh.hi) });
@@ -400,37 +400,33 @@ impl Arena {
     /// Free the area that starts at `start`. Its memory stays resident until a purge. A small
     /// area goes to the thread's cache; its record then reports an unknown requested size.
     pub fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
-        if let Some(r) = self.free_via_cache(start, true) {
+        if let Some(r) = self.free_cached(start) {
             return r;
         }
-        self.free_slow(start)
+        self.free_uncached(start)
     }
 
-    /// Allocate `pages` pages (page aligned, anywhere, contents undefined) from this thread's
-    /// cache only: no lock, no allocation, no syscall. `None` on a miss, when the arena has no
-    /// thread caches, or when the thread has not registered a magazine yet (the first
-    /// [`Arena::alloc`] or [`Arena::free`] of a small area does).
+    /// Allocate `pages` pages (page aligned, anywhere, contents undefined) of the space's own
+    /// memory from this thread's cache only: no lock, no syscall, no allocation but the
+    /// thread's first (which registers its magazine). `None` on a miss or when the arena has no
+    /// thread caches.
     #[inline]
     pub fn alloc_cached(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
         let c = self.shared.cache.as_ref()?;
         if pages == 0 || !c.states.tracks(pages, AreaKind::Vmalloc) {
             return None;
         }
-        c.alloc(&self.shared, pages, caller, false)
+        c.alloc(&self.shared, pages, caller)
     }
 
     /// Free a small area into this thread's cache: `None` when `start` is not a small live
-    /// area (nothing changed; call [`Arena::free`]). Takes no lock unless the cache is full.
+    /// area (nothing changed; call [`Arena::free_uncached`]). Takes no lock unless the cache is
+    /// full.
     #[inline]
     pub fn free_cached(&self, start: u64) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
-        self.free_via_cache(start, false)
-    }
-
-    #[inline]
-    fn free_via_cache(&self, start: u64, register: bool) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
         let sh = &*self.shared;
         let c = sh.cache.as_ref()?;
-        match c.free(&self.shared, start, register) {
+        match c.free(&self.shared, start) {
             FreeFast::Cached { pages, caller } => Some(Ok(BusyArea {
                 pages,
                 node: NO_NODE,
@@ -443,15 +439,17 @@ impl Arena {
             FreeFast::Flush => {
                 // Claimed (its word is cached): finish through the busy map, which may allocate.
                 let _inside = vmarena_platform::reentry::enter();
-                Some(self.free_slow(start))
+                Some(self.free_uncached(start))
             }
             FreeFast::Untracked => None,
         }
     }
 
-    /// Free through the busy map (the kernel's path), then start a purge if one is due.
+    /// Free through the busy map only (the kernel's path), then start a purge if one is due:
+    /// for a caller that tried [`Arena::free_cached`] already, or that must not put the area in
+    /// a thread cache.
     #[inline(always)]
-    fn free_slow(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+    pub fn free_uncached(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
         let sh = &*self.shared;
         let r = sh.free(start);
         match r {

@@ -218,23 +218,17 @@ impl ThreadCaches {
         })
     }
 
-    /// Run `f` on this thread's magazine for the arena. `register`: create one on first use
-    /// (allocates); otherwise `None` when the thread has none yet. Also `None` when
-    /// thread-local storage is gone (thread exit) or re-entered.
+    /// Run `f` on this thread's magazine for the arena, registering one on first use. `None`
+    /// when thread-local storage is gone (thread exit) or re-entered.
     #[inline]
-    fn with_magazine<R>(
-        &self,
-        arena: &Arc<Shared>,
-        register: bool,
-        f: impl FnOnce(&Magazine) -> R,
-    ) -> Option<R> {
+    fn with_magazine<R>(&self, arena: &Arc<Shared>, f: impl FnOnce(&Magazine) -> R) -> Option<R> {
         OWNED
             .try_with(|o| {
                 let mut owned = o.try_borrow().ok()?;
                 if owned.0.first().is_none_or(|e| e.id != self.id) {
                     drop(owned);
-                    // Puts this arena's magazine first, or says there is none.
-                    self.find_or_register(o, arena, register)?;
+                    // Puts this arena's magazine first.
+                    self.find_or_register(o, arena)?;
                     owned = o.try_borrow().ok()?;
                 }
                 // One call site, so that `f` is inlined into the fast path.
@@ -245,7 +239,9 @@ impl ThreadCaches {
     }
 
     #[cold]
-    fn find_or_register(&self, o: &RefCell<Owned>, arena: &Arc<Shared>, register: bool) -> Option<()> {
+    fn find_or_register(&self, o: &RefCell<Owned>, arena: &Arc<Shared>) -> Option<()> {
+        // Registering allocates and may start the worker: vmarena's own allocations.
+        let _inside = vmarena_platform::reentry::enter();
         let mut evicted = Vec::new();
         {
             let mut o = o.try_borrow_mut().ok()?;
@@ -254,8 +250,6 @@ impl ThreadCaches {
             if let Some(i) = o.0.iter().position(|e| e.id == self.id) {
                 let e = o.0.remove(i);
                 o.0.insert(0, e);
-            } else if !register {
-                return None;
             } else {
                 let mag = Arc::new(Magazine::new(self.states.max_pages(), self.budget_pages));
                 self.registry.lock().unwrap_or_else(|e| e.into_inner()).push(mag.clone());
@@ -274,16 +268,14 @@ impl ThreadCaches {
     }
 
     /// Alloc through the magazine: the start of a cached area of `pages` pages, now live.
-    /// `register`: see `with_magazine`.
     #[inline]
     pub(crate) fn alloc(
         &self,
         arena: &Arc<Shared>,
         pages: u64,
         caller: Option<&'static Location<'static>>,
-        register: bool,
     ) -> Option<u64> {
-        self.with_magazine(arena, register, |m| {
+        self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(arena, m);
                 return None;
@@ -301,15 +293,15 @@ impl ThreadCaches {
         .flatten()
     }
 
-    /// Free through the magazine (see [`FreeFast`]). `register`: see `with_magazine`.
+    /// Free through the magazine (see [`FreeFast`]).
     #[inline]
-    pub(crate) fn free(&self, arena: &Arc<Shared>, start: u64, register: bool) -> FreeFast {
+    pub(crate) fn free(&self, arena: &Arc<Shared>, start: u64) -> FreeFast {
         let (pages, caller) = match self.states.claim(start) {
             Claim::Untracked => return FreeFast::Untracked,
             Claim::AlreadyFree => return FreeFast::Refused,
             Claim::Won { pages, caller } => (pages, caller),
         };
-        let cached = self.with_magazine(arena, register, |m| {
+        let cached = self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(arena, m);
                 return false;

@@ -45,11 +45,10 @@ impl ThreadCaches {
         _: &Arc<Shared>,
         _: u64,
         _: Option<&'static Location<'static>>,
-        _: bool,
     ) -> Option<u64> {
         None
     }
-    pub(crate) fn free(&self, _: &Arc<Shared>, _: u64, _: bool) -> FreeFast {
+    pub(crate) fn free(&self, _: &Arc<Shared>, _: u64) -> FreeFast {
         FreeFast::Untracked
     }
     pub(crate) fn drain_all(&self, _: &Shared) -> u64 {

@@ -339,7 +339,8 @@ impl VmSpace {
             nonblocking,
             tag: AreaTag { caller: Some(caller), requested_bytes: bytes as u64, kind },
         };
-        let a = self.arena.alloc(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
+        // `alloc_inner` tried the thread cache for every request it could serve.
+        let a = self.arena.alloc_uncached(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
         let addr = (a.start as usize) << self.page_shift;
         if kind == AreaKind::Vmalloc {
             if let Some(fb) = &self.frames {
@@ -367,12 +368,13 @@ impl VmSpace {
         if fb.has_frames(start) {
             return Ok(());
         }
+        // A refused area is freed past the thread cache, which would hand it out without frames.
         let blocks = match fb.take_blocks(data_pages) {
             Ok(b) => b,
             Err(_) => {
                 self.arena.purge();
                 fb.take_blocks(data_pages).inspect_err(|_| {
-                    self.arena.free(start).expect("area allocated by the caller");
+                    self.arena.free_uncached(start).expect("area allocated by the caller");
                 })?
             }
         };
@@ -381,7 +383,7 @@ impl VmSpace {
             for &(f, o) in &blocks {
                 fb.pool.free(f, o).expect("blocks taken above");
             }
-            self.arena.free(start).expect("area allocated by the caller");
+            self.arena.free_uncached(start).expect("area allocated by the caller");
             return Err(e);
         }
         fb.record(start, blocks);
@@ -489,7 +491,8 @@ impl VmSpace {
                 _ => {}
             }
         }
-        self.arena.free(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
+        // `vfree` tried the thread cache already.
+        self.arena.free_uncached(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
     }
 
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`.

@@ -316,6 +316,22 @@ fn a_frames_backed_space_fails_cleanly_when_the_pool_is_empty() {
 }
 
 #[test]
+fn a_small_area_refused_for_lack_of_frames_is_not_cached_without_them() {
+    let _serial = serial();
+    let fp = pool("dry-small", 1);
+    let s = frames_space("dry-small", &fp);
+    let all = s.vmalloc(1 << 20).unwrap();
+    assert!(matches!(s.vmalloc(4096), Err(VmError::NoFrames(_))));
+    assert_eq!(s.stats(false).arena.cached_areas, 0, "the refused area went back without frames");
+    s.vfree(all.as_ptr()).unwrap();
+    // The next small area gets frames (after the purge on failure gives them back).
+    let q = s.vmalloc(4096).unwrap();
+    assert!(s.vmalloc_to_frame(q.as_ptr()).is_some(), "a small area of a frames-backed space has a frame");
+    s.vfree(q.as_ptr()).unwrap();
+    s.check().unwrap();
+}
+
+#[test]
 fn stress_a_frames_backed_space_with_owner_patterns() {
     let _serial = serial();
     let fp = pool("fstress", 256);
