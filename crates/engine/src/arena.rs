@@ -346,8 +346,8 @@ impl Arena {
     /// Allocate an area. See [`Step`] for the order in which sources are tried; before them,
     /// a small page-aligned request anywhere in the arena is served from the thread's cache.
     pub fn alloc(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
-        if req.window.is_none() && req.align_pages == 1 && req.tag.kind == AreaKind::Vmalloc {
-            if let Some(start) = self.alloc_cached(req.pages, req.tag.caller) {
+        if req.window.is_none() && req.tag.kind == AreaKind::Vmalloc && req.align_pages.is_power_of_two() {
+            if let Some(start) = self.alloc_cached_aligned(req.pages, req.align_pages, req.tag.caller) {
                 return Ok(Allocation { start, pages: req.pages, fresh: false });
             }
         }
@@ -364,6 +364,16 @@ impl Arena {
         }
         let r = Request::new(req.pages, req.align_pages, lo, hi).map_err(AllocError::Invalid)?;
         let default_window = (lo, hi) == (sh.lo, sh.hi);
+        // A window with no suitably aligned start at all (align_shift's large alignments): no
+        // purge can make room, so the request is refused before any search or purge.
+        if r.candidate_in(lo, hi).is_none() {
+            sh.counters.alloc_failures.fetch_add(1, Relaxed);
+            return Err(AllocError::NoAlignedStart {
+                pages: req.pages,
+                align_pages: req.align_pages,
+                window: (lo, hi),
+            });
+        }
         if let Some(a) = sh.try_alloc(&r, req, default_window) {
             return Ok(a);
         }
@@ -412,11 +422,23 @@ impl Arena {
     /// thread caches.
     #[inline]
     pub fn alloc_cached(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        self.alloc_cached_aligned(pages, 1, caller)
+    }
+
+    /// [`Arena::alloc_cached`] for a start that is a multiple of `align_pages` (a power of
+    /// two): the newest cached area of that size that happens to be aligned.
+    #[inline]
+    pub fn alloc_cached_aligned(
+        &self,
+        pages: u64,
+        align_pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<u64> {
         let c = self.shared.cache.as_ref()?;
-        if pages == 0 || !c.states.tracks(pages, AreaKind::Vmalloc) {
+        if pages == 0 || !align_pages.is_power_of_two() || !c.states.tracks(pages, AreaKind::Vmalloc) {
             return None;
         }
-        c.alloc(&self.shared, pages, caller)
+        c.alloc(&self.shared, pages, align_pages, caller)
     }
 
     /// Free a small area into this thread's cache: `None` when `start` is not a small live

@@ -16,6 +16,16 @@ pub enum AllocError {
         /// The arena's range.
         arena: (u64, u64),
     },
+    /// The window holds no start of the requested alignment with room for the request, so no
+    /// purge could help; refused without one.
+    NoAlignedStart {
+        /// Pages asked for.
+        pages: u64,
+        /// Alignment asked for.
+        align_pages: u64,
+        /// Window searched.
+        window: (u64, u64),
+    },
     /// No room even after a full purge.
     NoSpace {
         /// Arena name.
@@ -51,6 +61,12 @@ impl fmt::Display for AllocError {
                 f,
                 "window [{:#x}, {:#x}) is outside the arena [{:#x}, {:#x})",
                 window.0, window.1, arena.0, arena.1
+            ),
+            AllocError::NoAlignedStart { pages, align_pages, window } => write!(
+                f,
+                "no start in pages [{:#x}, {:#x}) is a multiple of {align_pages} pages with room for \
+                 {pages} pages; nothing was purged",
+                window.0, window.1
             ),
             AllocError::NoSpace {
                 arena,

@@ -90,16 +90,25 @@ impl Magazine {
         }
     }
 
+    /// The newest entry of `pages` pages whose start is a multiple of `align_pages` (a power
+    /// of two): the top of the stack when any start will do, else the first aligned one from
+    /// the top, whose slot takes the entries above it (the stack keeps its order).
     #[inline]
-    fn pop(&self, pages: u64) -> Option<u64> {
+    fn pop(&self, pages: u64, align_pages: u64) -> Option<u64> {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
-        if n == 0 {
-            return None;
+        let i = if align_pages == 1 {
+            n.checked_sub(1)?
+        } else {
+            (0..n).rev().find(|&i| c.slots[i].load(Relaxed) & (align_pages - 1) == 0)?
+        };
+        let start = c.slots[i].load(Relaxed);
+        for j in i..n - 1 {
+            c.slots[j].store(c.slots[j + 1].load(Relaxed), Relaxed);
         }
         c.len.store(n - 1, Relaxed);
         self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
-        Some(c.slots[n - 1].load(Relaxed))
+        Some(start)
     }
 
     #[inline]
@@ -267,12 +276,14 @@ impl ThreadCaches {
         Some(())
     }
 
-    /// Alloc through the magazine: the start of a cached area of `pages` pages, now live.
+    /// Alloc through the magazine: the start of a cached area of `pages` pages aligned to
+    /// `align_pages` (a power of two), now live.
     #[inline]
     pub(crate) fn alloc(
         &self,
         arena: &Arc<Shared>,
         pages: u64,
+        align_pages: u64,
         caller: Option<&'static Location<'static>>,
     ) -> Option<u64> {
         self.with_magazine(arena, |m| {
@@ -280,7 +291,7 @@ impl ThreadCaches {
                 self.owner_drain(arena, m);
                 return None;
             }
-            let got = m.pop(pages);
+            let got = m.pop(pages, align_pages);
             if let Some(s) = got {
                 self.states.reuse(s, pages, caller);
                 bump(&m.hits);

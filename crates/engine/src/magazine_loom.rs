@@ -44,6 +44,7 @@ impl ThreadCaches {
         &self,
         _: &Arc<Shared>,
         _: u64,
+        _: u64,
         _: Option<&'static Location<'static>>,
     ) -> Option<u64> {
         None

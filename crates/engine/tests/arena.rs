@@ -127,6 +127,39 @@ fn exhaustion_purges_then_fails_with_a_clear_error() {
 }
 
 #[test]
+fn alignment_no_start_of_the_window_meets_is_refused_without_a_purge() {
+    for s in Strategy::ALL {
+        // Pages [100, 300): 256 is the only multiple of 256 inside, and it leaves room for 44.
+        let a = arena(s, 100, 300);
+        let x = a.alloc(&AllocRequest::pages(8)).unwrap();
+        a.free(x.start).unwrap();
+        let lazy = a.stats().lazy_pages;
+        let before = a.stats();
+        let req = |pages, align_pages| AllocRequest { align_pages, ..AllocRequest::pages(pages) };
+        for (pages, align) in [(45, 256), (1, 512), (1, 1 << 40)] {
+            let e = a.alloc(&req(pages, align)).unwrap_err();
+            assert_eq!(
+                e,
+                AllocError::NoAlignedStart { pages, align_pages: align, window: (100, 300) },
+                "{s}"
+            );
+            assert!(e.to_string().contains("nothing was purged"), "{e}");
+        }
+        let st = a.stats();
+        assert_eq!(
+            (st.purges, st.full_purges, st.lazy_pages),
+            (before.purges, before.full_purges, lazy),
+            "{s}"
+        );
+        assert_eq!(st.alloc_failures, before.alloc_failures + 3, "{s}");
+        // The one aligned start that exists is found, after a purge if the lazy area sits there.
+        let y = a.alloc(&req(44, 256)).unwrap();
+        assert_eq!(y.start, 256, "{s}");
+        a.check().unwrap();
+    }
+}
+
+#[test]
 fn nonblocking_request_does_not_purge() {
     let a = arena(Strategy::Nodes, 0, 8);
     let x = a.alloc(&AllocRequest::pages(8)).unwrap();

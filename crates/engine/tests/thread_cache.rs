@@ -48,6 +48,41 @@ fn a_freed_small_area_is_the_next_allocation_of_its_size_without_a_lock() {
 }
 
 #[test]
+fn an_aligned_request_takes_the_newest_cached_area_that_is_aligned() {
+    let a = arena();
+    let req = |align_pages| AllocRequest { align_pages, ..AllocRequest::pages(3) };
+    // Three areas of 3 pages, each the only start of its alignment class: one at a multiple of
+    // 64 pages, then two that are not multiples of 8.
+    let x64 = a.alloc(&req(64)).unwrap();
+    assert_eq!(x64.start % 64, 0);
+    let mut odd = Vec::new();
+    while odd.len() < 2 {
+        let y = a.alloc(&AllocRequest::pages(3)).unwrap();
+        if !y.start.is_multiple_of(8) {
+            odd.push(y.start);
+        }
+    }
+    a.free(x64.start).unwrap();
+    for &s in &odd {
+        a.free(s).unwrap();
+    }
+    assert_eq!(a.stats().cached_areas, 3);
+    // The aligned one sits under two newer entries and is found from the top.
+    assert_eq!(a.alloc_cached_aligned(3, 64, None), Some(x64.start));
+    assert_eq!(a.alloc_cached_aligned(3, 8, None), None, "no other cached start is a multiple of 8");
+    // The others kept their order: newest first.
+    assert_eq!(a.alloc_cached(3, None), Some(odd[1]));
+    assert_eq!(a.alloc_cached(3, None), Some(odd[0]));
+    assert_eq!(a.alloc_cached_aligned(3, 3, None), None, "an alignment that is not a power of two");
+    // Through `Arena::alloc`, an aligned request served by the cache.
+    a.free(x64.start).unwrap();
+    let hits = a.stats().cache_hits;
+    assert_eq!(a.alloc(&req(16)).unwrap().start, x64.start);
+    assert_eq!(a.stats().cache_hits, hits + 1);
+    a.check().unwrap();
+}
+
+#[test]
 fn double_frees_are_refused_from_any_thread_and_change_nothing() {
     let a = Arc::new(arena());
     let x = a.alloc(&AllocRequest::pages(1)).unwrap();

@@ -265,6 +265,15 @@ impl VmSpace {
                     (hi - lo) >> 20
                 ))
             }
+            AllocError::NoAlignedStart { align_pages, .. } => {
+                let (lo, hi) = self.bounds();
+                VmError::NoSpace(format!(
+                    "vmalloc for size {bytes} failed: no address aligned to {} bytes in the {} space \
+                     ({lo:#x} - {hi:#x}) leaves room for it",
+                    (align_pages as u128) << self.page_shift,
+                    self.name
+                ))
+            }
             AllocError::NoSpace { .. } => {
                 let st = self.arena.stats();
                 let (lo, hi) = self.bounds();
@@ -291,8 +300,8 @@ impl VmSpace {
         kind: AreaKind,
     ) -> Result<NonNull<u8>, VmError> {
         // A small area from this thread's cache: no lock, no allocation (so no re-entry flag).
-        if kind == AreaKind::Vmalloc && align_bytes <= self.page_bytes && align_bytes.is_power_of_two() {
-            if let Some((p, pages)) = self.alloc_cached(bytes, caller) {
+        if kind == AreaKind::Vmalloc && align_bytes.is_power_of_two() {
+            if let Some((p, pages)) = self.alloc_cached(bytes, align_bytes, caller) {
                 if zeroed {
                     // A cached area is dirty; clearing a few pages costs less than faulting
                     // fresh ones.
@@ -309,9 +318,15 @@ impl VmSpace {
     }
 
     #[inline(always)]
-    fn alloc_cached(&self, bytes: usize, caller: &'static Location<'static>) -> Option<(NonNull<u8>, u64)> {
+    fn alloc_cached(
+        &self,
+        bytes: usize,
+        align_bytes: usize,
+        caller: &'static Location<'static>,
+    ) -> Option<(NonNull<u8>, u64)> {
         let pages = self.pages_for(bytes).ok()?;
-        let start = self.arena.alloc_cached(pages, Some(caller))?;
+        let align_pages = (align_bytes >> self.page_shift).max(1) as u64;
+        let start = self.arena.alloc_cached_aligned(pages, align_pages, Some(caller))?;
         Some((NonNull::new(((start as usize) << self.page_shift) as *mut u8)?, pages))
     }
 
