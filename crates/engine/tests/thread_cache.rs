@@ -83,6 +83,24 @@ fn an_aligned_request_takes_the_newest_cached_area_that_is_aligned() {
 }
 
 #[test]
+fn a_burst_of_64_frees_of_one_size_fits_with_the_default_budget() {
+    let o = ArenaOptions { thread_cache_max_pages: 32, thread_cache_pages: 512, ..opts() };
+    let a = Arena::new("burst", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();
+    let xs: Vec<_> = (0..65).map(|_| a.alloc(&AllocRequest::pages(2)).unwrap().start).collect();
+    for &x in &xs {
+        a.free(x).unwrap();
+    }
+    let st = a.stats();
+    assert_eq!((st.cached_areas, st.cache_flushes), (64, 1), "64 cached, the 65th to the node");
+    let hits = st.cache_hits;
+    for _ in 0..64 {
+        a.alloc(&AllocRequest::pages(2)).unwrap();
+    }
+    assert_eq!(a.stats().cache_hits, hits + 64);
+    a.check().unwrap();
+}
+
+#[test]
 fn double_frees_are_refused_from_any_thread_and_change_nothing() {
     let a = Arc::new(arena());
     let x = a.alloc(&AllocRequest::pages(1)).unwrap();
