@@ -60,6 +60,15 @@ impl Reservation {
         Ok(Reservation { base, len_bytes: len })
     }
 
+    /// Ask for transparent huge pages over the whole reservation (`MADV_HUGEPAGE`, one call;
+    /// the mapping's flags change, it is not split). Returns false if the kernel refused (no
+    /// THP support, or THP switched off).
+    pub fn advise_huge(&self) -> bool {
+        // SAFETY: the range is exactly this reservation's mapping; the advice changes how
+        // future faults are served, never the contents.
+        unsafe { libc::madvise(self.base as *mut libc::c_void, self.len_bytes, libc::MADV_HUGEPAGE) == 0 }
+    }
+
     /// First byte of the reservation.
     pub fn base(&self) -> usize {
         self.base

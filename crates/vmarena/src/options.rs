@@ -28,6 +28,8 @@ options_table! {
         guard_pages: u64 = 1, "pages", "VMARENA_GUARD_PAGES";
         /// Enforce guards with MADV_GUARD_INSTALL where the kernel has it (else gaps only).
         guard_enforce: bool = true, "bool", "VMARENA_GUARD_ENFORCE";
+        /// Large areas may fault in transparent huge pages (MADV_HUGEPAGE; with enforced guards only).
+        huge_pages: bool = true, "bool", "VMARENA_HUGE_PAGES";
         /// How purges release memory: dontneed (RSS falls now) or free (lazily, under pressure).
         release: ReleaseAdvice = ReleaseAdvice(Advice::DontNeed), "dontneed|free", "VMARENA_RELEASE";
     }

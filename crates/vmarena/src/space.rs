@@ -104,6 +104,7 @@ pub struct VmSpace {
     pub(crate) page_shift: u32,
     pub(crate) guard_pages: u64,
     guards_enforced: bool,
+    huge_pages: bool,
     opts: SpaceOptions,
     memsets: AtomicU64,
     guard_calls: Arc<AtomicU64>,
@@ -173,6 +174,10 @@ impl VmSpace {
         let reservation = Reservation::new(bytes, zone_bytes.max(2 << 20))
             .map_err(|e| format!("{name}: cannot reserve {bytes} bytes: {e}"))?;
         let guards_enforced = opts.guard_enforce && opts.guard_pages > 0 && guard::supported();
+        // Huge pages for large areas: every small area's guard gives its 2 MiB range a page
+        // table before the area is touched, so only ranges inside large areas (or never used)
+        // can take a huge page. Without enforced guards that would not hold.
+        let huge_pages = opts.huge_pages && guards_enforced && pool.is_none() && reservation.advise_huge();
         let backing = Box::new(MemoryBacking {
             page_bytes,
             guard_pages: opts.guard_pages,
@@ -207,6 +212,7 @@ impl VmSpace {
             page_shift,
             guard_pages: opts.guard_pages,
             guards_enforced,
+            huge_pages,
             opts,
             memsets: AtomicU64::new(0),
             guard_calls,
@@ -236,6 +242,12 @@ impl VmSpace {
     /// True when guard pages fault on access (the kernel has MADV_GUARD_INSTALL).
     pub fn guards_enforced(&self) -> bool {
         self.guards_enforced
+    }
+
+    /// True when large areas may fault in transparent huge pages (the `huge_pages` option,
+    /// taken only with enforced guards, a space of its own memory and a kernel that agreed).
+    pub fn huge_pages(&self) -> bool {
+        self.huge_pages
     }
 
     /// `[start, end)` of the reservation, in bytes.
