@@ -90,11 +90,12 @@ impl MemFile {
 }
 
 /// Put fresh anonymous private memory (no reserve) over `[addr, addr + len)`, ending whatever
-/// file mapping was there.
+/// file mapping was there. With `huge`, the range gets `MADV_HUGEPAGE` too, so that it carries
+/// the same flags as a reservation that asked for huge pages and merges back into it.
 ///
 /// # Safety
 /// The range must be page-aligned address space the caller owns, with nothing live in it.
-pub unsafe fn map_anonymous_fixed(addr: usize, len: usize) -> io::Result<()> {
+pub unsafe fn map_anonymous_fixed(addr: usize, len: usize, huge: bool) -> io::Result<()> {
     // SAFETY: the caller owns the range (contract above).
     let p = unsafe {
         libc::mmap(
@@ -107,6 +108,11 @@ pub unsafe fn map_anonymous_fixed(addr: usize, len: usize) -> io::Result<()> {
         )
     };
     if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the range was just mapped above and belongs to the caller; the advice only
+    // changes how later faults are served.
+    if huge && unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -75,7 +75,7 @@ impl FrameBacking {
         let addr = (start as usize) << self.page_shift;
         // SAFETY: the area is lazy (a purge is releasing it): no caller can reach its pages,
         // and no other call maps them until it is handed out again.
-        unsafe { memfd::map_anonymous_fixed(addr, (data_pages as usize) << self.page_shift) }
+        unsafe { memfd::map_anonymous_fixed(addr, (data_pages as usize) << self.page_shift, false) }
             .unwrap_or_else(|e| panic!("cannot unmap the frames of the area at {addr:#x}: {e}"));
         for (f, o) in blocks {
             self.pool.free(f, o).expect("an area's blocks are held");

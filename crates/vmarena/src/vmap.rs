@@ -209,7 +209,7 @@ impl VmSpace {
             self.map_calls.fetch_add(1, Relaxed);
             if let Err(e) = r {
                 // SAFETY: as above; only pages of this call's area are touched.
-                let _ = unsafe { memfd::map_anonymous_fixed(base, frames.len() * pb) };
+                let _ = unsafe { memfd::map_anonymous_fixed(base, frames.len() * pb, self.huge_pages()) };
                 return Err(VmError::NoSpace(format!(
                     "{}: mapping run {i} of {} frames failed: {e}",
                     self.name(),
@@ -226,7 +226,7 @@ impl VmSpace {
         let addr = (page as usize) << self.page_shift;
         // SAFETY: the pages belong to a mapping this call removed from the frame map, so no
         // other call maps or unmaps them; anonymous memory goes back over them.
-        unsafe { memfd::map_anonymous_fixed(addr, pages << self.page_shift) }
+        unsafe { memfd::map_anonymous_fixed(addr, pages << self.page_shift, self.huge_pages()) }
             .unwrap_or_else(|e| panic!("{}: cannot unmap frames at {addr:#x}: {e}", self.name()));
         self.map_calls.fetch_add(1, Relaxed);
     }
