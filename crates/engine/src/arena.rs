@@ -344,9 +344,10 @@ impl Arena {
     }
 
     /// Allocate an area. See [`Step`] for the order in which sources are tried; before them,
-    /// a small page-aligned request anywhere in the arena is served from the thread's cache.
+    /// a small request anywhere in the arena (of any power-of-two alignment) is served from the
+    /// thread's cache.
     pub fn alloc(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
-        if req.window.is_none() && req.tag.kind == AreaKind::Vmalloc && req.align_pages.is_power_of_two() {
+        if req.window.is_none() && req.tag.kind == AreaKind::Vmalloc {
             if let Some(start) = self.alloc_cached_aligned(req.pages, req.align_pages, req.tag.caller) {
                 return Ok(Allocation { start, pages: req.pages, fresh: false });
             }

@@ -317,11 +317,7 @@ impl VmSpace {
                 if zeroed {
                     // A cached area is dirty; clearing a few pages costs less than faulting
                     // fresh ones.
-                    let len = ((pages - self.guard_pages) as usize) << self.page_shift;
-                    // SAFETY: the area's data pages are ours from this allocation on and are
-                    // mapped read-write in the reservation.
-                    unsafe { std::ptr::write_bytes(p.as_ptr(), 0, len) };
-                    self.memsets.fetch_add(1, Relaxed);
+                    self.clear_data(p.as_ptr() as usize, pages);
                 }
                 return Ok(p);
             }
@@ -337,9 +333,26 @@ impl VmSpace {
         caller: &'static Location<'static>,
     ) -> Option<(NonNull<u8>, u64)> {
         let pages = self.pages_for(bytes).ok()?;
-        let align_pages = (align_bytes >> self.page_shift).max(1) as u64;
-        let start = self.arena.alloc_cached_aligned(pages, align_pages, Some(caller))?;
+        let start =
+            self.arena.alloc_cached_aligned(pages, self.align_pages_for(align_bytes), Some(caller))?;
         Some((NonNull::new(((start as usize) << self.page_shift) as *mut u8)?, pages))
+    }
+
+    /// The alignment in pages of a power-of-two alignment in bytes (at least one page).
+    #[inline(always)]
+    fn align_pages_for(&self, align_bytes: usize) -> u64 {
+        (align_bytes >> self.page_shift).max(1) as u64
+    }
+
+    /// Zero the data pages of the area of `pages` pages (guard included) at `addr`, which the
+    /// caller has just been handed, and count the memset.
+    #[inline(always)]
+    fn clear_data(&self, addr: usize, pages: u64) {
+        let len = ((pages - self.guard_pages) as usize) << self.page_shift;
+        // SAFETY: the area's data pages belong to the caller from this allocation until its
+        // free, and are mapped read-write in the reservation.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+        self.memsets.fetch_add(1, Relaxed);
     }
 
     #[inline(never)]
@@ -357,10 +370,9 @@ impl VmSpace {
             return Err(VmError::BadAlignment(align_bytes));
         }
         let pages = self.pages_for(bytes)?;
-        let align_pages = (align_bytes >> self.page_shift).max(1) as u64;
         let req = AllocRequest {
             pages,
-            align_pages,
+            align_pages: self.align_pages_for(align_bytes),
             window: None,
             prefer_fresh: zeroed,
             nonblocking,
@@ -375,11 +387,7 @@ impl VmSpace {
             }
         }
         if zeroed && !a.fresh {
-            let len = ((a.pages - self.guard_pages) as usize) << self.page_shift;
-            // SAFETY: the area's data pages are ours from this allocation until its free;
-            // they are mapped read-write in the reservation.
-            unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
-            self.memsets.fetch_add(1, Relaxed);
+            self.clear_data(addr, a.pages);
         }
         Ok(NonNull::new(addr as *mut u8).expect("reservation never contains address 0"))
     }
