@@ -1,11 +1,14 @@
 //! In the shape of rptest and larson, re-parameterised for page-granular sizes: threads keep
 //! a set of live blocks of 4 KiB to 4 MiB (log-uniform), replace them at random, write the first
 //! byte of every page of each new block, and hand blocks to the next thread, which frees them:
-//! cross-thread frees, as a server's request buffers see.
+//! cross-thread frees, as a server's request buffers see. A thread that has done its
+//! operations keeps freeing what is handed to it until every thread is done, so the peak RSS
+//! measures the allocator, not how far apart the threads finished.
 //!
 //! `vmarena-xthread [--threads 2] [--ops 20000] [--live 64] [--min-kib 4] [--max-kib 4096] [--idle-ms 1000]`
 //! (`--ops` per thread)
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 use vmarena_bench::{after_work, arg, free, malloc, report, Rng};
@@ -41,11 +44,12 @@ fn main() {
     let live = arg("--live", 64).max(2) as usize;
     let (lo, hi) = ((arg("--min-kib", 4) << 10) as f64, (arg("--max-kib", 4096) << 10) as f64);
     let mailboxes: Vec<Mutex<Vec<Block>>> = (0..threads).map(|_| Mutex::new(Vec::new())).collect();
+    let done = AtomicUsize::new(0);
     let t0 = Instant::now();
     let checksum: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
-                let mb = &mailboxes;
+                let (mb, done) = (&mailboxes, &done);
                 s.spawn(move || {
                     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
                     let mut mine: Vec<Block> = Vec::with_capacity(live);
@@ -73,6 +77,17 @@ fn main() {
                         }
                     }
                     mine.into_iter().for_each(check_free);
+                    done.fetch_add(1, Ordering::AcqRel);
+                    // The other threads may still hand blocks over.
+                    loop {
+                        let finished = done.load(Ordering::Acquire) == threads;
+                        let got = std::mem::take(&mut *mb[t].lock().unwrap());
+                        got.into_iter().for_each(check_free);
+                        if finished {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                    }
                     sum
                 })
             })
