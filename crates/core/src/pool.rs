@@ -139,13 +139,33 @@ impl SizePools {
 
     /// Detach every dirty entry: `(start, pages)` pairs, for a purge to release.
     pub fn take_dirty(&mut self) -> Vec<(u64, u64)> {
+        self.take_dirty_keeping(0)
+    }
+
+    /// Detach the oldest dirty entries so that about `keep_pages` dirty pages stay: every class
+    /// gives up the same share of its dirty pages, oldest entries first (the shares are rounded
+    /// to whole entries, carrying the rounding error from class to class so that the total is
+    /// right to within one entry). `(start, pages)` pairs, for a purge to release.
+    pub fn take_dirty_keeping(&mut self, keep_pages: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        for (i, c) in self.classes.iter_mut().enumerate() {
-            let pages = i as u64 + 1;
-            self.len -= c.dirty.len() as u64;
-            out.extend(c.dirty.drain(..).map(|s| (s, pages)));
+        if keep_pages >= self.dirty_pages {
+            return out;
         }
-        self.dirty_pages = 0;
+        let share = (self.dirty_pages - keep_pages) as f64 / self.dirty_pages as f64;
+        // Pages owed to the release so far and not yet given (negative: given in advance).
+        let mut owed = 0.0f64;
+        for (i, c) in self.classes.iter_mut().enumerate() {
+            if c.dirty.is_empty() {
+                continue;
+            }
+            let pages = i as u64 + 1;
+            owed += (c.dirty.len() as u64 * pages) as f64 * share;
+            let n = ((owed / pages as f64).round().max(0.0) as usize).min(c.dirty.len());
+            owed -= (n as u64 * pages) as f64;
+            self.len -= n as u64;
+            self.dirty_pages -= n as u64 * pages;
+            out.extend(c.dirty.drain(..n).map(|s| (s, pages)));
+        }
         out
     }
 
@@ -227,6 +247,36 @@ mod tests {
         assert_eq!(p.pop(1, 8, PoolSide::Dirty), None);
         assert_eq!(p.pop(1, 8, PoolSide::Dirty), Some((8, PoolSide::Dirty)));
         assert_eq!(p.len(), 1);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn take_dirty_keeping_gives_up_the_oldest_share_of_every_class() {
+        let mut p = SizePools::new();
+        for s in 0..8 {
+            p.push(100 + s, 2, PoolSide::Dirty);
+            p.push(200 + s, 10, PoolSide::Dirty);
+        }
+        p.push(300, 4, PoolSide::Clean);
+        assert_eq!(p.dirty_pages(), 96);
+        assert!(p.take_dirty_keeping(96).is_empty(), "nothing over the budget");
+        let out = p.take_dirty_keeping(48);
+        let (small, large): (Vec<&(u64, u64)>, Vec<&(u64, u64)>) = out.iter().partition(|a| a.1 == 2);
+        assert_eq!(small, vec![&(100, 2), &(101, 2), &(102, 2), &(103, 2)], "oldest half of class 2");
+        assert_eq!(large, vec![&(200, 10), &(201, 10), &(202, 10), &(203, 10)], "oldest half of class 10");
+        assert_eq!(p.dirty_pages(), 48);
+        assert_eq!(p.pop(10, 1, PoolSide::Dirty), Some((207, PoolSide::Dirty)), "the newest stay");
+        // A share smaller than one entry per class adds up across classes.
+        let mut q = SizePools::new();
+        for pages in 1..=10 {
+            q.push(pages * 1000, pages, PoolSide::Dirty);
+        }
+        let out = q.take_dirty_keeping(55 / 2);
+        let given: u64 = out.iter().map(|a| a.1).sum();
+        assert!((given as i64 - 28).abs() <= 10, "gave {given} pages of the 28 owed");
+        assert_eq!(q.dirty_pages(), 55 - given);
+        assert_eq!(q.len(), 10 - out.len() as u64);
+        q.check().unwrap();
         p.check().unwrap();
     }
 

@@ -164,6 +164,10 @@ pub enum PurgeKind {
     /// share (25%).
     Normal,
 
+    /// The purge the lazy threshold starts: as `Normal`, except that Nodes keeps the most
+    /// recently freed lazy pages resident, up to `purge_keep_percent` of `lazy_max_pages`.
+    Threshold,
+
     /// Release lazy memory and return every pooled and lazy area to the free tree.
     Full,
 }
@@ -257,6 +261,9 @@ impl Arena {
         }
         if opts.pool_decay_percent > 100 {
             return Err("pool_decay_percent must be at most 100".into());
+        }
+        if opts.purge_keep_percent > 100 {
+            return Err("purge_keep_percent must be at most 100".into());
         }
         let nr_nodes = opts.node_count();
         let free = || Padded(StatLock::new(FreeTree::with_range(lo, hi)));
@@ -917,13 +924,17 @@ impl Shared {
         let Some(best) = best else {
             return self.node_join(g, r);
         };
-        let l = g.lazy_tree.swap_remove(best);
+        // The list stays in the order of the frees (a purge keeps the newest): the rest of a
+        // split area takes the area's place.
+        let l = g.lazy_tree[best];
         g.lazy_tree_pages -= pages;
         g.lazy_reuses += 1;
         let split = l.pages > pages;
         if split {
-            g.lazy_tree.push(LazyArea { start: l.start + pages, pages: l.pages - pages, reusable: true });
+            g.lazy_tree[best] = LazyArea { start: l.start + pages, pages: l.pages - pages, reusable: true };
             g.lazy_splits += 1;
+        } else {
+            g.lazy_tree.remove(best);
         }
         g.sync(&self.lazy_approx, false);
         Some((l.start, false, split))
@@ -962,17 +973,21 @@ impl Shared {
         }
         let (from, to, total) = best?;
         let taken: Vec<LazyArea> = order[from..to].iter().map(|&i| g.lazy_tree[i]).collect();
-        let mut gone: Vec<usize> = order[from..to].to_vec();
-        gone.sort_unstable_by(|a, b| b.cmp(a));
-        for i in gone {
-            g.lazy_tree.swap_remove(i);
-        }
         let start = taken[0].start;
         let last = taken[taken.len() - 1];
-        g.joined_guards = taken[..taken.len() - 1].iter().map(|l| (l.start, l.pages)).collect();
+        // The rest of the last area keeps that area's place in the list; the others leave it.
+        let last_at = order[to - 1];
+        let mut gone: Vec<usize> = order[from..to - 1].to_vec();
         if total > pages {
-            g.lazy_tree.push(LazyArea { start: start + pages, pages: total - pages, reusable: true });
+            g.lazy_tree[last_at] = LazyArea { start: start + pages, pages: total - pages, reusable: true };
+        } else {
+            gone.push(last_at);
         }
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for i in gone {
+            g.lazy_tree.remove(i);
+        }
+        g.joined_guards = taken[..taken.len() - 1].iter().map(|l| (l.start, l.pages)).collect();
         debug_assert!(last.start + last.pages == start + total);
         g.lazy_tree_pages -= pages;
         g.lazy_reuses += 1;
@@ -990,7 +1005,7 @@ impl Shared {
         let i = (0..g.lazy_tree.len())
             .filter(|&i| g.lazy_tree[i].reusable && g.lazy_tree[i].pages < pages)
             .max_by_key(|&i| g.lazy_tree[i].pages)?;
-        let l = g.lazy_tree.swap_remove(i);
+        let l = g.lazy_tree.remove(i);
         g.lazy_tree_pages -= l.pages;
         g.sync(lazy_approx, false);
         Some(l)
@@ -1076,7 +1091,7 @@ impl Shared {
         if self.opts.purge_thread {
             self.worker.wake(me);
         } else {
-            self.purge(PurgeKind::Normal);
+            self.purge(PurgeKind::Threshold);
         }
     }
 
@@ -1085,7 +1100,7 @@ impl Shared {
     fn purge_unless_running(&self) {
         if let Ok(guard) = self.purge_lock.try_lock() {
             drop(guard);
-            self.purge(PurgeKind::Normal);
+            self.purge(PurgeKind::Threshold);
         }
     }
 

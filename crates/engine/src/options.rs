@@ -16,9 +16,11 @@ options_table! {
         /// Run purges on a background thread (otherwise the freeing thread purges inline).
         purge_thread: bool = true, "bool", "VMARENA_PURGE_THREAD";
         /// Idle period after which the background thread purges whatever is lazy; 0 = never.
-        decay_interval_ms: u64 = 1000, "ms", "VMARENA_DECAY_INTERVAL_MS";
+        decay_interval_ms: u64 = 500, "ms", "VMARENA_DECAY_INTERVAL_MS";
         /// Share of each pool a normal purge gives back to the free tree (the kernel's 25%).
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
+        /// Share of lazy_max_pages a threshold purge leaves resident, newest frees first (Nodes; 0 = release all, as the kernel).
+        purge_keep_percent: u64 = 75, "percent", "VMARENA_PURGE_KEEP_PERCENT";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
         /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).

@@ -7,6 +7,7 @@
 //! section 5). The background thread that calls it is the [`worker`](crate::worker).
 
 use crate::arena::{Kind, PurgeKind, PurgeReport, Shared};
+use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{FreeTree, PoolSide};
@@ -48,12 +49,28 @@ impl Shared {
             }
             Kind::Nodes { nodes, .. } => {
                 let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
+                // A threshold purge keeps this many of the most recently freed pages, shared
+                // among the nodes in proportion to their lazy pages.
+                let keep_total = match kind {
+                    PurgeKind::Threshold => self.lazy_max * self.opts.purge_keep_percent / 100,
+                    _ => 0,
+                };
+                let total = self.lazy_approx.load(Relaxed).max(1) as u64;
                 for (i, n) in nodes.iter().enumerate() {
                     let mut p = n.lock_at(&site::PURGE_DETACH);
                     let decayed = p.pools.decay(num, den);
-                    let dirty = p.pools.take_dirty();
-                    let lazy = std::mem::take(&mut p.lazy_tree);
-                    p.lazy_tree_pages = 0;
+                    let node_lazy = p.lazy_pages();
+                    let keep = if keep_total == 0 || node_lazy == 0 {
+                        0
+                    } else {
+                        (keep_total as u128 * node_lazy as u128 / total.max(node_lazy) as u128) as u64
+                    };
+                    // Pools and the lazy list give up the same share, oldest first.
+                    let pool_keep = (keep as u128 * p.pools.dirty_pages() as u128)
+                        .checked_div(node_lazy as u128)
+                        .unwrap_or(0) as u64;
+                    let dirty = p.pools.take_dirty_keeping(pool_keep);
+                    let lazy = Self::take_lazy_keeping(&mut p, keep - pool_keep);
                     p.sync(&self.lazy_approx, true);
                     if full {
                         // The failure path and the shrinker take the chunks back too.
@@ -104,6 +121,28 @@ impl Shared {
             areas_to_tree: to_tree.len() as u64,
             syscalls: calls,
         }
+    }
+
+    /// Detach the node's oldest lazy areas until at most `keep_pages` of them stay; areas that
+    /// are not reusable (allocated in a caller's window) go whatever the budget.
+    fn take_lazy_keeping(p: &mut NodeState, keep_pages: u64) -> Vec<LazyArea> {
+        if keep_pages == 0 {
+            p.lazy_tree_pages = 0;
+            return std::mem::take(&mut p.lazy_tree);
+        }
+        let mut left = p.lazy_tree_pages;
+        let mut out = Vec::new();
+        p.lazy_tree.retain(|l| {
+            if !l.reusable || left > keep_pages {
+                left -= l.pages;
+                out.push(*l);
+                false
+            } else {
+                true
+            }
+        });
+        p.lazy_tree_pages = left;
+        out
     }
 
     /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool

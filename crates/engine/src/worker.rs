@@ -5,10 +5,12 @@
 //! The thread holds only a weak reference to the arena and upgrades it for each purge, so
 //! dropping the arena stops it.
 //!
-//! It purges (a normal purge) when:
-//! - a free pushed the lazy pages over `lazy_max_pages` (the kernel's `drain_vmap_work`), or
+//! It purges when:
+//! - a free pushed the lazy pages over `lazy_max_pages` (the kernel's `drain_vmap_work`): a
+//!   threshold purge, which keeps the most recently freed pages up to `purge_keep_percent`, or
 //! - `decay_interval_ms` passed since its last purge and some pages are lazy (the user-space
-//!   addition: memory of an idle program falls back to the OS within one interval).
+//!   addition: memory of an idle program falls back to the OS within one interval): a normal
+//!   purge, which releases all lazy memory.
 //!
 //! The thread starts on the first wake-up, not at arena creation, so an arena that never frees
 //! much never has one. After a `fork()` the child has no worker thread; the next wake-up in the
@@ -94,7 +96,7 @@ mod thread {
                         // No thread to be had: purge on this thread instead.
                         drop(st);
                         if wake {
-                            arena.purge(PurgeKind::Normal);
+                            arena.purge(PurgeKind::Threshold);
                         }
                         return;
                     }
@@ -162,7 +164,9 @@ mod thread {
                 // of a program that stopped allocating falls like the rest.
                 arena.drain_caches();
             }
-            if woken || arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
+            if woken {
+                arena.purge(PurgeKind::Threshold);
+            } else if arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
                 arena.purge(PurgeKind::Normal);
             }
         }

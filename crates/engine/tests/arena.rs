@@ -260,6 +260,60 @@ fn lazy_threshold_triggers_a_purge() {
     assert!(a.stats().lazy_pages <= 100 + 300 + 64 * 3);
 }
 
+/// The purge the threshold starts keeps the most recently freed pages, up to
+/// `purge_keep_percent` of the threshold, in the pools and on the lazy list alike; a normal
+/// purge (decay, `purge()`) releases the rest, and `purge_keep_percent: 0` keeps nothing.
+#[test]
+fn a_threshold_purge_keeps_the_newest_frees_resident() {
+    for keep_percent in [50, 0] {
+        let rec = Arc::new(Recorder::default());
+        let o = ArenaOptions {
+            nodes: 1,
+            thread_cache: false,
+            lazy_max_pages: 1000,
+            purge_keep_percent: keep_percent,
+            ..opts(Strategy::Nodes)
+        };
+        let a = Arena::new("keep", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+        let large: Vec<u64> = (0..4).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap().start).collect();
+        let small: Vec<u64> = (0..10).map(|_| a.alloc(&AllocRequest::pages(10)).unwrap().start).collect();
+        // Three large areas (lazy list), then ten pool areas: 1000 lazy pages, not over.
+        for &x in large[..3].iter().chain(&small) {
+            a.free(x).unwrap();
+        }
+        assert_eq!(a.stats().purges, 0, "{keep_percent}: still at the threshold");
+        // The fourth large area passes it: the freeing thread purges (no worker).
+        a.free(large[3]).unwrap();
+        let st = a.stats();
+        assert_eq!(st.purges, 1, "{keep_percent}");
+        let released: Vec<u64> = rec.released.lock().unwrap().iter().map(|r| r.0).collect();
+        if keep_percent == 0 {
+            assert_eq!(st.lazy_pages, 0, "everything released");
+            assert_eq!(released.len(), 14);
+            continue;
+        }
+        // 500 pages kept in proportion: 38 of the pools' 100 (4 areas, rounded), 462 of the
+        // lazy list's 1200 (the newest large area; the next one would pass the budget).
+        assert_eq!(st.lazy_pages, 4 * 10 + 300, "kept pages");
+        let mut expect: Vec<u64> = large[..3].iter().chain(&small[..6]).copied().collect();
+        let mut got = released.clone();
+        expect.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(got, expect, "the oldest frees are the ones released");
+        // The kept areas are reused with their memory in place.
+        let x = a.alloc(&AllocRequest::pages(300)).unwrap();
+        assert_eq!((x.start, x.fresh), (large[3], false), "the newest large area, still resident");
+        let y = a.alloc(&AllocRequest::pages(10)).unwrap();
+        assert_eq!((y.start, y.fresh), (small[9], false), "the newest pool area, still dirty");
+        a.free(x.start).unwrap();
+        a.free(y.start).unwrap();
+        // A normal purge releases whatever is kept.
+        a.purge();
+        assert_eq!(a.stats().lazy_pages, 0);
+        a.check().unwrap();
+    }
+}
+
 #[test]
 fn background_worker_purges_without_further_calls() {
     let o = ArenaOptions { purge_thread: true, decay_interval_ms: 50, ..opts(Strategy::Nodes) };
