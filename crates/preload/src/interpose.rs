@@ -13,7 +13,7 @@ use crate::{bootstrap, in_space, space, threshold};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};
-use vmarena::VmError;
+use vmarena::{size_class_bytes, VmError};
 use vmarena_platform::set_errno;
 
 fn page() -> usize {
@@ -26,6 +26,8 @@ fn vm_alloc(size: usize, align: usize, zeroed: bool) -> Option<*mut c_void> {
         let s = space()?;
         // Every area is page aligned; a smaller alignment (or none, 0) asks for nothing more.
         let align = align.max(1);
+        // Rounded to a size class, so that freed areas match later requests (`size_class`).
+        let size = size_class_bytes(size, page());
         let r = if zeroed { s.vzalloc_aligned(size, align) } else { s.vmalloc_aligned(size, align) };
         r.ok()
     })
@@ -200,7 +202,8 @@ fn vm_realloc(n: Option<&Next>, p: *mut c_void, size: usize) -> *mut c_void {
         return null_mut();
     }
     if size >= threshold() {
-        let r = catch_unwind(AssertUnwindSafe(|| s.vrealloc(NonNull::new(p.cast()), size)));
+        let class = size_class_bytes(size, page());
+        let r = catch_unwind(AssertUnwindSafe(|| s.vrealloc(NonNull::new(p.cast()), class)));
         match r {
             Ok(Ok(q)) => {
                 count(&C.vm_reallocs, 1);

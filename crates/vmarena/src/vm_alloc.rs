@@ -13,6 +13,8 @@
 //!   (`vmarena_platform::reentry`: vmarena's own allocations, the purge worker, the space's
 //!   creation) or the space cannot serve it (not creatable, exhausted): then the inner
 //!   allocator serves it.
+//! - sizes sent to vmarena are rounded up to a size class (four per doubling, see
+//!   [`crate::size_class`]), so that freed areas match later layouts.
 //! - free and resize: by address. A pointer inside the default space's reservation is
 //!   vmarena's, anything else the inner allocator's, so a large layout the inner allocator had
 //!   to serve is given back to it.
@@ -24,6 +26,7 @@
 #![allow(unsafe_code)]
 
 use crate::default_space::{default_space, existing_default_space};
+use crate::size_class::size_class_bytes;
 use crate::space::VmSpace;
 use std::alloc::{GlobalAlloc, Layout, System};
 use vmarena_platform::reentry;
@@ -78,12 +81,11 @@ impl<A: GlobalAlloc> VmAlloc<A> {
     }
 
     fn vm_alloc(space: &VmSpace, layout: Layout, zeroed: bool) -> Option<*mut u8> {
-        let align = layout.align().max(vmarena_platform::page_size());
-        let r = if zeroed {
-            space.vzalloc_aligned(layout.size(), align)
-        } else {
-            space.vmalloc_aligned(layout.size(), align)
-        };
+        let page = vmarena_platform::page_size();
+        let align = layout.align().max(page);
+        // Rounded to a size class, so that freed areas match later layouts (`size_class`).
+        let size = size_class_bytes(layout.size(), page);
+        let r = if zeroed { space.vzalloc_aligned(size, align) } else { space.vmalloc_aligned(size, align) };
         r.ok().map(|p| p.as_ptr())
     }
 }
@@ -133,7 +135,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for VmAlloc<A> {
         match owner {
             // Stays in vmarena: vrealloc keeps page alignment; larger alignments move by hand.
             Some(s) if to_vm && layout.align() <= vmarena_platform::page_size() => {
-                if let Ok(q) = s.vrealloc(std::ptr::NonNull::new(p), new_size) {
+                let size = size_class_bytes(new_size, vmarena_platform::page_size());
+                if let Ok(q) = s.vrealloc(std::ptr::NonNull::new(p), size) {
                     return q.as_ptr();
                 }
                 // No room in the space: the inner allocator takes the contents below.

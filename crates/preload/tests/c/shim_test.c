@@ -52,6 +52,18 @@ static void routing(size_t thr) {
     free(s);
     free(NULL);
 
+    /* size classes: 17 pages are served as 20 (four classes per doubling), and a freed area
+       serves the next request of its class */
+    if (thr <= 17 * 4096) {
+        void *c1 = malloc(17 * 4096);
+        CHECK(c1 && is_vm(c1) && malloc_usable_size(c1) == 20 * 4096);
+        fill(c1, 20 * 4096, 3);
+        free(c1);
+        void *c2 = malloc(19 * 4096 + 5);
+        CHECK(c2 == c1 && malloc_usable_size(c2) == 20 * 4096);
+        free(c2);
+    }
+
     /* realloc: in vmarena, out of it, into it, NULL and 0 */
     l = realloc(l, 5 * thr);
     CHECK(l && is_vm(l) && verify(l, thr, 1));
