@@ -126,6 +126,17 @@ impl SizePools {
         Some(side)
     }
 
+    /// Take a dirty area of exactly `pages` pages aligned to `align_pages` (newest entry only,
+    /// as [`pop`](Self::pop) does), never a clean one.
+    #[inline]
+    pub fn pop_dirty(&mut self, pages: u64, align_pages: u64) -> Option<u64> {
+        let c = &mut self.classes[Self::class_of(pages)?];
+        let start = Self::pop_aligned(&mut c.dirty, align_pages)?;
+        self.len -= 1;
+        self.dirty_pages -= pages;
+        Some(start)
+    }
+
     /// The newest entry if it is aligned; a misaligned one is rotated to the front (a miss).
     #[inline]
     fn pop_aligned(q: &mut VecDeque<u64>, align_pages: u64) -> Option<u64> {
@@ -261,9 +272,10 @@ mod tests {
         assert_eq!(p.dirty_pages(), 96);
         assert!(p.take_dirty_keeping(96).is_empty(), "nothing over the budget");
         let out = p.take_dirty_keeping(48);
-        let (small, large): (Vec<&(u64, u64)>, Vec<&(u64, u64)>) = out.iter().partition(|a| a.1 == 2);
-        assert_eq!(small, vec![&(100, 2), &(101, 2), &(102, 2), &(103, 2)], "oldest half of class 2");
-        assert_eq!(large, vec![&(200, 10), &(201, 10), &(202, 10), &(203, 10)], "oldest half of class 10");
+        let small: Vec<(u64, u64)> = out.iter().copied().filter(|a| a.1 == 2).collect();
+        let large: Vec<(u64, u64)> = out.iter().copied().filter(|a| a.1 == 10).collect();
+        assert_eq!(small, vec![(100, 2), (101, 2), (102, 2), (103, 2)], "oldest half of class 2");
+        assert_eq!(large, vec![(200, 10), (201, 10), (202, 10), (203, 10)], "oldest half of class 10");
         assert_eq!(p.dirty_pages(), 48);
         assert_eq!(p.pop(10, 1, PoolSide::Dirty), Some((207, PoolSide::Dirty)), "the newest stay");
         // A share smaller than one entry per class adds up across classes.

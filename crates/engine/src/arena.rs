@@ -146,8 +146,14 @@ pub enum Step {
     Pool,
     /// A large area this node freed and no purge has taken yet (Nodes, default window).
     LazyReuse,
+    /// Another node's resident freed area, from its pool (dirty entries) or lazy list (Nodes,
+    /// requests larger than a chunk carve; option `node_steal`).
+    Steal,
     /// This node's chunk, a zone of its stripe (Nodes, up to 16 pages, page alignment).
     Chunk,
+    /// This node's largest lazy area grown into the free space right after it (Nodes, sizes
+    /// above the pools).
+    Extend,
     /// The free tree, conservative O(log n) search (for Nodes first in the node's stripe).
     Tree,
     /// The free tree, exact search (only when the alignment made the first search skip blocks).
@@ -696,7 +702,7 @@ impl Shared {
                 let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
                 // Steps Pool and LazyReuse.
                 if let Some((start, fresh, split)) =
-                    self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree)
+                    self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree, false)
                 {
                     let joined = std::mem::take(&mut g.joined_guards);
                     if self.shard_of(start) == me {
@@ -719,6 +725,17 @@ impl Shared {
                 }
                 // Step Chunk: small areas are carved from a zone of this node's stripe.
                 let small = pages <= ZONE_PAGES && r.align_pages == 1;
+                // Step Steal: a larger request that this node cannot serve from resident memory
+                // looks at the other nodes' resident freed areas before taking fresh pages. The
+                // area stays this node's (it comes back here when freed).
+                let mut g = g;
+                if !small && self.opts.node_steal && self.nr_nodes > 1 {
+                    drop(g);
+                    if let Some(a) = self.node_steal(nodes, r, me, area) {
+                        return Some(a);
+                    }
+                    g = nodes[me].lock_at(&site::ALLOC_NODE);
+                }
                 if small {
                     if let Some(start) = g.carve(pages) {
                         let ok = g.busy.insert(start, area);
@@ -732,7 +749,6 @@ impl Shared {
                 }
                 // Step Extend: the largest lazy area of this node, grown into the free space
                 // right after it, so only the growth takes fresh pages.
-                let mut g = g;
                 let mut tried = Vec::new();
                 while r.align_pages == 1
                     && SizePools::class_of(pages).is_none()
@@ -807,6 +823,44 @@ impl Shared {
                 Some(Allocation { start, pages, fresh: fresh_from_tree })
             }
         }
+    }
+
+    /// Step Steal: the other nodes in turn (one node lock at a time, none held on entry), each
+    /// asked for a resident area (a dirty pool entry, or a lazy area alone, split or joined).
+    fn node_steal(
+        &self,
+        nodes: &[Node],
+        r: &Request,
+        me: usize,
+        area: BusyArea<AreaTag>,
+    ) -> Option<Allocation> {
+        let pages = r.size_pages;
+        for k in 1..self.nr_nodes {
+            let other = (me + k) % self.nr_nodes;
+            let mut o = nodes[other].lock_at(&site::ALLOC_STEAL);
+            let Some((start, fresh, split)) = self.node_take(&mut o, r, false, false, true) else {
+                continue;
+            };
+            o.steals += 1;
+            let joined = std::mem::take(&mut o.joined_guards);
+            if self.shard_of(start) == other {
+                let ok = o.busy.insert(start, area);
+                debug_assert!(ok, "a stolen area was live");
+                self.track(start, &area);
+                drop(o);
+            } else {
+                drop(o);
+                self.insert_busy(nodes, start, area);
+            }
+            if !joined.is_empty() {
+                self.backing.retire(&joined);
+            }
+            if split {
+                self.backing.prepare(start, pages);
+            }
+            return Some(Allocation { start, pages, fresh });
+        }
+        None
     }
 
     /// The tree steps for node `me`: a fresh chunk for small areas (returns the chunk's
@@ -886,8 +940,15 @@ impl Shared {
         r: &Request,
         prefer_fresh: bool,
         zeroes: bool,
+        resident_only: bool,
     ) -> Option<(u64, bool, bool)> {
         let pages = r.size_pages;
+        if resident_only && SizePools::class_of(pages).is_some() {
+            let start = g.pools.pop_dirty(pages, r.align_pages)?;
+            g.hits += 1;
+            g.sync(&self.lazy_approx, false);
+            return Some((start, false, false));
+        }
         if SizePools::class_of(pages).is_some() {
             let prefer = if prefer_fresh { PoolSide::Clean } else { PoolSide::Dirty };
             return match g.pools.pop(pages, r.align_pages, prefer) {
@@ -1187,6 +1248,7 @@ impl Shared {
                     s.lazy_splits += p.lazy_splits;
                     s.lazy_joins += p.lazy_joins;
                     s.lazy_extends += p.lazy_extends;
+                    s.node_steals += p.steals;
                     s.frees += p.frees;
                 }
                 let f = free.lock();

@@ -58,6 +58,8 @@ pub(crate) struct NodeState {
     pub lazy_splits: u64,
     pub lazy_joins: u64,
     pub lazy_extends: u64,
+    /// Allocations of other nodes served here (see `node_steal`).
+    pub steals: u64,
     /// Guards of lazy areas the last `node_join` consumed whole, for the caller to remove.
     pub joined_guards: Vec<(u64, u64)>,
     pub chunk_allocs: u64,

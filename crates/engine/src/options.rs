@@ -23,6 +23,8 @@ options_table! {
         purge_keep_percent: u64 = 75, "percent", "VMARENA_PURGE_KEEP_PERCENT";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
+        /// On a miss, take a resident freed area from another node before fresh pages (Nodes; not for chunk-sized areas).
+        node_steal: bool = true, "bool", "VMARENA_NODE_STEAL";
         /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).
         thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";
         /// Largest area a thread cache holds, in pages, guard pages included (at most 8191).

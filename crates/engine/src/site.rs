@@ -20,6 +20,8 @@ pub static FREE_BUSY: LockSite = LockSite::new("free: busy");
 pub static ALLOC_NODE: LockSite = LockSite::new("alloc: node");
 /// Nodes: another node, when the new area's busy home is not the allocating node.
 pub static ALLOC_HOME_NODE: LockSite = LockSite::new("alloc: home node");
+/// Nodes: another node, whose resident freed areas a miss looks at before fresh pages.
+pub static ALLOC_STEAL: LockSite = LockSite::new("alloc: steal");
 /// Nodes: the busy shard of the area being freed (and its pool when it is also the home).
 pub static FREE_SHARD_NODE: LockSite = LockSite::new("free: shard node");
 /// Nodes: the allocating node, when it is not the busy shard.
@@ -32,7 +34,7 @@ pub static PURGE_REFILL: LockSite = LockSite::new("purge: refill");
 pub static PURGE_MERGE: LockSite = LockSite::new("purge: merge");
 
 /// Every site, for reports.
-pub static ALL: [&LockSite; 12] = [
+pub static ALL: [&LockSite; 13] = [
     &ALLOC_GLOBAL,
     &FREE_GLOBAL,
     &ALLOC_FREE_TREE,
@@ -40,6 +42,7 @@ pub static ALL: [&LockSite; 12] = [
     &FREE_BUSY,
     &ALLOC_NODE,
     &ALLOC_HOME_NODE,
+    &ALLOC_STEAL,
     &FREE_SHARD_NODE,
     &FREE_HOME_NODE,
     &PURGE_DETACH,

@@ -31,6 +31,8 @@ stats_table! {
         lazy_joins, "allocs";
         /// Of those, reuses that grew a lazy area into the free space right after it.
         lazy_extends, "allocs";
+        /// Allocations served by another node's resident freed area (pool or lazy list).
+        node_steals, "allocs";
         /// Freed small areas held in thread caches (counted neither live nor lazy).
         cached_areas, "areas";
         /// Pages of the areas held in thread caches.

@@ -314,6 +314,52 @@ fn a_threshold_purge_keeps_the_newest_frees_resident() {
     }
 }
 
+/// A miss on one node takes another node's resident freed area (pool or lazy list) before
+/// fresh pages; chunk-sized requests do not, and with `node_steal` off nothing is taken.
+#[test]
+fn a_miss_takes_another_nodes_resident_area_before_fresh_pages() {
+    use vmarena_platform::cpu::{count, pin_current_thread};
+    if count() < 2 {
+        eprintln!("one CPU: the allocating node cannot be changed; nothing to test");
+        return;
+    }
+    for steal in [true, false] {
+        let o = ArenaOptions { nodes: 2, thread_cache: false, node_steal: steal, ..opts(Strategy::Nodes) };
+        let a = Arena::new("steal", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
+        let t = std::thread::spawn(move || {
+            assert!(pin_current_thread(0));
+            let sizes = [40u64, 300, 8];
+            let on0: Vec<u64> =
+                sizes.iter().map(|&p| a.alloc(&AllocRequest::pages(p)).unwrap().start).collect();
+            for &x in &on0 {
+                assert_eq!(a.lookup(x).unwrap().node, 0);
+                a.free(x).unwrap();
+            }
+            assert!(pin_current_thread(1));
+            let on1: Vec<_> = sizes.iter().map(|&p| a.alloc(&AllocRequest::pages(p)).unwrap()).collect();
+            for x in &on1 {
+                assert_eq!(a.lookup(x.start).unwrap().node, 1, "the taker owns the area");
+            }
+            let st = a.stats();
+            if steal {
+                assert_eq!(on1[0].start, on0[0], "node 0's pooled 40-page area");
+                assert_eq!(on1[1].start, on0[1], "node 0's lazy 300-page area");
+                assert!(!on1[0].fresh && !on1[1].fresh);
+                assert_ne!(on1[2].start, on0[2], "chunk-sized: carved from node 1's own stripe");
+                assert_eq!(st.node_steals, 2);
+            } else {
+                assert!(on1.iter().zip(&on0).all(|(x, &y)| x.start != y), "{on1:?} {on0:?}");
+                assert_eq!(st.node_steals, 0);
+            }
+            for x in on1 {
+                a.free(x.start).unwrap();
+            }
+            a.check().unwrap();
+        });
+        t.join().unwrap();
+    }
+}
+
 #[test]
 fn background_worker_purges_without_further_calls() {
     let o = ArenaOptions { purge_thread: true, decay_interval_ms: 50, ..opts(Strategy::Nodes) };

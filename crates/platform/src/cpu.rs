@@ -114,6 +114,20 @@ pub fn possible() -> usize {
     })
 }
 
+/// Pin the calling thread to `cpu` (tests and experiments that need a given node). False when
+/// the CPU does not exist or is not allowed.
+pub fn pin_current_thread(cpu: usize) -> bool {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it (cpu < CPU_SETSIZE).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,13 +136,7 @@ mod tests {
     fn rseq_cpu_agrees_with_sched_getcpu() {
         // Pin to each CPU in turn so that both reads must give the same answer.
         for cpu in 0..count() {
-            // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
-            let ok = unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-            };
-            if !ok {
+            if !pin_current_thread(cpu) {
                 continue;
             }
             assert_eq!(current(), cpu);

@@ -58,7 +58,7 @@ mod tests {
         let mut bytes = 8 * PAGE + 1;
         while bytes < 1 << 40 {
             let c = size_class_bytes(bytes, PAGE);
-            assert!(c >= bytes && c % PAGE == 0, "{bytes} -> {c}");
+            assert!(c >= bytes && c.is_multiple_of(PAGE), "{bytes} -> {c}");
             assert!((c - bytes) as f64 <= bytes as f64 / 4.0 + PAGE as f64, "{bytes} -> {c}");
             bytes = bytes * 9 / 7 + 13;
         }
