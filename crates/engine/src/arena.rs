@@ -39,7 +39,7 @@
 //! search, full purge and retry, failure with an error that names the arena and its limits.
 
 use crate::backing::Backing;
-use crate::lock::{LockStats, StatLock};
+use crate::lock::{LockStats, StatGuard, StatLock};
 use crate::magazine::{FreeFast, ThreadCaches};
 use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
 use crate::options::ArenaOptions;
@@ -704,23 +704,7 @@ impl Shared {
                 if let Some((start, fresh, split)) =
                     self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree, false)
                 {
-                    let joined = std::mem::take(&mut g.joined_guards);
-                    if self.shard_of(start) == me {
-                        let ok = g.busy.insert(start, area);
-                        debug_assert!(ok, "pool handed out a live start");
-                        self.track(start, &area);
-                        drop(g);
-                    } else {
-                        drop(g);
-                        self.insert_busy(nodes, start, area);
-                    }
-                    if !joined.is_empty() {
-                        // The joined areas' own guards now lie inside the new area's data.
-                        self.backing.retire(&joined);
-                    }
-                    if split {
-                        self.backing.prepare(start, pages);
-                    }
+                    self.finish_take(nodes, g, me, start, area, split);
                     return Some(Allocation { start, pages, fresh });
                 }
                 // Step Chunk: small areas are carved from a zone of this node's stripe.
@@ -834,7 +818,6 @@ impl Shared {
         me: usize,
         area: BusyArea<AreaTag>,
     ) -> Option<Allocation> {
-        let pages = r.size_pages;
         for k in 1..self.nr_nodes {
             let other = (me + k) % self.nr_nodes;
             let mut o = nodes[other].lock_at(&site::ALLOC_STEAL);
@@ -842,25 +825,41 @@ impl Shared {
                 continue;
             };
             o.steals += 1;
-            let joined = std::mem::take(&mut o.joined_guards);
-            if self.shard_of(start) == other {
-                let ok = o.busy.insert(start, area);
-                debug_assert!(ok, "a stolen area was live");
-                self.track(start, &area);
-                drop(o);
-            } else {
-                drop(o);
-                self.insert_busy(nodes, start, area);
-            }
-            if !joined.is_empty() {
-                self.backing.retire(&joined);
-            }
-            if split {
-                self.backing.prepare(start, pages);
-            }
-            return Some(Allocation { start, pages, fresh });
+            self.finish_take(nodes, o, other, start, area, split);
+            return Some(Allocation { start, pages: r.size_pages, fresh });
         }
         None
+    }
+
+    /// Record an area that node `locked` (held in `g`) handed out from resident memory: into
+    /// its busy shard (under `g` when `locked` is the shard), then, with no lock held, retire
+    /// the guards a join left inside the area's data and prepare the guard of a split front.
+    #[inline]
+    fn finish_take(
+        &self,
+        nodes: &[Node],
+        mut g: StatGuard<'_, NodeState>,
+        locked: usize,
+        start: u64,
+        area: BusyArea<AreaTag>,
+        split: bool,
+    ) {
+        let joined = std::mem::take(&mut g.joined_guards);
+        if self.shard_of(start) == locked {
+            let ok = g.busy.insert(start, area);
+            debug_assert!(ok, "a node handed out a live start");
+            self.track(start, &area);
+            drop(g);
+        } else {
+            drop(g);
+            self.insert_busy(nodes, start, area);
+        }
+        if !joined.is_empty() {
+            self.backing.retire(&joined);
+        }
+        if split {
+            self.backing.prepare(start, area.pages);
+        }
     }
 
     /// The tree steps for node `me`: a fresh chunk for small areas (returns the chunk's
