@@ -709,9 +709,9 @@ impl Shared {
                 }
                 // Step Chunk: small areas are carved from a zone of this node's stripe.
                 let small = pages <= ZONE_PAGES && r.align_pages == 1;
-                // Step Steal: a larger request that this node cannot serve from resident memory
+                // Step Steal: a larger request that this node's pool and lazy list cannot serve
                 // looks at the other nodes' resident freed areas before taking fresh pages. The
-                // area stays this node's (it comes back here when freed).
+                // area becomes this node's (it comes back here when freed).
                 let mut g = g;
                 if !small && self.opts.node_steal && self.nr_nodes > 1 {
                     drop(g);
@@ -740,28 +740,26 @@ impl Shared {
                     && tried.len() < EXTEND_TRIES
                 {
                     let Some(l) = Self::node_claim_largest(&mut g, pages, &self.lazy_approx) else { break };
-                    {
+                    drop(g);
+                    let (end, extra) = (l.start + l.pages, pages - l.pages);
+                    let grown = Request::new(extra, 1, end, end + extra)
+                        .ok()
+                        .and_then(|q| free.lock_at(&site::ALLOC_FREE_TREE).alloc(&q))
+                        .map(|(s, _)| s);
+                    g = nodes[me].lock_at(&site::ALLOC_NODE);
+                    if grown.is_some() {
+                        debug_assert_eq!(grown, Some(end));
+                        g.lazy_reuses += 1;
+                        g.lazy_extends += 1;
+                        Self::node_unclaim(&mut g, tried, &self.lazy_approx);
                         drop(g);
-                        let (end, extra) = (l.start + l.pages, pages - l.pages);
-                        let grown = Request::new(extra, 1, end, end + extra)
-                            .ok()
-                            .and_then(|q| free.lock_at(&site::ALLOC_FREE_TREE).alloc(&q))
-                            .map(|(s, _)| s);
-                        g = nodes[me].lock_at(&site::ALLOC_NODE);
-                        if grown.is_some() {
-                            debug_assert_eq!(grown, Some(end));
-                            g.lazy_reuses += 1;
-                            g.lazy_extends += 1;
-                            Self::node_unclaim(&mut g, tried, &self.lazy_approx);
-                            drop(g);
-                            self.insert_busy(nodes, l.start, area);
-                            // The old guard is inside the area now; the new one goes at its end.
-                            self.backing.retire(&[(l.start, l.pages)]);
-                            self.backing.prepare(l.start, pages);
-                            return Some(Allocation { start: l.start, pages, fresh: false });
-                        }
-                        tried.push(l);
+                        self.insert_busy(nodes, l.start, area);
+                        // The old guard is inside the area now; the new one goes at its end.
+                        self.backing.retire(&[(l.start, l.pages)]);
+                        self.backing.prepare(l.start, pages);
+                        return Some(Allocation { start: l.start, pages, fresh: false });
                     }
+                    tried.push(l);
                 }
                 // Candidates whose next pages were not free go back on the lazy list.
                 Self::node_unclaim(&mut g, tried, &self.lazy_approx);
@@ -942,15 +940,14 @@ impl Shared {
         resident_only: bool,
     ) -> Option<(u64, bool, bool)> {
         let pages = r.size_pages;
-        if resident_only && SizePools::class_of(pages).is_some() {
-            let start = g.pools.pop_dirty(pages, r.align_pages)?;
-            g.hits += 1;
-            g.sync(&self.lazy_approx, false);
-            return Some((start, false, false));
-        }
         if SizePools::class_of(pages).is_some() {
-            let prefer = if prefer_fresh { PoolSide::Clean } else { PoolSide::Dirty };
-            return match g.pools.pop(pages, r.align_pages, prefer) {
+            let got = if resident_only {
+                g.pools.pop_dirty(pages, r.align_pages).map(|s| (s, PoolSide::Dirty))
+            } else {
+                let prefer = if prefer_fresh { PoolSide::Clean } else { PoolSide::Dirty };
+                g.pools.pop(pages, r.align_pages, prefer)
+            };
+            return match got {
                 Some((start, side)) => {
                     g.hits += 1;
                     if side == PoolSide::Dirty {
@@ -959,7 +956,10 @@ impl Shared {
                     Some((start, side == PoolSide::Clean && zeroes, false))
                 }
                 None => {
-                    g.misses += 1;
+                    // Another node's probe is not a miss of this node's pool.
+                    if !resident_only {
+                        g.misses += 1;
+                    }
                     None
                 }
             };

@@ -126,10 +126,6 @@ impl Shared {
     /// Detach the node's oldest lazy areas until at most `keep_pages` of them stay; areas that
     /// are not reusable (allocated in a caller's window) go whatever the budget.
     fn take_lazy_keeping(p: &mut NodeState, keep_pages: u64) -> Vec<LazyArea> {
-        if keep_pages == 0 {
-            p.lazy_tree_pages = 0;
-            return std::mem::take(&mut p.lazy_tree);
-        }
         let mut left = p.lazy_tree_pages;
         let mut out = Vec::new();
         p.lazy_tree.retain(|l| {

@@ -159,15 +159,15 @@ mod thread {
                 std::mem::take(&mut st.wake)
             };
             let Some(arena) = weak.upgrade() else { return };
-            if !woken {
+            if woken {
+                arena.purge(PurgeKind::Threshold);
+            } else {
                 // An idle interval: thread caches give their areas back, so that the memory
                 // of a program that stopped allocating falls like the rest.
                 arena.drain_caches();
-            }
-            if woken {
-                arena.purge(PurgeKind::Threshold);
-            } else if arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
-                arena.purge(PurgeKind::Normal);
+                if arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
+                    arena.purge(PurgeKind::Normal);
+                }
             }
         }
     }

@@ -51,6 +51,11 @@ fn routes_by_size_and_keeps_contents_across_the_threshold() {
     assert!(!in_space(v.as_ptr()), "shrunk below the threshold: moved out");
     verify(&v, 4, "after moving out");
 
+    // Sizes go to vmarena rounded up to a size class: 17 pages are served as 20.
+    let odd: Vec<u8> = Vec::with_capacity(17 * 4096);
+    assert_eq!(default_space().unwrap().size(odd.as_ptr()), Some(20 * 4096));
+    drop(odd);
+
     // Zeroed large layouts read as zero even when the area is reused.
     drop(big);
     let z: Vec<u64> = vec![0; 100_000];
