@@ -146,6 +146,18 @@ impl FreeTree {
         Ok(self.clip(n, start, end - start))
     }
 
+    /// Free pages touching the busy range `[start, end)`: `(before, after)`, the sizes of the
+    /// free ranges that end at `start` and that begin at `end` (0 where none touches).
+    pub fn free_around(&self, start: u64, end: u64) -> (u64, u64) {
+        let touching = |n: u32, ok: &dyn Fn(&Node) -> bool| {
+            (n != NIL && ok(&self.nodes[n as usize]))
+                .then(|| self.nodes[n as usize].end - self.nodes[n as usize].start)
+        };
+        let before = touching(self.floor(start), &|r| r.end == start).unwrap_or(0);
+        let after = touching(self.floor(end), &|r| r.start == end).unwrap_or(0);
+        (before, after)
+    }
+
     /// Give `[start, end)` back, merging with the free neighbours that touch it (eagerly, so
     /// free ranges never touch). Refuses a range that overlaps free space.
     pub fn insert_merge(&mut self, start: u64, end: u64) -> Result<(), TreeError> {
@@ -514,6 +526,20 @@ mod tests {
         assert_eq!(t.alloc(&right), Some((82, FitType::RightEdge)));
         assert_eq!(t.ranges(), vec![(40, 82)]);
         t.check().unwrap();
+    }
+
+    #[test]
+    fn free_around_sees_only_ranges_that_touch() {
+        let mut t = FreeTree::new();
+        t.insert_merge(0, 10).unwrap();
+        t.insert_merge(20, 25).unwrap();
+        t.insert_merge(40, 70).unwrap();
+        // [10, 20) touches a range on each side; [26, 40) only the one after it.
+        assert_eq!(t.free_around(10, 20), (10, 5));
+        assert_eq!(t.free_around(26, 40), (0, 30));
+        assert_eq!(t.free_around(25, 39), (5, 0));
+        assert_eq!(t.free_around(70, 80), (30, 0));
+        assert_eq!(FreeTree::new().free_around(5, 6), (0, 0));
     }
 
     #[test]

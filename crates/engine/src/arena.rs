@@ -57,7 +57,8 @@ pub use crate::error::{AllocError, FreeError};
 /// No allocating node (the kernel's `vn_id` 0).
 pub const NO_NODE: u16 = u16::MAX;
 
-/// Lazy areas an allocation tries to grow into the free space after them (step Extend).
+/// Lazy runs (the largest) an allocation tries to grow into the free space around them (step
+/// Extend).
 const EXTEND_TRIES: usize = 3;
 
 /// Full purges an allocation tries, while they make progress, before it fails.
@@ -731,38 +732,18 @@ impl Shared {
                         return Some(Allocation { start, pages, fresh: fresh_from_tree });
                     }
                 }
-                // Step Extend: the largest lazy area of this node, grown into the free space
-                // right after it, so only the growth takes fresh pages.
-                let mut tried = Vec::new();
-                while r.align_pages == 1
-                    && SizePools::class_of(pages).is_none()
-                    && self.opts.lazy_split
-                    && tried.len() < EXTEND_TRIES
-                {
-                    let Some(l) = Self::node_claim_largest(&mut g, pages, &self.lazy_approx) else { break };
-                    drop(g);
-                    let (end, extra) = (l.start + l.pages, pages - l.pages);
-                    let grown = Request::new(extra, 1, end, end + extra)
-                        .ok()
-                        .and_then(|q| free.lock_at(&site::ALLOC_FREE_TREE).alloc(&q))
-                        .map(|(s, _)| s);
-                    g = nodes[me].lock_at(&site::ALLOC_NODE);
-                    if grown.is_some() {
-                        debug_assert_eq!(grown, Some(end));
-                        g.lazy_reuses += 1;
-                        g.lazy_extends += 1;
-                        Self::node_unclaim(&mut g, tried, &self.lazy_approx);
+                // Step Extend: a run of this node's lazy areas grown into the free space on
+                // either side of it, so only the growth takes fresh pages.
+                if r.align_pages == 1 && SizePools::class_of(pages).is_none() && self.opts.lazy_split {
+                    let runs = Self::node_lazy_runs(&g, pages, EXTEND_TRIES);
+                    if !runs.is_empty() {
                         drop(g);
-                        self.insert_busy(nodes, l.start, area);
-                        // The old guard is inside the area now; the new one goes at its end.
-                        self.backing.retire(&[(l.start, l.pages)]);
-                        self.backing.prepare(l.start, pages);
-                        return Some(Allocation { start: l.start, pages, fresh: false });
+                        if let Some(a) = self.node_extend(nodes, free, me, &runs, area) {
+                            return Some(a);
+                        }
+                        g = nodes[me].lock_at(&site::ALLOC_NODE);
                     }
-                    tried.push(l);
                 }
-                // Candidates whose next pages were not free go back on the lazy list.
-                Self::node_unclaim(&mut g, tried, &self.lazy_approx);
                 let rest = if small { std::mem::take(&mut g.chunk) } else { (0, 0) };
                 drop(g);
                 // Steps Tree and TreeExact: a zone start of this node's stripe for poolable
@@ -1056,28 +1037,109 @@ impl Shared {
         Some((start, false, total > pages))
     }
 
-    /// Take the largest reusable lazy area smaller than `pages` off the node's lazy list.
-    fn node_claim_largest(
-        g: &mut NodeState,
-        pages: u64,
-        lazy_approx: &crate::sync::AtomicI64,
-    ) -> Option<LazyArea> {
-        let i = (0..g.lazy_tree.len())
-            .filter(|&i| g.lazy_tree[i].reusable && g.lazy_tree[i].pages < pages)
-            .max_by_key(|&i| g.lazy_tree[i].pages)?;
-        let l = g.lazy_tree.remove(i);
-        g.lazy_tree_pages -= l.pages;
-        g.sync(lazy_approx, false);
-        Some(l)
+    /// Runs of address-adjacent reusable lazy areas of a node, each smaller than `pages`, as
+    /// `[start, end)`: the `max` runs with the most pages, most first.
+    fn node_lazy_runs(g: &NodeState, pages: u64, max: usize) -> Vec<(u64, u64)> {
+        let mut areas: Vec<(u64, u64)> =
+            g.lazy_tree.iter().filter(|l| l.reusable).map(|l| (l.start, l.start + l.pages)).collect();
+        areas.sort_unstable();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for (s, e) in areas {
+            match runs.last_mut() {
+                Some(run) if run.1 == s => run.1 = e,
+                _ => runs.push((s, e)),
+            }
+        }
+        runs.retain(|&(s, e)| e - s < pages);
+        runs.sort_unstable_by_key(|&(s, e)| std::cmp::Reverse(e - s));
+        runs.truncate(max);
+        runs
     }
 
-    /// Put claimed lazy areas back on the node's lazy list.
-    fn node_unclaim(g: &mut NodeState, areas: Vec<LazyArea>, lazy_approx: &crate::sync::AtomicI64) {
-        for l in areas {
-            g.lazy_tree.push(l);
-            g.lazy_tree_pages += l.pages;
+    /// Step Extend with no lock held on entry: the first of `runs` (lazy runs of node `me`,
+    /// see [`Shared::node_lazy_runs`]) that the free space touching it can grow to the request
+    /// becomes the area, growing upward first. The free space is taken under the free lock;
+    /// then, under the node lock, the run must still be on the lazy list whole (a purge or
+    /// another thread of the node may have taken part of it meanwhile), else the free space
+    /// goes back and the step fails.
+    fn node_extend(
+        &self,
+        nodes: &[Node],
+        free: &StatLock<FreeTree>,
+        me: usize,
+        runs: &[(u64, u64)],
+        area: BusyArea<AreaTag>,
+    ) -> Option<Allocation> {
+        let pages = area.pages;
+        let (s, e, below, above) = {
+            let mut f = free.lock_at(&site::ALLOC_FREE_TREE);
+            runs.iter().find_map(|&(s, e)| {
+                let extra = pages - (e - s);
+                let (b, a) = f.free_around(s, e);
+                if b + a < extra {
+                    return None;
+                }
+                let above = a.min(extra);
+                let below = extra - above;
+                if below > 0 {
+                    f.take(s - below, s).expect("free range touching the run");
+                }
+                if above > 0 {
+                    f.take(e, e + above).expect("free range touching the run");
+                }
+                Some((s, e, below, above))
+            })?
+        };
+        let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
+        let mut members: Vec<usize> = (0..g.lazy_tree.len())
+            .filter(|&i| {
+                let l = &g.lazy_tree[i];
+                l.reusable && l.start >= s && l.start < e
+            })
+            .collect();
+        let covered: u64 = members.iter().map(|&i| g.lazy_tree[i].pages).sum();
+        let whole =
+            covered == e - s && members.iter().all(|&i| g.lazy_tree[i].start + g.lazy_tree[i].pages <= e);
+        if !whole {
+            drop(g);
+            let mut f = free.lock_at(&site::ALLOC_FREE_TREE);
+            for (rs, re) in [(s - below, s), (e, e + above)] {
+                if rs < re {
+                    f.insert_merge(rs, re).expect("growth overlaps free space");
+                }
+            }
+            return None;
         }
-        g.sync(lazy_approx, false);
+        members.sort_unstable_by(|a, b| b.cmp(a));
+        // Guards inside the new area: every member's, and the last one's too when it grew up.
+        let mut inside: Vec<(u64, u64)> = Vec::with_capacity(members.len());
+        for i in members {
+            let l = g.lazy_tree.remove(i);
+            if l.start + l.pages < e || above > 0 {
+                inside.push((l.start, l.pages));
+            }
+        }
+        g.lazy_tree_pages -= e - s;
+        g.lazy_reuses += 1;
+        g.lazy_extends += 1;
+        g.sync(&self.lazy_approx, false);
+        let start = s - below;
+        if self.shard_of(start) == me {
+            let ok = g.busy.insert(start, area);
+            debug_assert!(ok, "extend handed out a live start");
+            self.track(start, &area);
+            drop(g);
+        } else {
+            drop(g);
+            self.insert_busy(nodes, start, area);
+        }
+        if !inside.is_empty() {
+            self.backing.retire(&inside);
+        }
+        if above > 0 {
+            self.backing.prepare(start, pages);
+        }
+        Some(Allocation { start, pages, fresh: false })
     }
 
     /// Put a freed area on its home node (locked): its pool, or the lazy list.

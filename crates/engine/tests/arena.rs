@@ -566,7 +566,7 @@ fn adjacent_lazy_areas_are_joined_when_none_fits_alone() {
 }
 
 #[test]
-fn a_lazy_area_grows_into_the_free_space_after_it() {
+fn a_lazy_run_grows_into_the_free_space_around_it() {
     let rec = Arc::new(Recorder::default());
     let o = ArenaOptions { nodes: 1, ..opts(Strategy::Nodes) };
     let a = Arena::new("extend", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
@@ -579,18 +579,59 @@ fn a_lazy_area_grows_into_the_free_space_after_it() {
     a.free(z.start).unwrap();
     a.free(w.start).unwrap();
     let (retired, prepared) = (rec.retired.lock().unwrap().len(), rec.prepared.lock().unwrap().len());
-    // 800 pages: no lazy area or run fits (z + w is 700). x is followed by live y, z by lazy w;
-    // w is followed by free space, so w grows by 500 fresh pages.
+    // 800 pages: no lazy area or run fits. Of the runs, z + w (700 resident pages) is the
+    // largest; live y is below it and free space above, so it grows up by 100 fresh pages, and
+    // both guards (z's, and w's at the old end) are inside the new area.
     let e = a.alloc(&AllocRequest::pages(800)).unwrap();
-    assert_eq!(e.start, w.start);
+    assert_eq!(e.start, z.start);
     assert!(!e.fresh);
-    assert_eq!(rec.retired.lock().unwrap()[retired..], [(w.start, 300)]);
-    assert_eq!(rec.prepared.lock().unwrap()[prepared..], [(w.start, 800)]);
+    assert_eq!(rec.retired.lock().unwrap()[retired..], [(w.start, 300), (z.start, 400)]);
+    assert_eq!(rec.prepared.lock().unwrap()[prepared..], [(z.start, 800)]);
     let st = a.stats();
     assert_eq!((st.lazy_extends, st.lazy_joins, st.live_areas), (1, 0, 2));
-    assert_eq!(st.lazy_pages, 900, "the candidates that could not grow are lazy again");
+    assert_eq!(st.lazy_pages, 500, "x, which could not grow, stays lazy");
     a.check().unwrap();
     for s in [y.start, e.start] {
+        a.free(s).unwrap();
+    }
+    a.shrink();
+    a.check().unwrap();
+    assert_eq!(a.stats().free_pages, 1 << 20);
+}
+
+#[test]
+fn a_lazy_area_grows_down_and_then_up_when_free_space_is_below_it() {
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions { nodes: 1, ..opts(Strategy::Nodes) };
+    let a = Arena::new("extend-down", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let sizes = [400, 300, 500, 300, 400];
+    let v: Vec<_> = sizes.iter().map(|&p| a.alloc(&AllocRequest::pages(p)).unwrap()).collect();
+    assert_eq!(v[4].start, v[0].start + 1500, "the test needs adjacent areas");
+    // v[1] and v[3] become free space; v[2] (500 pages, 700..1200) is lazy between them.
+    a.free(v[1].start).unwrap();
+    a.free(v[3].start).unwrap();
+    a.shrink();
+    a.free(v[2].start).unwrap();
+    let (retired, prepared) = (rec.retired.lock().unwrap().len(), rec.prepared.lock().unwrap().len());
+    // 1000 pages: 300 free above v[2], then 200 of the 300 below.
+    let e = a.alloc(&AllocRequest::pages(1000)).unwrap();
+    assert_eq!(e.start, v[2].start - 200);
+    assert!(!e.fresh);
+    assert_eq!(rec.retired.lock().unwrap()[retired..], [(v[2].start, 500)], "the old guard is inside");
+    assert_eq!(rec.prepared.lock().unwrap()[prepared..], [(e.start, 1000)]);
+    assert_eq!((a.stats().lazy_extends, a.stats().lazy_pages), (1, 0));
+    a.check().unwrap();
+    a.free(e.start).unwrap();
+    // Down only: with v[4] live above, a request 100 pages larger than e grows down into the
+    // 100 free pages left below it and keeps e's guard, at the same end: no guard call.
+    let (retired, prepared) = (rec.retired.lock().unwrap().len(), rec.prepared.lock().unwrap().len());
+    let d = a.alloc(&AllocRequest::pages(1100)).unwrap();
+    assert_eq!(d.start, v[1].start);
+    assert_eq!(rec.retired.lock().unwrap().len(), retired);
+    assert_eq!(rec.prepared.lock().unwrap().len(), prepared);
+    assert_eq!(a.stats().lazy_extends, 2);
+    a.check().unwrap();
+    for s in [d.start, v[0].start, v[4].start] {
         a.free(s).unwrap();
     }
     a.shrink();
