@@ -18,6 +18,17 @@ pub trait Backing: Send + Sync + 'static {
     fn retire(&self, areas: &[(u64, u64)]) -> usize;
     /// True when released memory reads as zero (then pages from the free tree are fresh).
     fn zeroes_on_release(&self) -> bool;
+    /// Pages per unit the memory may be backed in (a huge page), 1 when there is none: the
+    /// first touch of an area can make resident a whole unit, free pages around the area
+    /// included, and releasing the area alone would leave those resident.
+    fn release_granule_pages(&self) -> u64 {
+        1
+    }
+    /// Release plain free ranges `(start_page, pages)`, no guard in them; return the syscalls
+    /// made. Called only when `release_granule_pages` is above 1.
+    fn release_free(&self, _ranges: &[(u64, u64)]) -> usize {
+        0
+    }
 }
 
 /// No memory behind the pages.

@@ -93,8 +93,14 @@ impl Shared {
                 }
             }
         }
+        // Free pages sharing a huge page with a released area: held out of the tree while
+        // they are released with it.
+        let spill = self.claim_spill(&release);
         // One batch for the whole arena.
         let mut calls = self.backing.release(&release) as u64;
+        if !spill.is_empty() {
+            calls += self.backing.release_free(&spill) as u64;
+        }
         if let Kind::Nodes { nodes, .. } = &self.kind {
             for (i, areas) in refill {
                 let mut p = nodes[i].lock_at(&site::PURGE_REFILL);
@@ -106,6 +112,7 @@ impl Shared {
         calls += self.backing.retire(&to_tree) as u64;
         self.merge_into_tree(&to_tree);
         self.merge_into_tree(&chunks);
+        self.merge_into_tree(&spill);
         let pages_released: u64 = release.iter().map(|a| a.1).sum();
         let c = &self.counters;
         c.purges.fetch_add(1, Relaxed);
@@ -139,6 +146,42 @@ impl Shared {
         });
         p.lazy_tree_pages = left;
         out
+    }
+
+    /// The free pages around the released areas that lie in the same release granule (a
+    /// huge page) as an area's first or last page, taken out of the free tree: `(start,
+    /// pages)`. A huge page made by the first touch of an area may reach into free space
+    /// below or above it; releasing the area splits that huge page and would leave the free
+    /// part resident for good, with nothing to release it later.
+    fn claim_spill(&self, released: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let gran = self.backing.release_granule_pages();
+        if gran <= 1 || released.is_empty() {
+            return Vec::new();
+        }
+        let mut spill = Vec::new();
+        let mut claim = |t: &mut FreeTree| {
+            for &(s, pages) in released {
+                let e = s + pages;
+                let (below, above) = t.free_around(s, e);
+                let head = below.min(s % gran);
+                let tail = above.min((gran - e % gran) % gran);
+                if head > 0 {
+                    t.take(s - head, s).expect("free range touching a released area");
+                    spill.push((s - head, head));
+                }
+                if tail > 0 {
+                    t.take(e, e + tail).expect("free range touching a released area");
+                    spill.push((e, tail));
+                }
+            }
+        };
+        match &self.kind {
+            Kind::Global(g) => claim(&mut g.lock_at(&site::PURGE_SPILL).free),
+            Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
+                claim(&mut free.lock_at(&site::PURGE_SPILL))
+            }
+        }
+        spill
     }
 
     /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool

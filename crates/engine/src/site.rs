@@ -33,8 +33,11 @@ pub static PURGE_REFILL: LockSite = LockSite::new("purge: refill");
 /// Purge: merging areas into the free tree.
 pub static PURGE_MERGE: LockSite = LockSite::new("purge: merge");
 
+/// Purge: claiming the free pages that share a huge page with a released area.
+pub static PURGE_SPILL: LockSite = LockSite::new("purge: spill");
+
 /// Every site, for reports.
-pub static ALL: [&LockSite; 13] = [
+pub static ALL: [&LockSite; 14] = [
     &ALLOC_GLOBAL,
     &FREE_GLOBAL,
     &ALLOC_FREE_TREE,
@@ -48,6 +51,7 @@ pub static ALL: [&LockSite; 13] = [
     &PURGE_DETACH,
     &PURGE_REFILL,
     &PURGE_MERGE,
+    &PURGE_SPILL,
 ];
 
 /// `(site, figures)` for every site, process-wide.

@@ -19,6 +19,9 @@ struct Recorder {
     prepared: Mutex<Vec<(u64, u64)>>,
     released: Mutex<Vec<(u64, u64)>>,
     retired: Mutex<Vec<(u64, u64)>>,
+    released_free: Mutex<Vec<(u64, u64)>>,
+    /// Pages per release granule (0 reads as 1).
+    granule: std::sync::atomic::AtomicU64,
 }
 struct RecBacking(Arc<Recorder>);
 impl Backing for RecBacking {
@@ -35,6 +38,13 @@ impl Backing for RecBacking {
     }
     fn zeroes_on_release(&self) -> bool {
         true
+    }
+    fn release_granule_pages(&self) -> u64 {
+        self.0.granule.load(std::sync::atomic::Ordering::Relaxed).max(1)
+    }
+    fn release_free(&self, r: &[(u64, u64)]) -> usize {
+        self.0.released_free.lock().unwrap().extend_from_slice(r);
+        1
     }
 }
 
@@ -637,4 +647,51 @@ fn a_lazy_area_grows_down_and_then_up_when_free_space_is_below_it() {
     a.shrink();
     a.check().unwrap();
     assert_eq!(a.stats().free_pages, 1 << 20);
+}
+
+/// A purge also releases the free pages that share a release granule (a huge page) with a
+/// released area, on both sides, holding them out of the tree meanwhile; with no granule, none.
+#[test]
+fn a_purge_releases_the_free_pages_in_a_released_areas_huge_pages() {
+    for strategy in [Strategy::Global, Strategy::Split, Strategy::Nodes] {
+        for granule in [1, 512] {
+            let rec = Arc::new(Recorder::default());
+            rec.granule.store(granule, std::sync::atomic::Ordering::Relaxed);
+            let o = ArenaOptions { nodes: 1, ..opts(strategy) };
+            let a = Arena::new("spill", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+            // [0, 600) free after the purge below, x at [600, 1300), y live at [1300, 1400),
+            // free space from 1400 on.
+            let w = a.alloc(&AllocRequest::pages(600)).unwrap();
+            let x = a.alloc(&AllocRequest::pages(700)).unwrap();
+            let y = a.alloc(&AllocRequest::pages(400)).unwrap();
+            let z = a.alloc(&AllocRequest::pages(300)).unwrap();
+            assert_eq!((x.start, y.start, z.start), (600, 1300, 1700));
+            a.free(w.start).unwrap();
+            a.free(z.start).unwrap();
+            a.shrink();
+            rec.released_free.lock().unwrap().clear();
+            a.free(x.start).unwrap();
+            a.shrink();
+            let spill = rec.released_free.lock().unwrap().clone();
+            if granule == 1 {
+                assert!(spill.is_empty(), "{strategy}: no granule, no spill: {spill:?}");
+            } else {
+                // x's first page is in the granule [512, 1024): [512, 600) is free. Its last
+                // page is in [1024, 1536), where y follows it: nothing above.
+                assert_eq!(spill, [(512, 88)], "{strategy}");
+            }
+            a.check().unwrap();
+            let st = a.stats();
+            assert_eq!((st.free_pages, st.live_areas), ((1 << 20) - 400, 1), "{strategy}: nothing lost");
+            a.free(y.start).unwrap();
+            rec.released_free.lock().unwrap().clear();
+            a.shrink();
+            if granule == 512 {
+                // Free on both sides of y now: [1024, 1300) below, [1700, 2048) above.
+                assert_eq!(*rec.released_free.lock().unwrap(), [(1024, 276), (1700, 348)], "{strategy}");
+            }
+            a.check().unwrap();
+            assert_eq!(a.stats().free_pages, 1 << 20, "{strategy}");
+        }
+    }
 }

@@ -33,6 +33,20 @@ pub fn page_size() -> usize {
     *PAGE.get_or_init(|| unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize })
 }
 
+/// The size of a transparent huge page in bytes (`hpage_pmd_size` in sysfs; 2 MiB when the
+/// file cannot be read, as on x86_64).
+pub fn huge_page_size() -> usize {
+    use std::sync::OnceLock;
+    static HUGE: OnceLock<usize> = OnceLock::new();
+    *HUGE.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .filter(|b| b.is_power_of_two())
+            .unwrap_or(2 << 20)
+    })
+}
+
 /// The errno of the last failed call on this thread.
 pub fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)

@@ -13,6 +13,8 @@ use vmarena_platform::{guard, release, Advice};
 
 pub(crate) struct MemoryBacking {
     pub page_bytes: usize,
+    /// Pages per huge page when the reservation takes huge pages, else 1.
+    pub granule_pages: u64,
     pub guard_pages: u64,
     pub enforce_guards: bool,
     pub advice: Advice,
@@ -58,5 +60,17 @@ impl Backing for MemoryBacking {
 
     fn zeroes_on_release(&self) -> bool {
         self.advice.zeroes()
+    }
+
+    fn release_granule_pages(&self) -> u64 {
+        self.granule_pages
+    }
+
+    fn release_free(&self, ranges: &[(u64, u64)]) -> usize {
+        let ranges: Vec<_> = ranges
+            .iter()
+            .map(|&(s, p)| (s as usize * self.page_bytes, p as usize * self.page_bytes))
+            .collect();
+        release::release(&ranges, self.advice)
     }
 }

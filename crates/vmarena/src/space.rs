@@ -180,6 +180,11 @@ impl VmSpace {
         let huge_pages = opts.huge_pages && guards_enforced && pool.is_none() && reservation.advise_huge();
         let backing = Box::new(MemoryBacking {
             page_bytes,
+            granule_pages: if huge_pages {
+                (vmarena_platform::huge_page_size() / page_bytes).max(1) as u64
+            } else {
+                1
+            },
             guard_pages: opts.guard_pages,
             enforce_guards: guards_enforced,
             advice: opts.release.0,

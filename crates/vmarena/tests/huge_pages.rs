@@ -14,6 +14,11 @@ fn thp_mode() -> Option<String> {
 
 /// `AnonHugePages` in KiB of the mapping that holds `addr` (/proc/self/smaps).
 fn anon_huge_kib(addr: usize) -> u64 {
+    smaps_kib(addr, "AnonHugePages:")
+}
+
+/// A field of /proc/self/smaps, in KiB, for the mapping that holds `addr`.
+fn smaps_kib(addr: usize, field: &str) -> u64 {
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
     let mut inside = false;
     for line in smaps.lines() {
@@ -24,7 +29,7 @@ fn anon_huge_kib(addr: usize) -> u64 {
                 continue;
             }
         }
-        if let Some(v) = line.strip_prefix("AnonHugePages:").filter(|_| inside) {
+        if let Some(v) = line.strip_prefix(field).filter(|_| inside) {
             return v.trim().trim_end_matches("kB").trim().parse().unwrap();
         }
     }
@@ -83,4 +88,49 @@ fn the_option_off_keeps_large_areas_on_small_pages() {
     common::fill(big.as_ptr(), len, 9);
     assert_eq!(anon_huge_kib(big.as_ptr() as usize), 0);
     s.vfree(big.as_ptr()).unwrap();
+}
+
+/// An area grown down into free space starts inside a 2 MiB range that had no page table, so
+/// its first write makes a huge page that reaches below it. When the area is freed and
+/// purged, the free pages of that huge page are released with it: nothing stays resident.
+#[test]
+fn a_purge_leaves_no_free_page_of_a_split_huge_page_resident() {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions { nodes: 1, purge_thread: false, decay_interval_ms: 0, ..Default::default() };
+    let s = VmSpace::new("thp-spill", so, ao).unwrap();
+    if thp_mode().is_none() || !s.huge_pages() {
+        eprintln!("skipped: this machine has THP switched off or no guard markers");
+        return;
+    }
+    let page = 4096;
+    // a: [0, 1024) pages with its guard at 1023; b: [1024, 2048); c, live, stops b growing up.
+    let a = s.vmalloc(1023 * page).unwrap();
+    let b = s.vmalloc(1023 * page).unwrap();
+    let c = s.vmalloc(300 * page).unwrap();
+    assert_eq!(b.as_ptr() as usize - a.as_ptr() as usize, 1024 * page, "the test needs adjacent areas");
+    assert_eq!(a.as_ptr() as usize % (2 << 20), 0, "the space starts on a huge page");
+    s.vfree(a.as_ptr()).unwrap();
+    s.purge();
+    s.vfree(b.as_ptr()).unwrap();
+    // 700 pages more than b: b grows down to page 324, inside [0, 512), which nothing touched.
+    let len = (1023 + 700) * page;
+    let g = s.vmalloc(len).unwrap();
+    assert_eq!(g.as_ptr() as usize, b.as_ptr() as usize - 700 * page);
+    assert_eq!(s.stats(false).arena.lazy_extends, 1);
+    common::fill(g.as_ptr(), len, 5);
+    let addr = g.as_ptr() as usize;
+    let resident = smaps_kib(addr, "Rss:");
+    if smaps_kib(addr, "AnonHugePages:") < 4096 {
+        eprintln!("skipped: the kernel gave no huge page to the range below the area");
+        s.vfree(g.as_ptr()).unwrap();
+        s.vfree(c.as_ptr()).unwrap();
+        return;
+    }
+    assert!(resident >= (len / 1024) as u64 + 324 * 4, "the huge page below the area is resident");
+    common::verify(g.as_ptr(), len, 5);
+    s.vfree(g.as_ptr()).unwrap();
+    s.purge();
+    let left = smaps_kib(addr, "Rss:");
+    assert!(left < 324 * 4, "{left} KiB still resident after the purge (the free part of the huge page)");
+    s.vfree(c.as_ptr()).unwrap();
 }
