@@ -239,6 +239,12 @@ pub(crate) struct Shared {
     pub(crate) kind: Kind,
     /// Lazy pages, arena-wide (exact for Global/Split; within nodes x LAZY_SYNC_PAGES for Nodes).
     pub(crate) lazy_approx: AtomicI64,
+    /// Lazy pages above which a free starts a purge: `lazy_max`, plus, with `lazy_headroom`
+    /// (Nodes), the live pages below their high-water mark as the last purge counted them.
+    pub(crate) lazy_limit: AtomicU64,
+    /// The most live pages a purge has counted since the last purge that was not a threshold
+    /// purge (Nodes, `lazy_headroom`).
+    pub(crate) live_high: AtomicU64,
     pub(crate) purge_lock: Mutex<()>,
     pub(crate) purge_requested: AtomicBool,
     pub(crate) worker_started: AtomicBool,
@@ -294,13 +300,14 @@ impl Arena {
                 Err(e) => (None, Some(e)),
             }
         };
+        let lazy_max = opts.lazy_max();
         let shared = Arc::new(Shared {
             cache,
             cache_off,
             name: name.into(),
             lo,
             hi,
-            lazy_max: opts.lazy_max(),
+            lazy_max,
             node_mask: nr_nodes.is_power_of_two().then(|| nr_nodes - 1),
             nr_nodes,
             opts,
@@ -308,6 +315,8 @@ impl Arena {
             backing,
             kind,
             lazy_approx: AtomicI64::new(0),
+            lazy_limit: AtomicU64::new(lazy_max),
+            live_high: AtomicU64::new(0),
             purge_lock: Mutex::new(()),
             purge_requested: AtomicBool::new(false),
             worker_started: AtomicBool::new(false),
@@ -496,9 +505,10 @@ impl Arena {
             Ok(_) => {
                 Shared::start_decay_worker(&self.shared);
                 let lazy = sh.lazy_approx.load(Relaxed);
-                if lazy > sh.lazy_max as i64 && !sh.purge_requested.swap(true, Relaxed) {
+                let limit = sh.lazy_limit.load(Relaxed) as i64;
+                if lazy > limit && !sh.purge_requested.swap(true, Relaxed) {
                     sh.kick(&self.shared);
-                } else if lazy > LAZY_BACKPRESSURE * sh.lazy_max as i64 {
+                } else if lazy > LAZY_BACKPRESSURE * limit {
                     sh.purge_unless_running();
                 }
             }
@@ -781,10 +791,24 @@ impl Shared {
                 }
                 if new_chunk.is_none() {
                     self.counters.tree_allocs.fetch_add(1, Relaxed);
+                    self.took_fresh(pages);
                 }
                 self.backing.prepare(start, pages);
                 Some(Allocation { start, pages, fresh: fresh_from_tree })
             }
+        }
+    }
+
+    /// Fresh pages went live: the headroom above `lazy_max` shrinks by as many, so that live
+    /// and lazy pages together stay near the high-water mark plus `lazy_max` until the next
+    /// purge counts the live pages again.
+    #[inline]
+    fn took_fresh(&self, pages: u64) {
+        if self.opts.lazy_headroom {
+            let floor = self.lazy_max;
+            let _ = self
+                .lazy_limit
+                .fetch_update(Relaxed, Relaxed, |l| (l > floor).then(|| l.saturating_sub(pages).max(floor)));
         }
     }
 
@@ -1122,6 +1146,7 @@ impl Shared {
         g.lazy_tree_pages -= e - s;
         g.lazy_reuses += 1;
         g.lazy_extends += 1;
+        self.took_fresh(pages - (e - s));
         g.sync(&self.lazy_approx, false);
         let start = s - below;
         if self.shard_of(start) == me {
@@ -1272,6 +1297,7 @@ impl Shared {
             release_calls: c.release_calls.load(Relaxed),
             alloc_failures: c.alloc_failures.load(Relaxed),
             bad_frees: c.bad_frees.load(Relaxed),
+            lazy_limit: self.lazy_limit.load(Relaxed),
             ..Default::default()
         };
         let add_bl = |s: &mut ArenaStats, bl: &BusyLazy| {

@@ -19,8 +19,10 @@ options_table! {
         decay_interval_ms: u64 = 500, "ms", "VMARENA_DECAY_INTERVAL_MS";
         /// Share of each pool a normal purge gives back to the free tree (the kernel's 25%).
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
-        /// Share of lazy_max_pages a threshold purge leaves resident, newest frees first (Nodes; 0 = release all, as the kernel).
+        /// Share of the lazy limit (lazy_max_pages plus any headroom) a threshold purge leaves resident, newest frees first (Nodes; 0 = release all, as the kernel).
         purge_keep_percent: u64 = 75, "percent", "VMARENA_PURGE_KEEP_PERCENT";
+        /// Raise the lazy threshold by the live pages below their high-water mark since the last idle purge (Nodes).
+        lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
         /// On a miss, take a resident freed area from another node before fresh pages (Nodes; not for chunk-sized areas).

@@ -49,10 +49,11 @@ impl Shared {
             }
             Kind::Nodes { nodes, .. } => {
                 let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
+                let limit = self.next_lazy_limit(nodes, kind);
                 // A threshold purge keeps this many of the most recently freed pages, shared
                 // among the nodes in proportion to their lazy pages.
                 let keep_total = match kind {
-                    PurgeKind::Threshold => self.lazy_max * self.opts.purge_keep_percent / 100,
+                    PurgeKind::Threshold => limit * self.opts.purge_keep_percent / 100,
                     _ => 0,
                 };
                 let total = self.lazy_approx.load(Relaxed).max(1) as u64;
@@ -128,6 +129,28 @@ impl Shared {
             areas_to_tree: to_tree.len() as u64,
             syscalls: calls,
         }
+    }
+
+    /// The lazy threshold from this purge on (Nodes): `lazy_max`, plus, with `lazy_headroom`,
+    /// the live pages below their high-water mark. Memory freed while the live pages are below
+    /// their peak can stay resident up to that peak, where the next requests are likely to
+    /// reuse it; resident pages (live and lazy) then stay within the peak plus `lazy_max`. A
+    /// purge that is not a threshold purge (idle decay, `purge()`, the shrinker, a failure)
+    /// starts a new high-water mark at the live pages of the moment.
+    fn next_lazy_limit(&self, nodes: &[crate::node::Node], kind: PurgeKind) -> u64 {
+        if !self.opts.lazy_headroom {
+            return self.lazy_max;
+        }
+        let live: u64 = nodes.iter().map(|n| n.lock_at(&site::PURGE_DETACH).busy.pages()).sum();
+        let high = if kind == PurgeKind::Threshold {
+            self.live_high.fetch_max(live, Relaxed).max(live)
+        } else {
+            self.live_high.store(live, Relaxed);
+            live
+        };
+        let limit = self.lazy_max + (high - live);
+        self.lazy_limit.store(limit, Relaxed);
+        limit
     }
 
     /// Detach the node's oldest lazy areas until at most `keep_pages` of them stay; areas that

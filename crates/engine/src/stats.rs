@@ -11,6 +11,8 @@ stats_table! {
         live_pages, "pages";
         /// Pages of freed areas whose memory is still resident (pooled dirty or awaiting purge).
         lazy_pages, "pages";
+        /// Lazy pages above which a free starts a purge: lazy_max_pages plus the headroom (Nodes).
+        lazy_limit, "pages";
         /// Areas sitting in the size pools.
         pooled_areas, "areas";
         /// Pages of areas sitting in the size pools.

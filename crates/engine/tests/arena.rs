@@ -260,7 +260,8 @@ fn global_and_split_purge_merges_lazy_areas_into_the_tree() {
 
 #[test]
 fn lazy_threshold_triggers_a_purge() {
-    let o = ArenaOptions { lazy_max_pages: 100, ..opts(Strategy::Nodes) };
+    // The kernel's threshold: no headroom (see the next tests for it).
+    let o = ArenaOptions { lazy_max_pages: 100, lazy_headroom: false, ..opts(Strategy::Nodes) };
     let a = Arena::new("thr", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
     let xs: Vec<_> = (0..200).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap()).collect();
     for x in xs {
@@ -693,5 +694,55 @@ fn a_purge_releases_the_free_pages_in_a_released_areas_huge_pages() {
             a.check().unwrap();
             assert_eq!(a.stats().free_pages, 1 << 20, "{strategy}");
         }
+    }
+}
+
+/// With `lazy_headroom`, the lazy threshold rises by the live pages below their high-water
+/// mark, fresh pages lower it again, and a purge that is not a threshold purge starts a new
+/// mark; without it, the threshold is `lazy_max_pages`.
+#[test]
+fn the_lazy_threshold_rises_by_the_live_pages_below_their_peak() {
+    for headroom in [true, false] {
+        let o = ArenaOptions {
+            nodes: 1,
+            thread_cache: false,
+            lazy_max_pages: 100,
+            purge_keep_percent: 100,
+            lazy_headroom: headroom,
+            ..opts(Strategy::Nodes)
+        };
+        let a = Arena::new("headroom", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
+        let v: Vec<u64> = (0..10).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap().start).collect();
+        a.purge();
+        assert_eq!(a.stats().lazy_limit, 100, "{headroom}: the mark is 3000 live pages");
+        // Every free passes the threshold and purges (no worker). With the headroom each purge
+        // finds 300 more live pages below the mark and keeps everything.
+        for &x in &v[..5] {
+            a.free(x).unwrap();
+        }
+        let st = a.stats();
+        assert_eq!(st.purges, 6, "{headroom}");
+        if !headroom {
+            assert_eq!((st.lazy_pages, st.lazy_limit), (0, 100), "the kernel's threshold");
+            continue;
+        }
+        assert_eq!((st.lazy_pages, st.pages_released, st.lazy_limit), (1500, 0, 1600));
+        // 2000 fresh pages (no lazy run can serve or grow to them) use up the headroom.
+        let big = a.alloc(&AllocRequest::pages(2000)).unwrap();
+        assert_eq!(a.stats().tree_allocs, 11);
+        assert_eq!(a.stats().lazy_limit, 100);
+        // Live pages are at a new mark (3200): the next threshold purge keeps only lazy_max.
+        a.free(v[5]).unwrap();
+        let st = a.stats();
+        assert_eq!((st.lazy_pages, st.lazy_limit), (0, 100), "1800 lazy pages over 100: all released");
+        // Freeing the big area leaves 1200 live pages, 2000 below the mark: all kept.
+        a.free(big.start).unwrap();
+        let st = a.stats();
+        assert_eq!((st.lazy_pages, st.lazy_limit), (2000, 2100));
+        // An explicit purge releases everything and starts the mark again at 1200.
+        a.purge();
+        let st = a.stats();
+        assert_eq!((st.lazy_pages, st.lazy_limit), (0, 100));
+        a.check().unwrap();
     }
 }
