@@ -836,7 +836,8 @@ impl Shared {
 
     /// Record an area that node `locked` (held in `g`) handed out from resident memory: into
     /// its busy shard (under `g` when `locked` is the shard), then, with no lock held, retire
-    /// the guards a join left inside the area's data and prepare the guard of a split front.
+    /// the guards a join or an extension left inside the area's data and prepare the guard of
+    /// a split front or of an area that grew up.
     #[inline]
     fn finish_take(
         &self,
@@ -1149,21 +1150,8 @@ impl Shared {
         self.took_fresh(pages - (e - s));
         g.sync(&self.lazy_approx, false);
         let start = s - below;
-        if self.shard_of(start) == me {
-            let ok = g.busy.insert(start, area);
-            debug_assert!(ok, "extend handed out a live start");
-            self.track(start, &area);
-            drop(g);
-        } else {
-            drop(g);
-            self.insert_busy(nodes, start, area);
-        }
-        if !inside.is_empty() {
-            self.backing.retire(&inside);
-        }
-        if above > 0 {
-            self.backing.prepare(start, pages);
-        }
+        g.joined_guards = inside;
+        self.finish_take(nodes, g, me, start, area, above > 0);
         Some(Allocation { start, pages, fresh: false })
     }
 
