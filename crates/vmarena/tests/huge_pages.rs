@@ -36,6 +36,14 @@ fn smaps_kib(addr: usize, field: &str) -> u64 {
     panic!("no mapping holds {addr:#x}");
 }
 
+/// The tests of this file run one at a time: two reservations with the same flags can sit
+/// next to each other and be merged into one mapping, and the smaps figures are per mapping.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn space(huge_pages: bool) -> VmSpace {
     let so = SpaceOptions { space_bytes: 1 << 30, huge_pages, ..Default::default() };
     let ao = ArenaOptions { purge_thread: false, decay_interval_ms: 0, ..Default::default() };
@@ -44,6 +52,7 @@ fn space(huge_pages: bool) -> VmSpace {
 
 #[test]
 fn small_areas_stay_on_small_pages_and_large_ones_take_huge_pages() {
+    let _serial = serial();
     let s = space(true);
     let Some(mode) = thp_mode().filter(|_| s.guards_enforced()) else {
         assert!(!s.huge_pages(), "no THP or no guards: the option is not applied");
@@ -77,6 +86,7 @@ fn small_areas_stay_on_small_pages_and_large_ones_take_huge_pages() {
 
 #[test]
 fn the_option_off_keeps_large_areas_on_small_pages() {
+    let _serial = serial();
     let s = space(false);
     assert!(!s.huge_pages());
     if thp_mode().as_deref() != Some("madvise") {
@@ -95,6 +105,7 @@ fn the_option_off_keeps_large_areas_on_small_pages() {
 /// purged, the free pages of that huge page are released with it: nothing stays resident.
 #[test]
 fn a_purge_leaves_no_free_page_of_a_split_huge_page_resident() {
+    let _serial = serial();
     let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
     let ao = ArenaOptions { nodes: 1, purge_thread: false, decay_interval_ms: 0, ..Default::default() };
     let s = VmSpace::new("thp-spill", so, ao).unwrap();
