@@ -6,7 +6,8 @@
 //! is released by a purge and the next requests fault fresh pages. Rounding each request up to
 //! one of four sizes per doubling of pages makes freed areas match later requests far more
 //! often. The cost is address space, at most a quarter more per area; pages past the requested
-//! size take memory only if a user of the area writes them.
+//! size take memory only if a user of the area writes them. Above 4 MiB requests are not
+//! rounded (see [`SIZE_CLASS_MAX_PAGES`]).
 //!
 //! The vmalloc family itself (`vmalloc`, the C ABI) does not round: like the kernel's, it
 //! allocates the pages asked for.
@@ -15,14 +16,21 @@
 /// apart).
 pub const SIZE_CLASS_EXACT_PAGES: usize = 8;
 
+/// Requests of more than this many pages (4 MiB of 4 KiB pages) are not rounded either. A
+/// freed area that large is reused by splitting, joining and growing (DESIGN.md, section 2),
+/// which serve any size, while a rounded area reused for a smaller request keeps its tail
+/// pages resident: on malloc-large through the shim, rounding these sizes cost 25-30 MiB of
+/// peak RSS and no time (BENCHMARKS.md, "Unmodified programs").
+pub const SIZE_CLASS_MAX_PAGES: usize = 1024;
+
 /// The size a malloc-style front end asks the space for when the program asks for `bytes`:
-/// `bytes` up to [`SIZE_CLASS_EXACT_PAGES`] pages, else the pages rounded up to a multiple of
-/// a quarter of the largest power of two not above them. `bytes` itself when rounding would
-/// overflow (the allocation then fails as it would have).
+/// `bytes` up to [`SIZE_CLASS_EXACT_PAGES`] pages and above [`SIZE_CLASS_MAX_PAGES`], else
+/// the pages rounded up to a multiple of a quarter of the largest power of two not above them
+/// (at most `SIZE_CLASS_MAX_PAGES`). `bytes` itself when rounding would overflow.
 pub fn size_class_bytes(bytes: usize, page_bytes: usize) -> usize {
     debug_assert!(page_bytes.is_power_of_two());
     let pages = bytes.div_ceil(page_bytes);
-    if pages <= SIZE_CLASS_EXACT_PAGES {
+    if pages <= SIZE_CLASS_EXACT_PAGES || pages > SIZE_CLASS_MAX_PAGES {
         return bytes;
     }
     let step = 1usize << (pages.ilog2() - 2);
@@ -50,7 +58,15 @@ mod tests {
         assert_eq!(distinct, vec![10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64]);
         // A byte over a class boundary goes to the next class.
         assert_eq!(size_class_bytes(16 * PAGE + 1, PAGE), 20 * PAGE);
-        assert_eq!(size_class_bytes(5 * 1024 * 1024 + 1, PAGE), 6 * 1024 * 1024);
+        assert_eq!(size_class_bytes(3 * 1024 * 1024 + 1, PAGE), 3584 * 1024);
+        assert_eq!(size_class_bytes(4 * 1024 * 1024 - 1, PAGE), 4 * 1024 * 1024);
+    }
+
+    #[test]
+    fn requests_above_the_largest_class_are_not_rounded() {
+        for bytes in [4 * 1024 * 1024 + 1, 5 * 1024 * 1024 + 1, 25 << 20, 1 << 40] {
+            assert_eq!(size_class_bytes(bytes, PAGE), bytes);
+        }
     }
 
     #[test]
@@ -58,6 +74,11 @@ mod tests {
         let mut bytes = 8 * PAGE + 1;
         while bytes < 1 << 40 {
             let c = size_class_bytes(bytes, PAGE);
+            if bytes > SIZE_CLASS_MAX_PAGES * PAGE {
+                assert_eq!(c, bytes, "not rounded above the largest class");
+                bytes = bytes * 9 / 7 + 13;
+                continue;
+            }
             assert!(c >= bytes && c.is_multiple_of(PAGE), "{bytes} -> {c}");
             assert!((c - bytes) as f64 <= bytes as f64 / 4.0 + PAGE as f64, "{bytes} -> {c}");
             bytes = bytes * 9 / 7 + 13;
