@@ -149,13 +149,11 @@ impl FreeTree {
     /// Free pages touching the busy range `[start, end)`: `(before, after)`, the sizes of the
     /// free ranges that end at `start` and that begin at `end` (0 where none touches).
     pub fn free_around(&self, start: u64, end: u64) -> (u64, u64) {
-        let touching = |n: u32, ok: &dyn Fn(&Node) -> bool| {
-            (n != NIL && ok(&self.nodes[n as usize]))
-                .then(|| self.nodes[n as usize].end - self.nodes[n as usize].start)
-        };
-        let before = touching(self.floor(start), &|r| r.end == start).unwrap_or(0);
-        let after = touching(self.floor(end), &|r| r.start == end).unwrap_or(0);
-        (before, after)
+        let range = |n: u32| (n != NIL).then(|| &self.nodes[n as usize]);
+        let before = range(self.floor(start)).filter(|r| r.end == start);
+        let after = range(self.floor(end)).filter(|r| r.start == end);
+        let size = |r: Option<&Node>| r.map_or(0, |r| r.end - r.start);
+        (size(before), size(after))
     }
 
     /// Give `[start, end)` back, merging with the free neighbours that touch it (eagerly, so

@@ -152,8 +152,8 @@ pub enum Step {
     Steal,
     /// This node's chunk, a zone of its stripe (Nodes, up to 16 pages, page alignment).
     Chunk,
-    /// This node's largest lazy area grown into the free space right after it (Nodes, sizes
-    /// above the pools).
+    /// One of this node's largest runs of adjacent lazy areas grown into the free space above
+    /// and below it (Nodes, sizes above the pools).
     Extend,
     /// The free tree, conservative O(log n) search (for Nodes first in the node's stripe).
     Tree,
@@ -172,7 +172,8 @@ pub enum PurgeKind {
     Normal,
 
     /// The purge the lazy threshold starts: as `Normal`, except that Nodes keeps the most
-    /// recently freed lazy pages resident, up to `purge_keep_percent` of `lazy_max_pages`.
+    /// recently freed lazy pages resident, up to `purge_keep_percent` of the lazy limit
+    /// (`lazy_max_pages` plus the headroom), and keeps its high-water mark of live pages.
     Threshold,
 
     /// Release lazy memory and return every pooled and lazy area to the free tree.

@@ -21,7 +21,7 @@ options_table! {
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
         /// Share of the lazy limit (lazy_max_pages plus any headroom) a threshold purge leaves resident, newest frees first (Nodes; 0 = release all, as the kernel).
         purge_keep_percent: u64 = 75, "percent", "VMARENA_PURGE_KEEP_PERCENT";
-        /// Raise the lazy threshold by the live pages below their high-water mark since the last idle purge (Nodes).
+        /// Raise the lazy threshold by the live pages below their high-water mark since the last purge not started by the threshold (Nodes).
         lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";

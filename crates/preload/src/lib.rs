@@ -13,9 +13,9 @@
 //! | `free`, `malloc_usable_size` | the address lies in the default space | the next allocator |
 //! | `realloc` | by address, then by the new size (blocks move across when they cross the threshold) | the next allocator |
 //!
-//! Sizes sent to vmarena are rounded up to a size class, four per doubling of pages
-//! (`vmarena::size_class`), so that freed areas match later requests; `malloc_usable_size`
-//! reports the rounded size.
+//! Sizes of 9 pages to 4 MiB sent to vmarena are rounded up to a size class, four per doubling
+//! of pages (`vmarena::size_class`), so that freed areas match later requests;
+//! `malloc_usable_size` reports the rounded size.
 //!
 //! The next allocator is whatever follows this library in the lookup order: glibc's malloc, or
 //! jemalloc or mimalloc preloaded after it ([`next`]). Calls that arrive while it is being looked

@@ -20,7 +20,7 @@ pub const SIZE_CLASS_EXACT_PAGES: usize = 8;
 /// freed area that large is reused by splitting, joining and growing (DESIGN.md, section 2),
 /// which serve any size, while a rounded area reused for a smaller request keeps its tail
 /// pages resident: on malloc-large through the shim, rounding these sizes cost 25-30 MiB of
-/// peak RSS and no time (BENCHMARKS.md, "Unmodified programs").
+/// peak RSS and no time (DESIGN.md, section 14, "Size classes", has the runs).
 pub const SIZE_CLASS_MAX_PAGES: usize = 1024;
 
 /// The size a malloc-style front end asks the space for when the program asks for `bytes`:
