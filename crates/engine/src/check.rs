@@ -3,8 +3,9 @@
 //!
 //! It is the only engine code that holds several spin locks at once, in the documented order:
 //! purge mutex, node locks in index order, free lock (Global: the one lock; Split: free, then
-//! busy). Call it when no other thread uses the arena: an area in flight between two locks would
-//! otherwise look lost.
+//! busy), after the thread-cache registry mutex. Call it when no user thread uses the arena: an
+//! area in flight between two locks would otherwise look lost. The purge worker may run: its
+//! purges hold the purge mutex and its cache drains the registry mutex, both held by the check.
 
 use crate::arena::AreaTag;
 use crate::arena::{Kind, Shared, NO_NODE};
@@ -14,8 +15,16 @@ use vmarena_core::BusyArea;
 
 impl Shared {
     pub(crate) fn check(&self) -> Result<(), String> {
-        // The registry mutex comes before every other lock (magazine.rs).
-        let mut cached: Vec<u64> = self.cache.as_ref().map(|c| c.cached_starts()).unwrap_or_default();
+        // The registry mutex comes before every other lock (magazine.rs) and is held to the
+        // end: the worker's idle drain would otherwise move cached areas under the check.
+        match &self.cache {
+            Some(c) => c.with_cached_starts(|cached| self.check_with(cached)),
+            None => self.check_with(Vec::new()),
+        }
+    }
+
+    /// The check, given every start that sits in a thread cache.
+    fn check_with(&self, mut cached: Vec<u64>) -> Result<(), String> {
         cached.sort_unstable();
         if let Some(w) = cached.windows(2).find(|w| w[0] == w[1]) {
             return Err(format!("area {:#x} sits in two thread-cache slots", w[0]));

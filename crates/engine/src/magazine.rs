@@ -371,24 +371,27 @@ impl ThreadCaches {
 
     /// Empty every magazine whose owner is not inside an operation; ask the others to empty
     /// themselves. Returns the areas taken.
+    ///
+    /// The registry mutex is held until the areas are back in the busy-map path, so that the
+    /// checker, which holds it too, never sees an area in flight: taken from its magazine but
+    /// still busy with its word `cached`.
     pub(crate) fn drain_all(&self, arena: &Shared) -> u64 {
         let mut areas = Vec::new();
-        {
-            let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-            let held: Vec<&Arc<Magazine>> =
-                reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
-            if held.is_empty() {
-                return 0;
-            }
-            let fenced = heavy_fence();
-            for m in held {
-                if m.hs.settle(fenced) {
-                    m.take(&mut areas);
-                    m.hs.release();
-                }
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<&Arc<Magazine>> =
+            reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
+        if held.is_empty() {
+            return 0;
+        }
+        let fenced = heavy_fence();
+        for m in held {
+            if m.hs.settle(fenced) {
+                m.take(&mut areas);
+                m.hs.release();
             }
         }
         self.give_areas(arena, &areas);
+        drop(reg);
         areas.len() as u64
     }
 
@@ -410,9 +413,11 @@ impl ThreadCaches {
         f
     }
 
-    /// Every cached start, for the checker (call when no thread uses the arena).
-    pub(crate) fn cached_starts(&self) -> Vec<u64> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter().flat_map(|m| m.entries()).collect()
+    /// Run the checker's `f` on every cached start, with the registry mutex held so that no
+    /// drain moves areas meanwhile (call when no thread other than the worker uses the arena).
+    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Vec<u64>) -> R) -> R {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        f(reg.iter().flat_map(|m| m.entries()).collect())
     }
 
     /// The registry mutex, for `fork()`.

@@ -58,7 +58,7 @@ impl ThreadCaches {
     pub(crate) fn figures(&self) -> CacheFigures {
         CacheFigures::default()
     }
-    pub(crate) fn cached_starts(&self) -> Vec<u64> {
-        Vec::new()
+    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Vec<u64>) -> R) -> R {
+        f(Vec::new())
     }
 }

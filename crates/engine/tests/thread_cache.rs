@@ -229,6 +229,52 @@ fn a_thread_that_exits_gives_its_magazine_back() {
 }
 
 #[test]
+fn the_checker_passes_while_another_thread_drains_the_caches() {
+    // The purge worker drains idle magazines while a program may run the checker; the drained
+    // areas must never be seen in flight (out of their magazine, still busy and `cached`).
+    const OWNERS: usize = 4;
+    let a =
+        Arc::new(Arena::new("tc-check", 0x1000, 0x1000 + (1 << 20), opts(), Box::new(NoBacking)).unwrap());
+    let (filled, refill) = (Arc::new(Barrier::new(OWNERS + 1)), Arc::new(Barrier::new(OWNERS + 1)));
+    let rounds = 40;
+    let owners: Vec<_> = (0..OWNERS)
+        .map(|_| {
+            let (a, filled, refill) = (a.clone(), filled.clone(), refill.clone());
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    // 64 / (4 x 1) = 16 entries for 1-page areas: a full class.
+                    let xs: Vec<_> = (0..16).map(|_| a.alloc(&AllocRequest::pages(1)).unwrap()).collect();
+                    for x in &xs {
+                        a.free(x.start).unwrap();
+                    }
+                    filled.wait();
+                    refill.wait();
+                }
+            })
+        })
+        .collect();
+    let mut checks = 0;
+    for _ in 0..rounds {
+        filled.wait();
+        assert_eq!(a.stats().cached_areas, 16 * OWNERS as u64);
+        let drainer = {
+            let a = a.clone();
+            std::thread::spawn(move || a.purge())
+        };
+        while !drainer.is_finished() {
+            a.check().unwrap_or_else(|e| panic!("check beside a drain: {e}"));
+            checks += 1;
+        }
+        drainer.join().unwrap();
+        assert_eq!(a.stats().cached_areas, 0);
+        a.check().unwrap();
+        refill.wait();
+    }
+    owners.into_iter().for_each(|t| t.join().unwrap());
+    assert!(checks >= rounds, "the checker ran beside every drain");
+}
+
+#[test]
 fn shrink_and_allocation_failure_drain_the_caches() {
     // 64 pages: cached areas are needed to satisfy a large request.
     let a = Arena::new("small", 0, 64, opts(), Box::new(NoBacking)).unwrap();
