@@ -47,6 +47,9 @@ fn child_args(name: &str, p: &Params, space_bytes: u64, seed: u64, lock_timing: 
     if lock_timing {
         v.push("--lock-timing".into());
     }
+    if p.lockstep {
+        v.push("--lockstep".into());
+    }
     v.extend(p.words());
     v
 }

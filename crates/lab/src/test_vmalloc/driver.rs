@@ -1,5 +1,9 @@
 //! The driver: workers released together, per-worker shuffled case order, timed repetitions,
 //! the figures of one contender's run.
+//!
+//! With `lockstep`, the workers share one order (shuffled with the base seed unless
+//! sequential) and meet at a barrier before each case, so each case runs beside copies of
+//! itself only; the kernel's driver lets the workers' orders differ.
 
 use super::cases::{CaseEnv, Rng, CASES};
 use super::contender::Contender;
@@ -79,19 +83,34 @@ pub fn shuffle(order: &mut [usize], rng: &mut Rng) {
     }
 }
 
+/// The order in which a worker runs the masked cases: mask order when sequential, else a
+/// shuffle drawn from the worker's `rng`, or in lockstep one shuffle from `seed` for all.
+pub fn case_order(p: &Params, seed: u64, rng: &mut Rng) -> Vec<usize> {
+    let mut order = p.cases();
+    if !p.sequential_test_order {
+        if p.lockstep {
+            shuffle(&mut order, &mut Rng(seed));
+        } else {
+            shuffle(&mut order, rng);
+        }
+    }
+    order
+}
+
 /// Run the masked cases on `c` with `p`, workers started together.
 pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResult {
     let before = c.lock_stats();
     let sites_before = vmarena_engine::site::snapshot();
     let barrier = Arc::new(Barrier::new(p.nr_threads + 1));
+    let step = p.lockstep.then(|| Arc::new(Barrier::new(p.nr_threads)));
     let done = Arc::new(AtomicU64::new(0));
     let total_steps = (p.nr_threads * p.cases().len()) as u64 * p.test_repeat_count;
     let handles: Vec<_> = (0..p.nr_threads)
         .map(|w| {
-            let (c, p, b, done) = (c.clone(), p.clone(), barrier.clone(), done.clone());
+            let (c, p, b, step, done) = (c.clone(), p.clone(), barrier.clone(), step.clone(), done.clone());
             std::thread::Builder::new()
                 .name(format!("vmalloc_test/{w}"))
-                .spawn(move || worker(&*c, &p, seed + w as u64 + 1, cpus, &b, &done))
+                .spawn(move || worker(&*c, &p, (seed, w), cpus, (&b, step.as_deref()), &done))
                 .expect("cannot start a worker")
         })
         .collect();
@@ -148,24 +167,27 @@ pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResu
     RunResult { name, workers, locks, sites, wall_ns: wall.as_nanos() as u64, proc: ProcFigures::default() }
 }
 
+/// Worker `w` of a run seeded with `seed` (its random numbers start from `seed + w + 1`);
+/// `b` releases the workers together, `step` (lockstep only) before each case.
 fn worker(
     c: &dyn Contender,
     p: &Params,
-    seed: u64,
+    (seed, w): (u64, usize),
     cpus: usize,
-    b: &Barrier,
+    (b, step): (&Barrier, Option<&Barrier>),
     done: &AtomicU64,
 ) -> WorkerResult {
-    let mut env = CaseEnv { c, loops: p.test_loop_count, nr_pages: p.nr_pages, cpus, rng: Rng(seed) };
-    let mut order = p.cases();
-    if !p.sequential_test_order {
-        shuffle(&mut order, &mut env.rng);
-    }
+    let mut env =
+        CaseEnv { c, loops: p.test_loop_count, nr_pages: p.nr_pages, cpus, rng: Rng(seed + w as u64 + 1) };
+    let order = case_order(p, seed, &mut env.rng);
     let mut res = WorkerResult { cases: vec![CaseResult::default(); CASES.len()], ..Default::default() };
     b.wait();
     let t0 = Instant::now();
     let start = vmarena_platform::process::cycles();
     for &i in &order {
+        if let Some(s) = step {
+            s.wait();
+        }
         let case = &CASES[i];
         let r = &mut res.cases[i];
         let Some(run) = case.run else {

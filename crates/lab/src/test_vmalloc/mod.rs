@@ -59,6 +59,10 @@ pub struct Args {
     /// Run the cases in mask order instead of a per-worker shuffle (1 or 0).
     #[arg(long)]
     pub sequential_test_order: Option<u64>,
+    /// vmarena's own: every worker runs the same case at the same time (one shared order, a
+    /// barrier before each case), so a case's time includes only its own contention.
+    #[arg(long)]
+    pub lockstep: bool,
     /// Use vmalloc_huge in fix_size (1 or 0). Not built yet: refused.
     #[arg(long)]
     pub use_huge: Option<u64>,
@@ -117,6 +121,8 @@ pub struct Params {
     pub sequential_test_order: bool,
     pub use_huge: bool,
     pub nr_pcpu_objects: u64,
+    /// Not a kernel parameter: workers run each case together (see `Args::lockstep`).
+    pub lockstep: bool,
 }
 
 impl Default for Params {
@@ -130,6 +136,7 @@ impl Default for Params {
             sequential_test_order: false,
             use_huge: false,
             nr_pcpu_objects: 35_000,
+            lockstep: false,
         }
     }
 }
@@ -148,7 +155,7 @@ const KEYS: [&str; 8] = [
 impl Params {
     /// Resolve defaults, then the mode's preset, then explicit values (flags, then `key=value`).
     pub fn resolve(a: &Args, cpus: usize) -> Result<Params, String> {
-        let mut p = Params::default();
+        let mut p = Params { lockstep: a.lockstep, ..Params::default() };
         match a.mode {
             Some(Mode::Performance) => {
                 p.sequential_test_order = true;
@@ -263,6 +270,9 @@ pub fn main(a: Args, m: &Machine) -> Result<(), String> {
     }
     let mut words = p.words();
     words.push(format!("seed={}", a.seed));
+    if p.lockstep {
+        words.push("--lockstep".into());
+    }
     println!("# test_vmalloc: {}", words.join(" "));
     println!("# {}", m.line());
     println!("# lock timing: {}; one child process per contender: {}", a.lock_timing, !a.in_process);
@@ -445,6 +455,25 @@ mod tests {
             let r = driver::run(c, &p, 1, 2);
             check_report(&r, &p, name);
         }
+    }
+
+    #[test]
+    fn lockstep_gives_every_worker_one_order_and_runs_every_case() {
+        let p = Params::resolve(&args(&["--lockstep", "run_test_mask=8191"]), 2).unwrap();
+        assert!(p.lockstep);
+        let orders = |p: &Params| -> Vec<Vec<usize>> {
+            (0..8).map(|w| driver::case_order(p, 1, &mut cases::Rng(1 + w + 1))).collect()
+        };
+        let shared = orders(&p);
+        assert!(shared.iter().all(|o| *o == shared[0]), "one order for all: {shared:?}");
+        assert_ne!(shared[0], p.cases(), "shuffled unless sequential");
+        let own = orders(&Params { lockstep: false, ..p.clone() });
+        assert!(own.iter().any(|o| *o != own[0]), "without lockstep each worker shuffles its own");
+        let seq = Params { sequential_test_order: true, ..p.clone() };
+        assert_eq!(orders(&seq)[3], seq.cases());
+        let p = Params { nr_threads: 2, test_loop_count: 3, ..p };
+        let r = driver::run(contender("vmarena-nodes", 8 << 30).unwrap(), &p, 1, 2);
+        check_report(&r, &p, "vmarena-nodes");
     }
 
     #[test]
