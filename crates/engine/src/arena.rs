@@ -528,6 +528,17 @@ impl Arena {
         Some(a)
     }
 
+    /// Pages (guard pages included) of the live area that starts at `start`, or `None`. A small
+    /// area of the space's own memory answers from its state word, without a lock; any other
+    /// start is looked up in the busy map.
+    #[inline]
+    pub fn live_pages(&self, start: u64) -> Option<u64> {
+        if let Some(w) = self.shared.cache.as_ref().and_then(|c| c.states.get(start)) {
+            return (!w.cached).then_some(w.pages);
+        }
+        self.lookup(start).map(|a| a.pages)
+    }
+
     /// Change the tag of a live area; false if `start` is not live.
     pub fn update_tag(&self, start: u64, f: impl FnOnce(&mut AreaTag)) -> bool {
         let sh = &*self.shared;

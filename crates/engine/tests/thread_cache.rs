@@ -48,6 +48,27 @@ fn a_freed_small_area_is_the_next_allocation_of_its_size_without_a_lock() {
 }
 
 #[test]
+fn live_pages_answers_small_areas_without_a_lock_and_refuses_cached_ones() {
+    let a = arena();
+    let node_acq = |a: &Arena| a.lock_stats().iter().map(|(_, l)| l.acquisitions).sum::<u64>();
+    let x = a.alloc(&AllocRequest::pages(3)).unwrap();
+    let big = a.alloc(&AllocRequest::pages(40)).unwrap();
+    let before = node_acq(&a);
+    assert_eq!(a.live_pages(x.start), Some(3));
+    assert_eq!(node_acq(&a), before, "a small live area answers from its word");
+    assert_eq!(a.live_pages(x.start + 1), None, "not a start");
+    assert_eq!(a.live_pages(big.start), Some(40), "a large area from the busy map");
+    assert!(node_acq(&a) > before);
+    a.free(x.start).unwrap();
+    assert_eq!(a.stats().cached_areas, 1);
+    assert_eq!(a.live_pages(x.start), None, "cached: free for the user");
+    a.free(big.start).unwrap();
+    assert_eq!(a.live_pages(big.start), None);
+    assert_eq!(a.live_pages(0), None, "outside the arena");
+    a.check().unwrap();
+}
+
+#[test]
 fn an_aligned_request_takes_the_newest_cached_area_that_is_aligned() {
     let a = arena();
     let req = |align_pages| AllocRequest { align_pages, ..AllocRequest::pages(3) };

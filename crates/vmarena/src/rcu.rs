@@ -24,14 +24,20 @@
 //! - `poll` advances the epoch when every pinned reader has seen the current one, then frees
 //!   every retired area whose tag is below the oldest pinned epoch (all of them when nobody is
 //!   pinned);
-//! - retiring calls `poll` every [`POLL_EVERY`] areas, and the one-argument form waits for a
-//!   grace period (`synchronize`) when [`BACKLOG_MAX`] areas are pending, as
-//!   `kvfree_rcu_mightsleep` may sleep.
+//! - retired areas wait in per-CPU shards (the kernel's per-CPU `kfree_rcu_cpu`): a thread
+//!   retires into the shard of the CPU it runs on, and every [`POLL_EVERY`] retirements into a
+//!   shard it polls that shard alone, so the areas a thread retires are mostly freed by that
+//!   thread, into its own thread cache, and threads on different CPUs share no lock;
+//!   [`Rcu::poll`] polls every shard;
+//! - the one-argument form waits for a grace period (`synchronize`) when [`BACKLOG_MAX`] areas
+//!   are pending in its shard, as `kvfree_rcu_mightsleep` may sleep.
 //!
 //! The two-argument form (`kvfree_rcu_embedded`) needs no memory of its own: like the kernel's
 //! `rcu_head` inside the object, it links the area through its first 16 bytes.
 //!
-//! Locks: `state` (a mutex) guards the retired lists; reader slots are atomics.
+//! Locks: each shard's mutex guards its retired lists (one at a time, never nested); the
+//! `readers` mutex guards the reader list and is never held with a shard's; reader slots are
+//! atomics.
 
 use crate::space::VmSpace;
 use std::ptr::NonNull;
@@ -58,6 +64,11 @@ struct State {
     since_poll: usize,
 }
 
+/// One CPU's retired areas, on a cache line of its own.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard(Mutex<State>);
+
 /// Frees an area.
 pub type FreeFn = Box<dyn Fn(NonNull<u8>) + Send + Sync>;
 /// Usable bytes of a live area, `None` for anything else.
@@ -69,7 +80,7 @@ pub struct Rcu {
     size: SizeFn,
     epoch: AtomicU64,
     readers: Mutex<Vec<Arc<ReaderSlot>>>,
-    state: Mutex<State>,
+    shards: Box<[Shard]>,
     freed: AtomicU64,
 }
 
@@ -103,7 +114,7 @@ impl Rcu {
             size,
             epoch: AtomicU64::new(2),
             readers: Mutex::new(Vec::new()),
-            state: Mutex::new(State::default()),
+            shards: (0..vmarena_platform::cpu::possible().max(1)).map(|_| Shard::default()).collect(),
             freed: AtomicU64::new(0),
         })
     }
@@ -119,14 +130,15 @@ impl Rcu {
     /// period. May wait for one when many areas are pending. `p` must be a live area of the
     /// space, unreachable for readers that start from now on.
     pub fn kvfree_rcu(&self, p: NonNull<u8>) {
+        let i = self.my_shard();
         let backlog = {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.lock(i);
             st.queued.push((p.as_ptr() as usize, self.epoch.load(SeqCst)));
             st.since_poll += 1;
             (st.since_poll >= POLL_EVERY).then(|| st.queued.len() + st.embedded_len)
         };
         if let Some(pending) = backlog {
-            self.poll();
+            self.poll_shard(i);
             if pending >= BACKLOG_MAX {
                 self.synchronize();
             }
@@ -140,12 +152,13 @@ impl Rcu {
         if (self.size)(p).is_none_or(|s| s < 16) {
             return false;
         }
+        let i = self.my_shard();
         let poll = {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.lock(i);
             let link = p.as_ptr().cast::<u64>();
             // SAFETY: `p` is a live area of at least 16 bytes, page aligned, that the caller
             // gives up; readers may read it but nobody writes it any more, and its first 16
-            // bytes become the retire link (next, epoch) under the state lock.
+            // bytes become the retire link (next, epoch) under the shard's lock.
             unsafe {
                 link.write(st.embedded_head as u64);
                 link.add(1).write(self.epoch.load(SeqCst));
@@ -156,9 +169,19 @@ impl Rcu {
             st.since_poll >= POLL_EVERY
         };
         if poll {
-            self.poll();
+            self.poll_shard(i);
         }
         true
+    }
+
+    /// The shard of the CPU this thread runs on.
+    #[inline]
+    fn my_shard(&self) -> usize {
+        vmarena_platform::cpu::current() % self.shards.len()
+    }
+
+    fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, State> {
+        self.shards[i].0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The oldest epoch a pinned reader holds, and whether every pinned reader has seen `now`.
@@ -176,9 +199,14 @@ impl Rcu {
         (oldest, all_current)
     }
 
-    /// Advance the epoch if it can, and free every area whose grace period has passed.
-    /// Returns the number of areas freed.
+    /// Advance the epoch if it can, and free every area, of every shard, whose grace period has
+    /// passed. Returns the number of areas freed.
     pub fn poll(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.poll_shard(i)).sum()
+    }
+
+    /// [`Rcu::poll`] for shard `i` only.
+    fn poll_shard(&self, i: usize) -> usize {
         let now = self.epoch.load(SeqCst);
         let (_, all_current) = self.readers_view(now);
         if all_current {
@@ -187,7 +215,7 @@ impl Rcu {
         let (oldest, _) = self.readers_view(self.epoch.load(SeqCst));
         let mut ready: Vec<usize> = Vec::new();
         {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.lock(i);
             st.since_poll = 0;
             st.queued.retain(|&(p, tag)| {
                 let safe = tag < oldest;
@@ -202,7 +230,7 @@ impl Rcu {
             while cur != 0 {
                 let link = cur as *mut u64;
                 // SAFETY: every entry of the list is a retired area whose first 16 bytes hold
-                // (next, epoch), written under the state lock, which is held here.
+                // (next, epoch), written under the shard's lock, which is held here.
                 let (next, tag) = unsafe { (link.read() as usize, link.add(1).read()) };
                 if tag < oldest {
                     ready.push(cur);
@@ -234,8 +262,12 @@ impl Rcu {
 
     /// Areas waiting for their grace period.
     pub fn pending(&self) -> usize {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.queued.len() + st.embedded_len
+        (0..self.shards.len())
+            .map(|i| {
+                let st = self.lock(i);
+                st.queued.len() + st.embedded_len
+            })
+            .sum()
     }
 
     /// Areas freed so far.
@@ -249,19 +281,19 @@ impl Rcu {
         let target = self.epoch.load(SeqCst);
         loop {
             self.poll();
-            let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let oldest_queued = st.queued.iter().map(|q| q.1).min().unwrap_or(u64::MAX);
-            let embedded_pending = st.embedded_len > 0;
-            drop(st);
-            if oldest_queued > target && (!embedded_pending || self.embedded_all_after(target)) {
+            if (0..self.shards.len()).all(|i| self.shard_all_after(i, target)) {
                 return;
             }
             std::thread::yield_now();
         }
     }
 
-    fn embedded_all_after(&self, target: u64) -> bool {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    /// True when every area pending in shard `i` was retired after epoch `target`.
+    fn shard_all_after(&self, i: usize, target: u64) -> bool {
+        let st = self.lock(i);
+        if st.queued.iter().any(|q| q.1 <= target) {
+            return false;
+        }
         let mut cur = st.embedded_head;
         while cur != 0 {
             // SAFETY: list entries are retired areas holding (next, epoch); the lock is held.
@@ -279,16 +311,18 @@ impl Rcu {
 impl Drop for Rcu {
     fn drop(&mut self) {
         // No reader can exist any more (each holds an Arc): everything pending is safe.
-        let st = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for (p, _) in st.queued {
-            (self.free)(NonNull::new(p as *mut u8).expect("retired areas are not null"));
-        }
-        let mut cur = st.embedded_head;
-        while cur != 0 {
-            // SAFETY: as in `poll`; the domain is being dropped, nobody else holds the list.
-            let next = unsafe { (cur as *const u64).read() } as usize;
-            (self.free)(NonNull::new(cur as *mut u8).expect("retired areas are not null"));
-            cur = next;
+        for shard in self.shards.iter_mut() {
+            let st = std::mem::take(shard.0.get_mut().unwrap_or_else(|e| e.into_inner()));
+            for (p, _) in st.queued {
+                (self.free)(NonNull::new(p as *mut u8).expect("retired areas are not null"));
+            }
+            let mut cur = st.embedded_head;
+            while cur != 0 {
+                // SAFETY: as in `poll`; the domain is being dropped, nobody else holds the list.
+                let next = unsafe { (cur as *const u64).read() } as usize;
+                (self.free)(NonNull::new(cur as *mut u8).expect("retired areas are not null"));
+                cur = next;
+            }
         }
     }
 }
@@ -369,6 +403,40 @@ mod tests {
         assert!(!rcu.kvfree_rcu_embedded(interior));
         assert_eq!(rcu.pending(), 0);
         s.vfree(p.as_ptr()).unwrap();
+    }
+
+    #[test]
+    fn each_cpu_polls_only_its_own_retirements() {
+        if vmarena_platform::cpu::count() < 2 {
+            eprintln!("skipped: one CPU");
+            return;
+        }
+        let s = space();
+        let rcu = Rcu::new(s.clone());
+        let retire_on = |cpu: usize, n: usize| {
+            let (rcu, s) = (rcu.clone(), s.clone());
+            std::thread::spawn(move || {
+                assert!(vmarena_platform::cpu::pin_current_thread(cpu));
+                for i in 0..n {
+                    let p = s.vmalloc(4096).unwrap();
+                    if i % 2 == 0 {
+                        rcu.kvfree_rcu(p);
+                    } else {
+                        assert!(rcu.kvfree_rcu_embedded(p));
+                    }
+                }
+            })
+            .join()
+            .unwrap();
+        };
+        retire_on(0, POLL_EVERY - 1);
+        retire_on(1, 1);
+        assert_eq!((rcu.freed(), rcu.pending()), (0, POLL_EVERY), "no shard has reached its poll");
+        retire_on(0, 1);
+        assert_eq!(rcu.freed(), POLL_EVERY as u64, "CPU 0's poll freed CPU 0's areas (no reader)");
+        assert_eq!(rcu.pending(), 1, "CPU 1's area waits for CPU 1's poll");
+        rcu.poll();
+        assert_eq!((rcu.freed(), rcu.pending()), (POLL_EVERY as u64 + 1, 0));
     }
 
     #[test]

@@ -535,11 +535,12 @@ impl VmSpace {
         self.arena.free_uncached(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
     }
 
-    /// Usable bytes of the live area that starts at `p` (whole pages), or `None`.
+    /// Usable bytes of the live area that starts at `p` (whole pages), or `None`. Takes no
+    /// lock for a small area (its state word answers).
     pub fn size(&self, p: *const u8) -> Option<usize> {
         let start = self.start_page(p as usize).ok()?;
-        let a = self.arena.lookup(start)?;
-        Some(((a.pages - self.guard_pages) as usize) << self.page_shift)
+        let pages = self.arena.live_pages(start)?;
+        Some(((pages - self.guard_pages) as usize) << self.page_shift)
     }
 
     /// True when `p` lies inside this space's reservation (the kernel's `is_vmalloc_addr`):
