@@ -732,11 +732,15 @@ impl Shared {
                 }
                 // Step Chunk: small areas are carved from a zone of this node's stripe.
                 let small = pages <= ZONE_PAGES && r.align_pages == 1;
-                // Step Steal: a larger request that this node's pool and lazy list cannot serve
-                // looks at the other nodes' resident freed areas before taking fresh pages. The
-                // area becomes this node's (it comes back here when freed).
+                // Step Steal: a request above the pools' sizes that this node's lazy list cannot
+                // serve looks at the other nodes' resident freed areas before taking fresh
+                // pages. The area becomes this node's (it comes back here when freed). A
+                // pool-sized miss takes fresh pages of this node's stripe instead: a stolen
+                // area keeps its busy record on the other node, whose lock every later reuse
+                // and free of it would take while that node's own threads use it.
                 let mut g = g;
-                if !small && self.opts.node_steal && self.nr_nodes > 1 {
+                if !small && self.opts.node_steal && self.nr_nodes > 1 && SizePools::class_of(pages).is_none()
+                {
                     drop(g);
                     if let Some(a) = self.node_steal(nodes, r, me, area) {
                         return Some(a);

@@ -25,7 +25,7 @@ options_table! {
         lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
-        /// On a miss, take a resident freed area from another node before fresh pages (Nodes; not for chunk-sized areas).
+        /// On a miss, take a resident freed area from another node before fresh pages (Nodes; only for areas above the largest pool class, 256 pages).
         node_steal: bool = true, "bool", "VMARENA_NODE_STEAL";
         /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).
         thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";
