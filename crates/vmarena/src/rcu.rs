@@ -202,17 +202,28 @@ impl Rcu {
     /// Advance the epoch if it can, and free every area, of every shard, whose grace period has
     /// passed. Returns the number of areas freed.
     pub fn poll(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.poll_shard(i)).sum()
+        let oldest = self.advance();
+        (0..self.shards.len()).map(|i| self.reap(i, oldest)).sum()
     }
 
     /// [`Rcu::poll`] for shard `i` only.
     fn poll_shard(&self, i: usize) -> usize {
+        self.reap(i, self.advance())
+    }
+
+    /// Advance the epoch if every pinned reader has seen it; returns the oldest pinned epoch
+    /// after that (areas retired before it are safe to free).
+    fn advance(&self) -> u64 {
         let now = self.epoch.load(SeqCst);
         let (_, all_current) = self.readers_view(now);
         if all_current {
             let _ = self.epoch.compare_exchange(now, now + 1, SeqCst, SeqCst);
         }
-        let (oldest, _) = self.readers_view(self.epoch.load(SeqCst));
+        self.readers_view(self.epoch.load(SeqCst)).0
+    }
+
+    /// Free the areas of shard `i` retired before epoch `oldest`. Returns how many.
+    fn reap(&self, i: usize, oldest: u64) -> usize {
         let mut ready: Vec<usize> = Vec::new();
         {
             let mut st = self.lock(i);
