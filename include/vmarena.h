@@ -171,6 +171,12 @@ void *vmarena_vm_map_ram(vmarena_frames *pool, const uint32_t *frames, size_t co
  * otherwise (nothing changes). */
 int vmarena_vm_unmap_ram(void *p, size_t count);
 
+/* vmarena_vm_unmap_ram forgets the frames at once but may leave them mapped at the old address
+ * until the vmap block is released (the kernel's deferred TLB flush; VMARENA_MAP_RAM_LAZY_MAX
+ * bounds how many, 0 unmaps at once). This removes every such mapping now, as the kernel's
+ * vm_unmap_aliases; vmarena_frames_destroy calls it. Returns the mappings removed. */
+int64_t vmarena_vm_unmap_aliases(void);
+
 /* The frame mapped at any byte `p` of a vmap or vm_map_ram mapping of the default space, or
  * -EINVAL (errno set) when `p` maps no frame. */
 int64_t vmarena_vmalloc_to_frame(const void *p);

@@ -23,7 +23,7 @@ pub enum Backing {
 
 /// One contender: a space, or a bare arena.
 enum Target {
-    Space(VmSpace),
+    Space(Box<VmSpace>),
     Arena(Arena),
 }
 
@@ -181,7 +181,7 @@ pub fn run(cfg: &PairConfig) -> Vec<PairResult> {
                         guard_pages: cfg.guard_pages,
                         ..Default::default()
                     };
-                    Target::Space(VmSpace::new(&name, so, ao).expect("cannot build the space"))
+                    Target::Space(Box::new(VmSpace::new(&name, so, ao).expect("cannot build the space")))
                 }
                 // The page count of an 8 GiB space, without memory.
                 Backing::None => Target::Arena(

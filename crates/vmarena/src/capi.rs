@@ -505,6 +505,8 @@ pub unsafe extern "C" fn vmarena_frames_stats(
 /// `int vmarena_frames_destroy(vmarena_frames *pool);`
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_destroy(pool: *mut FramesHandle) -> libc::c_int {
+    // Mappings vm_unmap_ram left in place would keep the pool's pages referenced after it.
+    let _ = guarded(0, || existing_default_space().map_or(0, |s| s.vm_unmap_aliases()));
     // SAFETY: the header's contract on `pool`, as for every frame-pool function.
     unsafe {
         destroy(pool, |h| frames_handle(h).is_some(), |h| h.pool.stats().user_frames > 0, |h| h.magic = 0)
@@ -582,6 +584,12 @@ pub extern "C" fn vmarena_vm_unmap_ram(p: *mut libc::c_void, count: usize) -> li
         Some(s) => status(s.vm_unmap_ram(p.cast(), count)),
         None => status(Err(VmError::NotLive(p as usize))),
     })
+}
+
+/// `int64_t vmarena_vm_unmap_aliases(void);`
+#[no_mangle]
+pub extern "C" fn vmarena_vm_unmap_aliases() -> i64 {
+    guarded(-libc::EFAULT as i64, || existing_default_space().map_or(0, |s| s.vm_unmap_aliases() as i64))
 }
 
 /// `int64_t vmarena_vmalloc_to_frame(const void *p);`

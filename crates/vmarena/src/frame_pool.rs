@@ -48,6 +48,10 @@ impl Inner {
 }
 
 /// See the module documentation. Clones share the pool.
+///
+/// `VmSpace::vm_unmap_ram` may leave a pool's frames mapped at their old address until the vmap
+/// block is released; call `VmSpace::vm_unmap_aliases` on such spaces before dropping the last
+/// clone, or those mappings keep the file's pages until then.
 #[derive(Clone)]
 pub struct FramePool {
     inner: Arc<Inner>,

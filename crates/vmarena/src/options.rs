@@ -32,5 +32,7 @@ options_table! {
         huge_pages: bool = true, "bool", "VMARENA_HUGE_PAGES";
         /// How purges release memory: dontneed (RSS falls now) or free (lazily, under pressure).
         release: ReleaseAdvice = ReleaseAdvice(Advice::DontNeed), "dontneed|free", "VMARENA_RELEASE";
+        /// Mappings vm_unmap_ram may leave until their vmap block is freed (0: unmap at once).
+        map_ram_lazy_max: u64 = 4096, "mappings", "VMARENA_MAP_RAM_LAZY_MAX";
     }
 }

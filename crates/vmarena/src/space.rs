@@ -134,6 +134,9 @@ pub struct SpaceStats {
     pub mapped_areas: u64,
     /// Live per-CPU vmap blocks.
     pub vmap_blocks: u64,
+    /// Mappings `vm_unmap_ram` left in place in live vmap blocks (restored when the block is
+    /// released, or by `vm_unmap_aliases`).
+    pub map_ram_lingering: u64,
 }
 
 impl VmSpace {
@@ -209,6 +212,7 @@ impl VmSpace {
         };
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
         crate::pressure::start_monitor();
+        let lingering_max = opts.map_ram_lazy_max;
         Ok(VmSpace {
             name: name.to_string(),
             arena,
@@ -223,7 +227,7 @@ impl VmSpace {
             guard_calls,
             frame_map,
             frames,
-            blocks: crate::vmap::VmapBlocks::new(),
+            blocks: crate::vmap::VmapBlocks::new(lingering_max),
             mapped_live: AtomicU64::new(0),
             map_calls: AtomicU64::new(0),
         })
@@ -557,9 +561,11 @@ impl VmSpace {
         self.arena.purge().pages_released
     }
 
-    /// The shrinker: release all cached memory and return every pooled area to the free tree.
+    /// The shrinker: release all cached memory and return every pooled area to the free tree;
+    /// mappings `vm_unmap_ram` left in place are removed first (`vm_unmap_aliases`).
     pub fn shrink(&self) -> u64 {
         let _inside = reentry::enter();
+        self.blocks.unmap_aliases(self);
         self.arena.shrink().pages_released
     }
 
@@ -574,6 +580,7 @@ impl VmSpace {
             map_calls: self.map_calls.load(Relaxed),
             mapped_areas: self.mapped_live.load(Relaxed),
             vmap_blocks: self.blocks.live(),
+            map_ram_lingering: self.blocks.lingering(),
             ..Default::default()
         };
         if resident {

@@ -13,12 +13,24 @@
 //! ```
 //!
 //! Locks: a CPU's free list, then a block (in that order only); the address index shard alone.
-//! None is held across a syscall or an engine call that may purge.
+//! None is held across an engine call that may purge. The only syscalls under a lock are the
+//! `mmap`s with which [`VmSpace::vm_unmap_aliases`] restores a live block's dirty slots: it
+//! holds that block's lock, so the block cannot be released (and its area reused) meanwhile.
 //!
 //! Mappings: each run of consecutive frames is one `mmap(MAP_SHARED | MAP_FIXED)` of the pool's
 //! memory file; unmapping puts anonymous memory back over the pages (one call), so the
 //! reservation's mappings merge again. The space's [`FrameMap`](crate::frame_map::FrameMap)
 //! records which frames are where.
+//!
+//! Lazy unmapping (the kernel's deferred TLB flush of vmap blocks): `vm_unmap_ram` of a slot
+//! forgets its frames at once (`vmalloc_to_frame` answers `None`) but leaves the file mapping in
+//! place; slots are never handed out twice, so nothing maps over it. The block's `stale` bits
+//! record such pages. They get anonymous memory back all at once when the block is released
+//! (one `mmap` over the block), or at [`VmSpace::vm_unmap_aliases`] and the shrinker. At most
+//! the `map_ram_lazy_max` option's number of mappings linger space-wide (each is a kernel VMA);
+//! past it, or with the option at 0, an unmap restores its slot at once. Until then a stray
+//! access through the old pointer still reaches the frames, as a stale TLB entry would in the
+//! kernel.
 
 use crate::frame_map::runs;
 use crate::space::{VmError, VmSpace};
@@ -45,24 +57,45 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct BlockState {
     free: u64,
     dirty: u64,
+    /// Pages of slots handed out and not yet freed.
     used: [u64; WORDS],
+    /// Dirty pages whose frames are still mapped (lazy unmapping, module documentation).
+    stale: [u64; WORDS],
+    /// Mappings (runs of frames) under `stale`, counted in [`VmapBlocks::lingering`].
+    lingering: u64,
     dead: bool,
 }
 
-impl BlockState {
-    fn bits(&mut self, off: u64, n: u64, set: bool) {
-        for b in off..off + n {
-            let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
-            if set {
-                self.used[w] |= m;
-            } else {
-                self.used[w] &= !m;
-            }
+fn set_bits(map: &mut [u64; WORDS], off: u64, n: u64, set: bool) {
+    for b in off..off + n {
+        let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
+        if set {
+            map[w] |= m;
+        } else {
+            map[w] &= !m;
         }
     }
+}
 
+fn bit(map: &[u64; WORDS], b: u64) -> bool {
+    map[(b / 64) as usize] & (1 << (b % 64)) != 0
+}
+
+impl BlockState {
     fn all_set(&self, off: u64, n: u64) -> bool {
-        (off..off + n).all(|b| self.used[(b / 64) as usize] & (1 << (b % 64)) != 0)
+        (off..off + n).all(|b| bit(&self.used, b))
+    }
+
+    /// Runs `(first page offset, pages)` of stale pages.
+    fn stale_runs(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for b in (0..VMAP_BLOCK_PAGES).filter(|&b| bit(&self.stale, b)) {
+            match out.last_mut() {
+                Some((first, n)) if *first + *n == b => *n += 1,
+                _ => out.push((b, 1)),
+            }
+        }
+        out
     }
 }
 
@@ -81,17 +114,35 @@ pub(crate) struct VmapBlocks {
     index: Box<[Shard]>,
     created: AtomicU64,
     released: AtomicU64,
+    /// Mappings left in place by `vm_unmap_ram`, in every live block.
+    lingering: AtomicU64,
+    /// Most mappings that may linger (the `map_ram_lazy_max` option).
+    lingering_max: u64,
 }
 
 impl VmapBlocks {
-    pub(crate) fn new() -> VmapBlocks {
+    pub(crate) fn new(lingering_max: u64) -> VmapBlocks {
         let n = vmarena_platform::cpu::count().max(1);
         VmapBlocks {
             free_lists: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             index: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
             created: AtomicU64::new(0),
             released: AtomicU64::new(0),
+            lingering: AtomicU64::new(0),
+            lingering_max,
         }
+    }
+
+    /// Mappings `vm_unmap_ram` has left in place.
+    pub(crate) fn lingering(&self) -> u64 {
+        self.lingering.load(Relaxed)
+    }
+
+    /// Count `runs` more lingering mappings if the limit allows; false means restore now.
+    fn try_linger(&self, runs: u64) -> bool {
+        self.lingering
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_add(runs).filter(|&m| m <= self.lingering_max))
+            .is_ok()
     }
 
     fn shard(&self, start_page: u64) -> &Shard {
@@ -116,7 +167,7 @@ impl VmapBlocks {
                     let mut st = lock(&b.state);
                     if !st.dead && st.free >= n {
                         let off = VMAP_BLOCK_PAGES - st.free;
-                        st.bits(off, n, true);
+                        set_bits(&mut st.used, off, n, true);
                         st.free -= n;
                         let full = st.free == 0;
                         drop(st);
@@ -140,6 +191,8 @@ impl VmapBlocks {
                     free: VMAP_BLOCK_PAGES,
                     dirty: 0,
                     used: [0; WORDS],
+                    stale: [0; WORDS],
+                    lingering: 0,
                     dead: false,
                 }),
             });
@@ -158,8 +211,10 @@ impl VmapBlocks {
         !st.dead && off + n <= VMAP_BLOCK_PAGES && st.all_set(off, n)
     }
 
-    /// `vb_free` of the slots holding `pages` pages at `page`. The caller has unmapped them.
-    fn free(&self, space: &VmSpace, page: u64, pages: u64) -> Result<(), VmError> {
+    /// `vb_free` of the slots holding `pages` pages at `page`. The caller has unmapped them, or
+    /// left `lingering` mappings there that [`VmapBlocks::try_linger`] counted. A released
+    /// block gets anonymous memory back over all of it before its area is freed.
+    fn free(&self, space: &VmSpace, page: u64, pages: u64, lingering: u64) -> Result<(), VmError> {
         let start = page & !(VMAP_BLOCK_PAGES - 1);
         let addr = (page as usize) << space.page_shift;
         let b = lock(self.shard(start)).get(&start).cloned().ok_or(VmError::NotLive(addr))?;
@@ -169,7 +224,11 @@ impl VmapBlocks {
         if st.dead || off + n > VMAP_BLOCK_PAGES || !st.all_set(off, n) {
             return Err(VmError::NotLive(addr));
         }
-        st.bits(off, n, false);
+        set_bits(&mut st.used, off, n, false);
+        if lingering > 0 {
+            set_bits(&mut st.stale, off, n, true);
+            st.lingering += lingering;
+        }
         st.dirty += n;
         let unused = st.used.iter().all(|&w| w == 0);
         let release = st.dirty == VMAP_BLOCK_PAGES || (unused && st.free < PURGE_THRESHOLD);
@@ -177,13 +236,44 @@ impl VmapBlocks {
             return Ok(());
         }
         st.dead = true;
+        let stale = std::mem::take(&mut st.lingering);
+        st.stale = [0; WORDS];
         drop(st);
         lock(self.shard(start)).remove(&start);
         lock(&self.free_lists[b.cpu]).retain(|x| !Arc::ptr_eq(x, &b));
+        if stale > 0 {
+            space.unmap_pages(start, VMAP_BLOCK_PAGES as usize);
+            self.lingering.fetch_sub(stale, Relaxed);
+        }
         space.arena().free(start).expect("a live block's area is busy");
         space.mapped_live.fetch_sub(1, Relaxed);
         self.released.fetch_add(1, Relaxed);
         Ok(())
+    }
+
+    /// Put anonymous memory back over the stale pages of every live block (one `mmap` per run
+    /// of adjacent stale pages). Returns the mappings restored.
+    pub(crate) fn unmap_aliases(&self, space: &VmSpace) -> u64 {
+        let mut restored = 0;
+        for shard in self.index.iter() {
+            let blocks: Vec<Arc<Block>> = lock(shard).values().cloned().collect();
+            for b in blocks {
+                let mut st = lock(&b.state);
+                if st.dead || st.lingering == 0 {
+                    continue;
+                }
+                // The block lock is held across the calls: a release waits, so the area
+                // cannot be freed and reused under them.
+                for (off, n) in st.stale_runs() {
+                    space.unmap_pages(b.start_page + off, n as usize);
+                }
+                st.stale = [0; WORDS];
+                let m = std::mem::take(&mut st.lingering);
+                self.lingering.fetch_sub(m, Relaxed);
+                restored += m;
+            }
+        }
+        restored
     }
 }
 
@@ -222,7 +312,7 @@ impl VmSpace {
     }
 
     /// Undo `map_runs` for the `pages` pages at `page`.
-    fn unmap_pages(&self, page: u64, pages: usize) {
+    pub(crate) fn unmap_pages(&self, page: u64, pages: usize) {
         let addr = (page as usize) << self.page_shift;
         // SAFETY: the pages belong to a mapping this call removed from the frame map, so no
         // other call maps or unmaps them; anonymous memory goes back over them.
@@ -304,7 +394,7 @@ impl VmSpace {
         self.check_frames(pool, frames)?;
         let page = self.blocks.alloc(self, frames.len() as u64, Location::caller())?;
         if let Err(e) = self.map_runs(pool, page, frames) {
-            self.blocks.free(self, page, frames.len() as u64).expect("slots allocated above");
+            self.blocks.free(self, page, frames.len() as u64, 0).expect("slots allocated above");
             return Err(e);
         }
         Ok(NonNull::new(((page as usize) << self.page_shift) as *mut u8).expect("never address 0"))
@@ -331,8 +421,28 @@ impl VmSpace {
             None => return Err(VmError::NotLive(p as usize)),
         }
         let frames = self.frame_map.remove(page).ok_or(VmError::NotLive(p as usize))?;
-        self.unmap_pages(page, frames.len());
-        self.blocks.free(self, page, count as u64)
+        let maps = runs(&frames).len() as u64;
+        let linger = self.blocks.try_linger(maps);
+        if !linger {
+            self.unmap_pages(page, frames.len());
+        }
+        let r = self.blocks.free(self, page, count as u64, if linger { maps } else { 0 });
+        if r.is_err() && linger {
+            // Not reached (removing the frame record claimed the slots), but never leave an
+            // uncounted mapping behind.
+            self.unmap_pages(page, frames.len());
+            self.blocks.lingering.fetch_sub(maps, Relaxed);
+        }
+        r
+    }
+
+    /// Put anonymous memory back wherever `vm_unmap_ram` left frames mapped (the kernel's
+    /// `vm_unmap_aliases`): after it, no address of this space reaches a frame that is not
+    /// mapped by a live `vmap` or `vm_map_ram`. Returns the mappings removed. The shrinker
+    /// calls it too.
+    pub fn vm_unmap_aliases(&self) -> u64 {
+        let _inside = reentry::enter();
+        self.blocks.unmap_aliases(self)
     }
 
     /// The frame mapped at `p` (any byte of a `vmap` or `vm_map_ram` mapping), or `None` for

@@ -6,7 +6,10 @@
 mod common;
 
 use std::sync::Arc;
-use vmarena::{ArenaOptions, FrameOptions, FramePool, SpaceOptions, VmError, VmSpace, VMAP_MAX_ALLOC_PAGES};
+use vmarena::{
+    ArenaOptions, FrameOptions, FramePool, SpaceOptions, VmError, VmSpace, VMAP_BLOCK_PAGES,
+    VMAP_MAX_ALLOC_PAGES,
+};
 use vmarena_platform::memfd::map_count;
 
 /// The mapping count is process-wide: the tests of this file run one at a time.
@@ -370,4 +373,102 @@ fn stress_a_frames_backed_space_with_owner_patterns() {
     assert_eq!(fp.stats().user_frames, 0);
     s.check().unwrap();
     fp.allocator().check().unwrap();
+}
+
+fn space_lazy(name: &str, lazy_max: u64) -> VmSpace {
+    let so = SpaceOptions { space_bytes: 1 << 32, map_ram_lazy_max: lazy_max, ..Default::default() };
+    VmSpace::new(name, so, ArenaOptions { decay_interval_ms: 0, ..Default::default() }).unwrap()
+}
+
+/// Mappings inside the space's reservation: unlike the process's count, threads that other
+/// tests start meanwhile (a stack and its guard each) do not change it.
+fn maps_in(s: &VmSpace) -> usize {
+    let (lo, hi) = s.bounds();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| usize::from_str_radix(l.split('-').next()?, 16).ok())
+        .filter(|&start| (lo..hi).contains(&start))
+        .count()
+}
+
+/// Lazy unmapping: `vm_unmap_ram` forgets the frames at once but leaves the file mapping until
+/// the block is released (one `mmap` over the whole block) or `vm_unmap_aliases` runs; either
+/// way the mapping count falls back to where it was.
+#[test]
+fn vm_unmap_ram_leaves_the_mapping_until_the_block_goes_or_aliases_are_unmapped() {
+    let _serial = serial();
+    // One CPU's block: a thread that moved would open a second block.
+    assert!(vmarena_platform::cpu::pin_current_thread(0));
+    let s = space_lazy("lazy-unmap", 4096);
+    let fp = pool("lazy-unmap", 4);
+    let f = fp.alloc(0).unwrap();
+    let maps_before = maps_in(&s);
+    // A slot kept in use, so that only a fully dirty block is released.
+    let held = s.vm_map_ram(&fp, &[f]).unwrap();
+    let calls_before = s.stats(false).map_calls;
+
+    let p = s.vm_map_ram(&fp, &[f]).unwrap();
+    // SAFETY: one page mapped at p.
+    unsafe { p.as_ptr().write(0x5a) };
+    s.vm_unmap_ram(p.as_ptr(), 1).unwrap();
+    assert_eq!(s.vmalloc_to_frame(p.as_ptr()), None, "the frame is forgotten at once");
+    assert!(s.vm_unmap_ram(p.as_ptr(), 1).is_err(), "double vm_unmap_ram");
+    let st = s.stats(false);
+    assert_eq!(st.map_ram_lingering, 1);
+    assert_eq!(st.map_calls - calls_before, 1, "the unmap made no call");
+    assert!(maps_in(&s) > maps_before, "the file mapping is still there");
+
+    assert_eq!(s.vm_unmap_aliases(), 1);
+    assert_eq!(s.vm_unmap_aliases(), 0);
+    assert_eq!(s.stats(false).map_ram_lingering, 0);
+    assert!(maps_in(&s) > maps_before, "the held slot is mapped");
+
+    // Fill the rest of the block: each slot lingers until the block is released.
+    let mut peak = 0;
+    for i in 2..VMAP_BLOCK_PAGES {
+        let q = s.vm_map_ram(&fp, &[f]).unwrap();
+        // SAFETY: one page mapped at q.
+        unsafe { q.as_ptr().write(i as u8) };
+        s.vm_unmap_ram(q.as_ptr(), 1).unwrap();
+        peak = peak.max(s.stats(false).map_ram_lingering);
+    }
+    assert_eq!(s.stats(false).vmap_blocks, 1);
+    s.vm_unmap_ram(held.as_ptr(), 1).unwrap();
+    let st = s.stats(false);
+    assert_eq!(peak, VMAP_BLOCK_PAGES - 2, "every slot but the last lingered");
+    assert_eq!((st.vmap_blocks, st.map_ram_lingering, st.mapped_areas), (0, 0, 0));
+    assert_eq!(maps_in(&s), maps_before, "the released block was restored with the others");
+    // Every write went to the frame: it holds the last one.
+    let r = s.vmap(&fp, &[f]).unwrap();
+    // SAFETY: one page mapped at r.
+    assert_eq!(unsafe { r.as_ptr().read() }, (VMAP_BLOCK_PAGES - 1) as u8);
+    s.vunmap(r.as_ptr()).unwrap();
+    fp.free(f, 0).unwrap();
+}
+
+/// The limit on lingering mappings: past it an unmap restores its slot at once, and at 0 every
+/// unmap does; the shrinker removes what lingers.
+#[test]
+fn lingering_mappings_stop_at_the_limit_and_the_shrinker_removes_them() {
+    let _serial = serial();
+    // (limit, mappings left after three map/unmaps, calls in all): at 0 three maps and three
+    // restores; at 2 the third unmap restores at once and the shrinker restores the first two
+    // slots, which are adjacent, with one call.
+    for (limit, lingering, calls) in [(0u64, 0u64, 6u64), (2, 2, 5)] {
+        let s = space_lazy("lazy-limit", limit);
+        let fp = pool("lazy-limit", 4);
+        let f = fp.alloc(0).unwrap();
+        let calls_before = s.stats(false).map_calls;
+        for _ in 0..3 {
+            let p = s.vm_map_ram(&fp, &[f]).unwrap();
+            s.vm_unmap_ram(p.as_ptr(), 1).unwrap();
+        }
+        let st = s.stats(false);
+        assert_eq!(st.map_ram_lingering, lingering, "limit {limit}");
+        assert_eq!(st.map_calls - calls_before, 3 + (3 - lingering), "limit {limit}: maps plus restores");
+        s.shrink();
+        assert_eq!(s.stats(false).map_ram_lingering, 0, "limit {limit}");
+        assert_eq!(s.stats(false).map_calls - calls_before, calls, "limit {limit}: every slot restored once");
+        fp.free(f, 0).unwrap();
+    }
 }

@@ -69,6 +69,9 @@ impl MapRamSession for FrameSession<'_> {
 
 impl Drop for FrameSession<'_> {
     fn drop(&mut self) {
+        // The frames go back to the pool for other users: no address of the space may still
+        // reach them through a mapping vm_unmap_ram left in place.
+        self.space.vm_unmap_aliases();
         for &f in &self.frames {
             self.pool.free(f, 0).expect("frames of the session are held");
         }

@@ -145,6 +145,9 @@ int main(void) {
     CHECK(vmarena_vm_unmap_ram(vr, 7) == -EINVAL);
     CHECK(vmarena_vunmap(vr) == -EINVAL);
     CHECK(vmarena_vm_unmap_ram(vr, 8) == 0);
+    CHECK(vmarena_vmalloc_to_frame(vr) == -EINVAL);
+    CHECK(vmarena_vm_unmap_aliases() >= 1);
+    CHECK(vmarena_vm_unmap_aliases() == 0);
     CHECK(vmarena_vunmap(va) == 0);
     CHECK(vmarena_vunmap(va) == -EINVAL);
     CHECK(vmarena_frames_free(fr, (uint32_t)blk + 1, 0) == -EINVAL);
