@@ -89,6 +89,21 @@ impl Request {
         Ok(r)
     }
 
+    /// The ranges `[start, start + size)` at every start this request may take inside
+    /// `[lo, hi)`, lowest first, or `None` when there are more than `max` of them.
+    pub fn start_ranges(&self, lo: u64, hi: u64, max: usize) -> Option<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        let mut at = lo;
+        while let Some(c) = self.candidate_in(at, hi) {
+            if out.len() == max {
+                return None;
+            }
+            out.push((c, c + self.size_pages));
+            at = c + 1;
+        }
+        Some(out)
+    }
+
     /// The block length the conservative search requires (see the module doc).
     pub fn search_length(&self) -> u64 {
         if self.align_pages <= 1 || self.hi - self.lo == self.size_pages {
@@ -176,6 +191,15 @@ mod tests {
         // No overflow on absurd alignments.
         let huge = (1u64 << 63) + 5;
         assert_eq!(Request::new(huge, 1 << 63, 0, u64::MAX).unwrap().search_length(), u64::MAX);
+    }
+
+    #[test]
+    fn start_ranges_lists_every_aligned_start_up_to_a_bound() {
+        let r = Request::new(2, 16, 0, 1000).unwrap();
+        assert_eq!(r.start_ranges(10, 60, 8), Some(vec![(16, 18), (32, 34), (48, 50)]));
+        assert_eq!(r.start_ranges(10, 49, 8), Some(vec![(16, 18), (32, 34)]), "48 + 2 > 49");
+        assert_eq!(r.start_ranges(10, 60, 2), None, "three starts, bound two");
+        assert_eq!(r.start_ranges(17, 31, 8), Some(vec![]));
     }
 
     #[test]

@@ -194,6 +194,34 @@ impl SizePools {
         out
     }
 
+    /// Detach every entry that overlaps one of `ranges` (`[start, end)` pairs): `(start, pages,
+    /// side)`. A scan of every entry, for the allocation failure path only.
+    pub fn take_overlapping(&mut self, ranges: &[(u64, u64)]) -> Vec<(u64, u64, PoolSide)> {
+        let mut out = Vec::new();
+        for (i, c) in self.classes.iter_mut().enumerate() {
+            let pages = i as u64 + 1;
+            let hit = |s: &u64| ranges.iter().any(|&(rs, re)| *s < re && rs < *s + pages);
+            for (q, side) in [(&mut c.dirty, PoolSide::Dirty), (&mut c.clean, PoolSide::Clean)] {
+                if q.iter().any(hit) {
+                    q.retain(|s| {
+                        let h = hit(s);
+                        if h {
+                            out.push((*s, pages, side));
+                        }
+                        !h
+                    });
+                }
+            }
+        }
+        for &(_, pages, side) in &out {
+            self.len -= 1;
+            if side == PoolSide::Dirty {
+                self.dirty_pages -= pages;
+            }
+        }
+        out
+    }
+
     /// Every pooled area, `(start, pages, side)`, for checkers and reports.
     pub fn entries(&self) -> Vec<(u64, u64, PoolSide)> {
         let mut out = Vec::with_capacity(self.len as usize);
@@ -247,6 +275,24 @@ mod tests {
         assert_eq!(p.pop(2, 1, PoolSide::Clean), None);
         assert_eq!(p.pop(3, 1, PoolSide::Clean), None);
         assert_eq!(p.dirty_pages(), 0);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn take_overlapping_detaches_only_entries_that_touch_a_range() {
+        let mut p = SizePools::new();
+        p.push(10, 2, PoolSide::Dirty); // [10, 12)
+        p.push(12, 2, PoolSide::Clean); // [12, 14)
+        p.push(20, 4, PoolSide::Dirty); // [20, 24)
+        p.push(40, 1, PoolSide::Clean); // [40, 41)
+        let mut got = p.take_overlapping(&[(11, 13), (23, 24)]);
+        got.sort_by_key(|e| e.0);
+        assert_eq!(got, vec![(10, 2, PoolSide::Dirty), (12, 2, PoolSide::Clean), (20, 4, PoolSide::Dirty)]);
+        assert_eq!((p.len(), p.dirty_pages()), (1, 0));
+        assert!(
+            p.take_overlapping(&[(0, 40), (41, 100)]).is_empty(),
+            "ranges ending at or starting after it"
+        );
         p.check().unwrap();
     }
 

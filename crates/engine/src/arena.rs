@@ -61,6 +61,9 @@ pub const NO_NODE: u16 = u16::MAX;
 /// Extend).
 const EXTEND_TRIES: usize = 3;
 
+/// Most possible starts for which a failed allocation tries step Reclaim before a full purge.
+const RECLAIM_MAX_STARTS: usize = 16;
+
 /// Full purges an allocation tries, while they make progress, before it fails.
 const FULL_PURGE_RETRIES: usize = 4;
 
@@ -159,6 +162,10 @@ pub enum Step {
     Tree,
     /// The free tree, exact search (only when the alignment made the first search skip blocks).
     TreeExact,
+    /// The pooled and lazy areas and node chunks over the request's possible starts, when it
+    /// has at most 16 (a large alignment), released and merged into the tree; then the steps
+    /// again (Nodes).
+    Reclaim,
     /// Full purge (every lazy area released, every pool and chunk back in the tree), then the
     /// steps again, repeated while a purge still gives something back.
     FullPurge,
@@ -203,6 +210,7 @@ pub(crate) struct Counters {
     pub(crate) tree_allocs: AtomicU64,
     pub(crate) purges: AtomicU64,
     pub(crate) full_purges: AtomicU64,
+    pub(crate) range_reclaims: AtomicU64,
     pub(crate) areas_released: AtomicU64,
     pub(crate) pages_released: AtomicU64,
     pub(crate) release_calls: AtomicU64,
@@ -217,6 +225,7 @@ impl Default for Counters {
             tree_allocs: z(),
             purges: z(),
             full_purges: z(),
+            range_reclaims: z(),
             areas_released: z(),
             pages_released: z(),
             release_calls: z(),
@@ -404,6 +413,15 @@ impl Arena {
         }
         if req.nonblocking {
             return Err(AllocError::WouldBlock);
+        }
+        // Step::Reclaim: a request with few possible starts (a large alignment) gets back only
+        // what lies over them.
+        if let Some(ranges) = r.start_ranges(lo, hi, RECLAIM_MAX_STARTS) {
+            if sh.reclaim_ranges(&ranges) > 0 {
+                if let Some(a) = sh.try_alloc(&r, req, default_window) {
+                    return Ok(a);
+                }
+            }
         }
         // Step::FullPurge: every lazy area released, every pool back in the tree; then retry.
         // Other threads may take the space a purge gave back before this thread retries, so
@@ -1296,6 +1314,7 @@ impl Shared {
             tree_allocs: c.tree_allocs.load(Relaxed),
             purges: c.purges.load(Relaxed),
             full_purges: c.full_purges.load(Relaxed),
+            range_reclaims: c.range_reclaims.load(Relaxed),
             areas_released: c.areas_released.load(Relaxed),
             pages_released: c.pages_released.load(Relaxed),
             release_calls: c.release_calls.load(Relaxed),

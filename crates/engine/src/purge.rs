@@ -94,14 +94,7 @@ impl Shared {
                 }
             }
         }
-        // Free pages sharing a huge page with a released area: held out of the tree while
-        // they are released with it.
-        let spill = self.claim_spill(&release);
-        // One batch for the whole arena.
-        let mut calls = self.backing.release(&release) as u64;
-        if !spill.is_empty() {
-            calls += self.backing.release_free(&spill) as u64;
-        }
+        let (mut calls, spill) = self.release_batch(&release);
         if let Kind::Nodes { nodes, .. } = &self.kind {
             for (i, areas) in refill {
                 let mut p = nodes[i].lock_at(&site::PURGE_REFILL);
@@ -110,10 +103,7 @@ impl Shared {
                 }
             }
         }
-        calls += self.backing.retire(&to_tree) as u64;
-        self.merge_into_tree(&to_tree);
-        self.merge_into_tree(&chunks);
-        self.merge_into_tree(&spill);
+        calls += self.merge_batch(&to_tree, &chunks, &spill);
         let pages_released: u64 = release.iter().map(|a| a.1).sum();
         let c = &self.counters;
         c.purges.fetch_add(1, Relaxed);
@@ -129,6 +119,78 @@ impl Shared {
             areas_to_tree: to_tree.len() as u64,
             syscalls: calls,
         }
+    }
+
+    /// Release the memory of `release` in one batch, with the free pages that share a huge
+    /// page with one of them (the spill, held out of the tree meanwhile and returned for
+    /// [`Shared::merge_batch`]). Returns the syscalls made and the spill.
+    fn release_batch(&self, release: &[(u64, u64)]) -> (u64, Vec<(u64, u64)>) {
+        let spill = self.claim_spill(release);
+        let mut calls = self.backing.release(release) as u64;
+        if !spill.is_empty() {
+            calls += self.backing.release_free(&spill) as u64;
+        }
+        (calls, spill)
+    }
+
+    /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free
+    /// tree. Returns the syscalls made.
+    fn merge_batch(&self, to_tree: &[(u64, u64)], chunks: &[(u64, u64)], spill: &[(u64, u64)]) -> u64 {
+        let calls = self.backing.retire(to_tree) as u64;
+        self.merge_into_tree(to_tree);
+        self.merge_into_tree(chunks);
+        self.merge_into_tree(spill);
+        calls
+    }
+
+    /// Step Reclaim (Nodes; DESIGN.md, section 4): the pooled and lazy areas and the node
+    /// chunks that overlap one of `ranges` (the few starts a largely aligned request may take),
+    /// released and merged into the free tree, and nothing else. A full purge would give those
+    /// starts the same room, but it also releases, retires and merges every other lazy and
+    /// pooled area of the arena: milliseconds when tens of thousands are pooled. Serialised
+    /// with purges by the purge mutex. Returns the areas and chunks moved to the tree.
+    pub(crate) fn reclaim_ranges(&self, ranges: &[(u64, u64)]) -> u64 {
+        let Kind::Nodes { nodes, .. } = &self.kind else { return 0 };
+        if ranges.is_empty() {
+            return 0;
+        }
+        let hit = |s: u64, pages: u64| ranges.iter().any(|&(rs, re)| s < re && rs < s + pages);
+        let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut release, mut to_tree, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+        for n in nodes.iter() {
+            let mut p = n.lock_at(&site::PURGE_DETACH);
+            for (s, pages, side) in p.pools.take_overlapping(ranges) {
+                if side == PoolSide::Dirty {
+                    release.push((s, pages));
+                }
+                to_tree.push((s, pages));
+            }
+            let mut gone = 0;
+            p.lazy_tree.retain(|l| {
+                let h = hit(l.start, l.pages);
+                if h {
+                    release.push((l.start, l.pages));
+                    to_tree.push((l.start, l.pages));
+                    gone += l.pages;
+                }
+                !h
+            });
+            p.lazy_tree_pages -= gone;
+            let (cs, ce) = p.chunk;
+            if cs < ce && hit(cs, ce - cs) {
+                p.chunk = (0, 0);
+                chunks.push((cs, ce - cs));
+            }
+            p.sync(&self.lazy_approx, true);
+        }
+        let (mut calls, spill) = self.release_batch(&release);
+        calls += self.merge_batch(&to_tree, &chunks, &spill);
+        let c = &self.counters;
+        c.range_reclaims.fetch_add(1, Relaxed);
+        c.areas_released.fetch_add(release.len() as u64, Relaxed);
+        c.pages_released.fetch_add(release.iter().map(|a| a.1).sum(), Relaxed);
+        c.release_calls.fetch_add(calls, Relaxed);
+        (to_tree.len() + chunks.len()) as u64
     }
 
     /// The lazy threshold from this purge on (Nodes): `lazy_max`, plus, with `lazy_headroom`,

@@ -59,6 +59,8 @@ stats_table! {
         purges, "purges";
         /// Full purges (allocation failure, shrink).
         full_purges, "purges";
+        /// Failed allocations with few possible starts that reclaimed only what lay over them.
+        range_reclaims, "reclaims";
         /// Areas whose memory a purge released.
         areas_released, "areas";
         /// Pages of the areas whose memory a purge released, guard pages included.

@@ -748,3 +748,43 @@ fn the_lazy_threshold_rises_by_the_live_pages_below_their_peak() {
         a.check().unwrap();
     }
 }
+
+/// Step Reclaim: a request whose only possible starts lie under pooled areas gets back those
+/// areas, not every pooled area (no full purge); the rest stay pooled and resident.
+#[test]
+fn a_large_alignment_reclaims_only_the_areas_over_its_starts() {
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions { thread_cache: false, ..opts(Strategy::Nodes) };
+    let a = Arena::new("reclaim", 0, 512, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    // Fill the arena with 4-page areas, then free them all into the pools.
+    let mut xs = Vec::new();
+    while let Ok(x) = a.alloc(&AllocRequest::pages(4)) {
+        xs.push(x.start);
+    }
+    assert!(xs.len() >= 100, "{} areas", xs.len());
+    for &s in &xs {
+        a.free(s).unwrap();
+    }
+    let before = a.stats();
+    assert!(before.lazy_pages >= 400, "{before:?}");
+    // Pages 0 and 256 are the only multiples of 256: both are under pooled areas.
+    let req = AllocRequest { align_pages: 256, ..AllocRequest::pages(8) };
+    let y = a.alloc(&req).unwrap();
+    assert_eq!(y.start % 256, 0);
+    let st = a.stats();
+    assert_eq!((st.full_purges, st.range_reclaims), (before.full_purges, before.range_reclaims + 1));
+    // Only the areas over [0, 8) and [256, 264) were released: two 4-page areas each.
+    let released = rec.released.lock().unwrap().clone();
+    assert!(!released.is_empty() && released.len() <= 4, "{released:?}");
+    for (s, p) in released {
+        assert!(s < 8 || (256..264).contains(&s) || (s < 264 && s + p > 256), "({s}, {p})");
+    }
+    assert!(
+        st.lazy_pages >= before.lazy_pages - 16,
+        "{} of {} lazy pages left",
+        st.lazy_pages,
+        before.lazy_pages
+    );
+    a.free(y.start).unwrap();
+    a.check().unwrap();
+}
