@@ -72,6 +72,10 @@ enum Command {
 }
 
 fn main() {
+    // Output piped into `head` and the like ends quietly when the reader goes away, as for other
+    // command-line tools (Rust programs start with SIGPIPE ignored, so printing would panic).
+    // SAFETY: restoring the default action of a signal before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let m = machine::Machine::detect();
     match cli.command {

@@ -213,3 +213,16 @@ fn fixed_compares_pools_with_peers_and_writes_json() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown contender 'bogus'"));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// A reader that went away (`vmarena options | head -1`) ends the program with SIGPIPE, as
+/// other tools, not with a panic on the broken pipe.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_vmarena")).arg("options").stdout(writer).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
