@@ -6,15 +6,24 @@
 //! - `peak_rss_kib`: `VmHWM` at the end of the work;
 //! - `idle_rss_kib`: `VmRSS` after everything was freed and the process slept `--idle-ms`
 //!   (default 1000): what the allocator gives back without further calls;
+//! - `idle_anon_kib`: `RssAnon` at the same moment: the anonymous part, without the pages of
+//!   code and data files (an allocator loaded with `LD_PRELOAD` adds its own code pages);
 //! - `maps`: lines of `/proc/self/maps` at the end of the work (the mapping count that runs into
 //!   `vm.max_map_count`);
 //! - `minor_faults`: minor faults of the whole process;
+//! - `peak_live_kib`: the most bytes the program itself held at once (counted by [`malloc`] and
+//!   [`free`]), so that each allocator's peak RSS can be read against what was asked of it;
 //! - `checksum`: a value computed from the memory, so the work cannot be optimised away.
 //!
 //! The programs use no Rust collections on their measured paths; Rust's own allocations (a few
 //! small ones) also go to `malloc`, as in any program.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// Bytes the program holds now, and the most it held at once.
+static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// A small, fast, seeded generator (xorshift64*), the same sequence for every allocator.
 pub struct Rng(pub u64);
@@ -70,6 +79,7 @@ pub struct AfterWork {
     peak_rss_kib: u64,
     maps: u64,
     minor_faults: u64,
+    peak_live_kib: u64,
 }
 
 /// Take the end-of-work figures for a run that started at `t0`.
@@ -79,6 +89,7 @@ pub fn after_work(t0: Instant) -> AfterWork {
         peak_rss_kib: status_kib("VmHWM:"),
         maps: maps(),
         minor_faults: minor_faults(),
+        peak_live_kib: PEAK_LIVE_BYTES.load(Ordering::Relaxed) >> 10,
     }
 }
 
@@ -86,25 +97,30 @@ pub fn after_work(t0: Instant) -> AfterWork {
 pub fn report(name: &str, w: AfterWork, checksum: u64) {
     std::thread::sleep(std::time::Duration::from_millis(arg("--idle-ms", 1000)));
     println!(
-        "{{\"bench\":\"{name}\",\"work_s\":{:.4},\"peak_rss_kib\":{},\"idle_rss_kib\":{},\"maps\":{},\"minor_faults\":{},\"checksum\":{checksum}}}",
+        "{{\"bench\":\"{name}\",\"work_s\":{:.4},\"peak_rss_kib\":{},\"idle_rss_kib\":{},\"idle_anon_kib\":{},\"maps\":{},\"minor_faults\":{},\"peak_live_kib\":{},\"checksum\":{checksum}}}",
         w.work_s,
         w.peak_rss_kib,
         status_kib("VmRSS:"),
+        status_kib("RssAnon:"),
         w.maps,
-        w.minor_faults
+        w.minor_faults,
+        w.peak_live_kib
     );
 }
 
-/// `malloc(n)` that stops the program on failure.
+/// `malloc(n)` that stops the program on failure, counting `n` live bytes.
 pub fn malloc(n: usize) -> *mut u8 {
     // SAFETY: plain C malloc.
     let p = unsafe { libc::malloc(n) } as *mut u8;
     assert!(!p.is_null(), "malloc({n}) failed");
+    let live = LIVE_BYTES.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+    PEAK_LIVE_BYTES.fetch_max(live, Ordering::Relaxed);
     p
 }
 
-/// `free(p)`.
-pub fn free(p: *mut u8) {
-    // SAFETY: `p` came from `malloc` (or is null).
+/// `free(p)` of a block that [`malloc`] returned for `n` bytes (or a null `p` with `n` 0).
+pub fn free(p: *mut u8, n: usize) {
+    LIVE_BYTES.fetch_sub(n as u64, Ordering::Relaxed);
+    // SAFETY: `p` came from `malloc`.
     unsafe { libc::free(p.cast()) }
 }

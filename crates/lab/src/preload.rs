@@ -62,8 +62,12 @@ pub struct Outcome {
     pub allocator: String,
     pub seconds: f64,
     pub peak_rss_kib: u64,
+    /// The most bytes the program held at once, as it counts them (benchmark programs only).
+    pub peak_live_kib: Option<u64>,
     /// RSS after one idle second (benchmark programs only).
     pub idle_rss_kib: Option<u64>,
+    /// Its anonymous part: without code and file pages (benchmark programs only).
+    pub idle_anon_kib: Option<u64>,
     /// Mappings at the end of the work (benchmark programs only).
     pub maps: Option<u64>,
     pub minor_faults: u64,
@@ -280,6 +284,8 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
                         json_f64(&line, "work_s").ok_or_else(|| format!("{w}: no report in '{line}'"))?;
                     o.peak_rss_kib = json_u64(&line, "peak_rss_kib").unwrap_or(0);
                     o.idle_rss_kib = json_u64(&line, "idle_rss_kib");
+                    o.idle_anon_kib = json_u64(&line, "idle_anon_kib");
+                    o.peak_live_kib = json_u64(&line, "peak_live_kib");
                     o.maps = json_u64(&line, "maps");
                     o.minor_faults = json_u64(&line, "minor_faults").unwrap_or(0);
                 }
@@ -323,9 +329,9 @@ pub fn print(cfg: &PreloadConfig, results: &[Outcome], m: &Machine) {
         let vm = rows.iter().find(|o| o.allocator == "vmarena").map(|o| o.seconds);
         println!("\n{w}: {}", describe(w, cfg));
         let mut head =
-            "| allocator | time s | time / vmarena | peak RSS MiB | idle RSS MiB | maps | minor faults |"
+            "| allocator | time s | time / vmarena | peak RSS MiB | live peak MiB | idle RSS MiB | idle anon MiB | maps | minor faults |"
                 .to_string();
-        let mut rule = "|---|---|---|---|---|---|---|".to_string();
+        let mut rule = "|---|---|---|---|---|---|---|---|---|".to_string();
         if cfg.syscalls {
             for s in SYSCALLS {
                 head.push_str(&format!(" {s} |"));
@@ -335,13 +341,16 @@ pub fn print(cfg: &PreloadConfig, results: &[Outcome], m: &Machine) {
         println!("{head}\n{rule}");
         for o in rows {
             let ratio = vm.map(|v| format!("{:.2}", o.seconds / v)).unwrap_or_else(|| "-".into());
+            let opt = |v: Option<u64>| v.map(mib).unwrap_or_else(|| "-".into());
             let mut line = format!(
-                "| {} | {:.3} | {} | {} | {} | {} | {} |",
+                "| {} | {:.3} | {} | {} | {} | {} | {} | {} | {} |",
                 o.allocator,
                 o.seconds,
                 ratio,
                 mib(o.peak_rss_kib),
-                o.idle_rss_kib.map(mib).unwrap_or_else(|| "-".into()),
+                opt(o.peak_live_kib),
+                opt(o.idle_rss_kib),
+                opt(o.idle_anon_kib),
                 o.maps.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
                 o.minor_faults
             );

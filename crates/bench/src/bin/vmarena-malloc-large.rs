@@ -26,11 +26,11 @@ fn main() {
         unsafe { std::ptr::write_bytes(p, 0x5a, n) };
         // SAFETY: as above; read back one byte so the writes are observable.
         checksum = checksum.wrapping_add(unsafe { *p.add(n / 2) } as u64 + n as u64);
-        free(bufs[i].0);
+        free(bufs[i].0, bufs[i].1);
         bufs[i] = (p, n);
     }
     for b in &bufs {
-        free(b.0);
+        free(b.0, b.1);
     }
     let w = after_work(t0);
     report("malloc-large", w, checksum);

@@ -35,7 +35,7 @@ fn check_free(b: Block) {
     // SAFETY: the block is live and `b.1 >= 1` bytes long.
     let (first, last) = unsafe { (*b.0, *b.0.add(b.1 - 1)) };
     assert!(first == b.2 && last == b.2, "block {:p} of {} bytes lost its contents", b.0, b.1);
-    free(b.0);
+    free(b.0, b.1);
 }
 
 fn main() {
