@@ -121,6 +121,6 @@ pub fn malloc(n: usize) -> *mut u8 {
 /// `free(p)` of a block that [`malloc`] returned for `n` bytes (or a null `p` with `n` 0).
 pub fn free(p: *mut u8, n: usize) {
     LIVE_BYTES.fetch_sub(n as u64, Ordering::Relaxed);
-    // SAFETY: `p` came from `malloc`.
+    // SAFETY: `p` came from `malloc` and is freed once, or is null (which `free` ignores).
     unsafe { libc::free(p.cast()) }
 }
