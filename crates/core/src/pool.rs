@@ -200,7 +200,7 @@ impl SizePools {
         let mut out = Vec::new();
         for (i, c) in self.classes.iter_mut().enumerate() {
             let pages = i as u64 + 1;
-            let hit = |s: &u64| ranges.iter().any(|&(rs, re)| *s < re && rs < *s + pages);
+            let hit = |s: &u64| crate::fit::overlaps_any(ranges, *s, pages);
             for (q, side) in [(&mut c.dirty, PoolSide::Dirty), (&mut c.clean, PoolSide::Clean)] {
                 if q.iter().any(hit) {
                     q.retain(|s| {

@@ -10,6 +10,7 @@ use crate::arena::{Kind, PurgeKind, PurgeReport, Shared};
 use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
+use vmarena_core::fit::overlaps_any;
 use vmarena_core::{FreeTree, PoolSide};
 
 impl Shared {
@@ -154,7 +155,6 @@ impl Shared {
         if ranges.is_empty() {
             return 0;
         }
-        let hit = |s: u64, pages: u64| ranges.iter().any(|&(rs, re)| s < re && rs < s + pages);
         let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
         let (mut release, mut to_tree, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
         for n in nodes.iter() {
@@ -167,7 +167,7 @@ impl Shared {
             }
             let mut gone = 0;
             p.lazy_tree.retain(|l| {
-                let h = hit(l.start, l.pages);
+                let h = overlaps_any(ranges, l.start, l.pages);
                 if h {
                     release.push((l.start, l.pages));
                     to_tree.push((l.start, l.pages));
@@ -177,7 +177,7 @@ impl Shared {
             });
             p.lazy_tree_pages -= gone;
             let (cs, ce) = p.chunk;
-            if cs < ce && hit(cs, ce - cs) {
+            if cs < ce && overlaps_any(ranges, cs, ce - cs) {
                 p.chunk = (0, 0);
                 chunks.push((cs, ce - cs));
             }
