@@ -208,6 +208,8 @@ pub(crate) enum Kind {
 
 pub(crate) struct Counters {
     pub(crate) tree_allocs: AtomicU64,
+    pub(crate) tree_pages: AtomicU64,
+    pub(crate) extend_pages: AtomicU64,
     pub(crate) purges: AtomicU64,
     pub(crate) full_purges: AtomicU64,
     pub(crate) range_reclaims: AtomicU64,
@@ -223,6 +225,8 @@ impl Default for Counters {
         let z = || AtomicU64::new(0);
         Counters {
             tree_allocs: z(),
+            tree_pages: z(),
+            extend_pages: z(),
             purges: z(),
             full_purges: z(),
             range_reclaims: z(),
@@ -710,6 +714,7 @@ impl Shared {
         let pages = r.size_pages;
         let from_tree = |start: u64| {
             self.counters.tree_allocs.fetch_add(1, Relaxed);
+            self.counters.tree_pages.fetch_add(pages, Relaxed);
             self.backing.prepare(start, pages);
             Some(Allocation { start, pages, fresh: fresh_from_tree })
         };
@@ -825,6 +830,7 @@ impl Shared {
                 }
                 if new_chunk.is_none() {
                     self.counters.tree_allocs.fetch_add(1, Relaxed);
+                    self.counters.tree_pages.fetch_add(pages, Relaxed);
                     self.took_fresh(pages);
                 }
                 self.backing.prepare(start, pages);
@@ -992,6 +998,8 @@ impl Shared {
                     g.hits += 1;
                     if side == PoolSide::Dirty {
                         g.sync(&self.lazy_approx, false);
+                    } else {
+                        g.clean_hit_pages += pages;
                     }
                     Some((start, side == PoolSide::Clean && zeroes, false))
                 }
@@ -1182,6 +1190,7 @@ impl Shared {
         g.lazy_reuses += 1;
         g.lazy_extends += 1;
         self.took_fresh(pages - (e - s));
+        self.counters.extend_pages.fetch_add(pages - (e - s), Relaxed);
         g.sync(&self.lazy_approx, false);
         let start = s - below;
         g.joined_guards = inside;
@@ -1312,6 +1321,8 @@ impl Shared {
             cache_flushes: cf.flushes,
             cache_drained: cf.drained,
             tree_allocs: c.tree_allocs.load(Relaxed),
+            tree_pages: c.tree_pages.load(Relaxed),
+            extend_pages: c.extend_pages.load(Relaxed),
             purges: c.purges.load(Relaxed),
             full_purges: c.full_purges.load(Relaxed),
             range_reclaims: c.range_reclaims.load(Relaxed),
@@ -1353,6 +1364,7 @@ impl Shared {
                     s.pooled_areas += p.pools.len();
                     s.pooled_pages += p.pools.entries().iter().map(|e| e.1).sum::<u64>();
                     s.pool_hits += p.hits;
+                    s.clean_hit_pages += p.clean_hit_pages;
                     s.pool_misses += p.misses;
                     s.lazy_reuses += p.lazy_reuses;
                     s.lazy_splits += p.lazy_splits;

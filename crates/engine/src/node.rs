@@ -53,6 +53,8 @@ pub(crate) struct NodeState {
     /// Lazy pages already added to the arena-wide counter.
     pub synced: u64,
     pub hits: u64,
+    /// Pages of pool hits on the clean side (memory a purge released; a write faults it in).
+    pub clean_hit_pages: u64,
     pub misses: u64,
     pub lazy_reuses: u64,
     pub lazy_splits: u64,

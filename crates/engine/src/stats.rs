@@ -23,6 +23,8 @@ stats_table! {
         free_ranges, "ranges";
         /// Allocations served from a size pool.
         pool_hits, "allocs";
+        /// Pages of pool hits on the clean side (released memory: it faults in when written).
+        clean_hit_pages, "pages";
         /// Poolable allocations that missed their pool.
         pool_misses, "allocs";
         /// Allocations served by reusing a large lazily freed area before any purge.
@@ -31,8 +33,10 @@ stats_table! {
         lazy_splits, "allocs";
         /// Of those, reuses that joined address-adjacent lazy areas (none fitted alone).
         lazy_joins, "allocs";
-        /// Of those, reuses that grew a lazy area into the free space right after it.
+        /// Of those, reuses that grew a run of lazy areas into the free space around it.
         lazy_extends, "allocs";
+        /// Pages that reuses by growing took from the free tree (the growth only).
+        extend_pages, "pages";
         /// Allocations served by another node's resident freed area (pool or lazy list).
         node_steals, "allocs";
         /// Freed small areas held in thread caches (counted neither live nor lazy).
@@ -49,6 +53,8 @@ stats_table! {
         cache_drained, "areas";
         /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
+        /// Pages of the allocations carved from the free tree directly.
+        tree_pages, "pages";
         /// Allocations carved from a node's chunk (a zone of its stripe taken from the tree).
         chunk_allocs, "allocs";
         /// Pages held in node chunks, not yet carved.

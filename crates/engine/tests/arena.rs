@@ -231,6 +231,15 @@ fn purge_releases_lazy_memory_in_one_batch_refills_and_decays() {
     // Clean pooled areas are fresh.
     let y = a.alloc(&AllocRequest { prefer_fresh: true, ..AllocRequest::pages(3) }).unwrap();
     assert!(y.fresh);
+    assert_eq!(a.stats().clean_hit_pages, 3, "a hit on released memory is counted");
+    // A dirty hit is not.
+    let hits = a.stats().pool_hits;
+    let z = a.alloc(&AllocRequest::pages(5)).unwrap();
+    a.free(z.start).unwrap();
+    let z2 = a.alloc(&AllocRequest::pages(5)).unwrap();
+    assert_eq!((z2.start, a.stats().pool_hits), (z.start, hits + 1));
+    assert_eq!(a.stats().clean_hit_pages, 3);
+    a.free(z2.start).unwrap();
     a.free(y.start).unwrap();
     a.shrink();
     assert_eq!(a.stats().pooled_areas, 0);
@@ -602,6 +611,7 @@ fn a_lazy_run_grows_into_the_free_space_around_it() {
     assert_eq!(rec.prepared.lock().unwrap()[prepared..], [(z.start, 800)]);
     let st = a.stats();
     assert_eq!((st.lazy_extends, st.lazy_joins, st.live_areas), (1, 0, 2));
+    assert_eq!(st.extend_pages, 100, "only the growth is fresh");
     assert_eq!(st.lazy_pages, 500, "x, which could not grow, stays lazy");
     a.check().unwrap();
     for s in [y.start, e.start] {
@@ -632,7 +642,7 @@ fn a_lazy_area_grows_down_and_then_up_when_free_space_is_below_it() {
     assert!(!e.fresh);
     assert_eq!(rec.retired.lock().unwrap()[retired..], [(v[2].start, 500)], "the old guard is inside");
     assert_eq!(rec.prepared.lock().unwrap()[prepared..], [(e.start, 1000)]);
-    assert_eq!((a.stats().lazy_extends, a.stats().lazy_pages), (1, 0));
+    assert_eq!((a.stats().lazy_extends, a.stats().lazy_pages, a.stats().extend_pages), (1, 0, 500));
     a.check().unwrap();
     a.free(e.start).unwrap();
     // Down only: with v[4] live above, a request 100 pages larger than e grows down into the
@@ -642,7 +652,7 @@ fn a_lazy_area_grows_down_and_then_up_when_free_space_is_below_it() {
     assert_eq!(d.start, v[1].start);
     assert_eq!(rec.retired.lock().unwrap().len(), retired);
     assert_eq!(rec.prepared.lock().unwrap().len(), prepared);
-    assert_eq!(a.stats().lazy_extends, 2);
+    assert_eq!((a.stats().lazy_extends, a.stats().extend_pages), (2, 600));
     a.check().unwrap();
     for s in [d.start, v[0].start, v[4].start] {
         a.free(s).unwrap();
@@ -731,7 +741,7 @@ fn the_lazy_threshold_rises_by_the_live_pages_below_their_peak() {
         assert_eq!((st.lazy_pages, st.pages_released, st.lazy_limit), (1500, 0, 1600));
         // 2000 fresh pages (no lazy run can serve or grow to them) use up the headroom.
         let big = a.alloc(&AllocRequest::pages(2000)).unwrap();
-        assert_eq!(a.stats().tree_allocs, 11);
+        assert_eq!((a.stats().tree_allocs, a.stats().tree_pages), (11, 10 * 300 + 2000));
         assert_eq!(a.stats().lazy_limit, 100);
         // Live pages are at a new mark (3200): the next threshold purge keeps only lazy_max.
         a.free(v[5]).unwrap();
