@@ -9,7 +9,7 @@
 //!   63                               16 15            2 1  0
 //!  +-----------------------------------+---------------+----+
 //!  | caller (&'static Location) >> 3   |r| pages      | st |   st: 0 none, 1 live, 2 cached
-//!  |                                   | | (guard incl.)|    |   r: reused from a cache
+//!  |                                   | | (guard incl.)|    |   r: the busy record's tag is stale
 //!  +-----------------------------------+---------------+----+
 //! ```
 //!
@@ -21,6 +21,9 @@
 //!   owns the area, a second free of it sees `cached` and is refused;
 //! - cached → live: the owner of the magazine that holds it, one plain release store
 //!   ([`AreaStates::reuse`]) — nobody else writes a cached word;
+//! - live → live with `r` set: the area's user, one compare-and-swap, when a `vrealloc` keeps the
+//!   area in place without a lock ([`AreaStates::mark_stale`]); the busy record then reports an
+//!   unknown requested size;
 //! - live or cached → none: the thread that removes the area from the busy map, under the same
 //!   shard lock ([`AreaStates::clear`]), so a start is never live in the words without being
 //!   live in the busy map.
@@ -64,7 +67,8 @@ pub(crate) struct WordState {
     pub(crate) pages: u64,
     /// In a thread cache (free for its user).
     pub(crate) cached: bool,
-    /// The latest allocation came from a thread cache (the busy record's tag is older).
+    /// The busy record's tag is stale: the latest allocation came from a thread cache, or the
+    /// area was resized in place without a lock.
     pub(crate) reused: bool,
     pub(crate) caller: Option<&'static Location<'static>>,
 }
@@ -168,6 +172,26 @@ impl AreaStates {
         if let Some(w) = self.word(start) {
             debug_assert_eq!(w.load(Relaxed) & ST_MASK, CACHED, "reused a start that was not cached");
             w.store(encode(pages, caller, LIVE) | REUSED, Release);
+        }
+    }
+
+    /// A resize in place that takes no lock: sets `r` on a live word (the busy record's requested
+    /// size is stale from now on). False when the word is not live (freed, or never tracked).
+    #[inline]
+    pub(crate) fn mark_stale(&self, start: u64) -> bool {
+        let Some(w) = self.word(start) else { return false };
+        let mut cur = w.load(Acquire);
+        loop {
+            if cur & ST_MASK != LIVE {
+                return false;
+            }
+            if cur & REUSED != 0 {
+                return true;
+            }
+            match w.compare_exchange_weak(cur, cur | REUSED, AcqRel, Acquire) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
         }
     }
 

@@ -100,6 +100,18 @@ pub enum AreaKind {
     VmapBlock,
 }
 
+/// A small area as its state word describes it ([`Arena::small_area`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmallArea {
+    /// Pages, guard pages included.
+    pub pages: u64,
+    /// The area sits in a thread cache: free for its user.
+    pub free: bool,
+    /// The busy record's tag is current (the area has been neither reused from a thread cache
+    /// nor resized in place since it entered the busy map).
+    pub record_current: bool,
+}
+
 /// An allocation request. `AllocRequest::pages(n)` gives the defaults.
 #[derive(Clone, Copy, Debug)]
 pub struct AllocRequest {
@@ -559,6 +571,22 @@ impl Arena {
             return (!w.cached).then_some(w.pages);
         }
         self.lookup(start).map(|a| a.pages)
+    }
+
+    /// A small area of the space's own memory, read from its state word without a lock:
+    /// `None` when no word tracks `start` (ask [`Arena::lookup`]).
+    #[inline]
+    pub fn small_area(&self, start: u64) -> Option<SmallArea> {
+        let w = self.shared.cache.as_ref()?.states.get(start)?;
+        Some(SmallArea { pages: w.pages, free: w.cached, record_current: !w.reused })
+    }
+
+    /// A resize in place of a small live area that takes no lock: from now on the busy record
+    /// reports [`UNKNOWN_BYTES`] as the requested size. False when `start` is not a small live
+    /// area (freed, or not tracked by a state word; nothing changed).
+    #[inline]
+    pub fn resized_in_place(&self, start: u64) -> bool {
+        self.shared.cache.as_ref().is_some_and(|c| c.states.mark_stale(start))
     }
 
     /// Change the tag of a live area; false if `start` is not live.

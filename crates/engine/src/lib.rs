@@ -42,8 +42,8 @@ pub mod table;
 mod worker;
 
 pub use arena::{
-    AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport, Step,
-    NO_NODE, UNKNOWN_BYTES,
+    AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport,
+    SmallArea, Step, NO_NODE, UNKNOWN_BYTES,
 };
 pub use backing::{Backing, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};

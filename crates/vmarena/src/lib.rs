@@ -49,7 +49,7 @@ pub use vmap::{VMAP_BLOCK_PAGES, VMAP_MAX_ALLOC_PAGES};
 pub use vmarena_engine::pressure::PressureReport;
 pub use vmarena_engine::table::{OptionDoc, StatDoc};
 pub use vmarena_engine::{
-    ArenaOptions, ArenaStats, FixedStats, FrameOptions, FrameStats, LockStats, Strategy,
+    ArenaOptions, ArenaStats, FixedStats, FrameOptions, FrameStats, LockStats, Strategy, UNKNOWN_BYTES,
 };
 pub use vmarena_platform::Advice;
 

@@ -28,7 +28,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vmarena_engine::{
-    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats,
+    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats, UNKNOWN_BYTES,
 };
 use vmarena_platform::{guard, reentry, Reservation};
 
@@ -481,25 +481,50 @@ impl VmSpace {
         let Some(p) = p else {
             return self.alloc_inner(bytes, 1, false, false, caller, AreaKind::Vmalloc);
         };
-        let start = self.start_page(p.as_ptr() as usize)?;
-        let area = self.arena.lookup(start).ok_or(VmError::NotLive(p.as_ptr() as usize))?;
-        if area.tag.kind != AreaKind::Vmalloc {
-            return Err(VmError::WrongKind(p.as_ptr() as usize));
-        }
-        let usable = ((area.pages - self.guard_pages) as usize) << self.page_shift;
+        let addr = p.as_ptr() as usize;
+        let start = self.start_page(addr)?;
+        // A small area answers from its state word and stays in place without a lock; any
+        // other area is looked up in the busy map.
+        let small = self.arena.small_area(start);
+        let (pages, mut requested_bytes) = match small {
+            Some(a) if a.free => return Err(VmError::NotLive(addr)),
+            Some(a) => (a.pages, UNKNOWN_BYTES),
+            None => {
+                let area = self.arena.lookup(start).ok_or(VmError::NotLive(addr))?;
+                if area.tag.kind != AreaKind::Vmalloc {
+                    return Err(VmError::WrongKind(addr));
+                }
+                (area.pages, area.tag.requested_bytes)
+            }
+        };
+        let usable = ((pages - self.guard_pages) as usize) << self.page_shift;
         if bytes == 0 {
             return Err(VmError::ZeroSize);
         }
         if bytes <= usable {
-            self.arena.update_tag(start, |t| t.requested_bytes = bytes as u64);
-            return Ok(p);
+            let still_live = match small {
+                Some(_) => self.arena.resized_in_place(start),
+                None => self.arena.update_tag(start, |t| t.requested_bytes = bytes as u64),
+            };
+            return if still_live { Ok(p) } else { Err(VmError::NotLive(addr)) };
+        }
+        // Moving: the contents up to the requested size, which a small area's record holds
+        // only while nothing has made it stale (then the whole area is copied).
+        if small.is_some_and(|a| a.record_current) {
+            let area = self.arena.lookup(start).ok_or(VmError::NotLive(addr))?;
+            requested_bytes = area.tag.requested_bytes;
         }
         let q = self.alloc_inner(bytes, 1, false, false, caller, AreaKind::Vmalloc)?;
-        let keep = (area.tag.requested_bytes as usize).min(usable).min(bytes);
+        let keep = (requested_bytes as usize).min(usable).min(bytes);
         // SAFETY: `p` is a live area of at least `keep` bytes, `q` a fresh one of at least
         // `bytes`; two live areas never overlap.
         unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), q.as_ptr(), keep) };
-        self.vfree(p.as_ptr()).expect("area checked live above");
+        if let Err(e) = self.vfree(p.as_ptr()) {
+            // `p` was freed by another call while it was copied (a bug of the caller's): the
+            // new area goes back and the error is reported.
+            let _ = self.vfree(q.as_ptr());
+            return Err(e);
+        }
         Ok(q)
     }
 

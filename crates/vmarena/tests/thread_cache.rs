@@ -1,8 +1,9 @@
-//! Thread caches on real memory: contents across reuse and drains, callers, vrealloc, memory
-//! back to the OS.
+//! Thread caches on real memory: contents across reuse and drains, callers, vrealloc (in place
+//! without a lock), memory back to the OS.
 
 mod common;
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use vmarena::*;
@@ -31,6 +32,51 @@ fn vrealloc_of_a_reused_area_keeps_every_byte_the_user_wrote() {
     assert_ne!(r, q);
     common::verify(r.as_ptr(), 4000, 7);
     s.vfree(r.as_ptr()).unwrap();
+    s.check().unwrap();
+}
+
+/// Node-lock acquisitions so far (counted with timing off too).
+fn node_acquisitions(s: &VmSpace) -> u64 {
+    s.lock_stats().iter().filter(|(name, _)| *name == "node").map(|(_, l)| l.acquisitions).sum()
+}
+
+#[test]
+fn vrealloc_of_a_small_area_in_place_takes_no_lock_and_a_later_move_keeps_the_whole_area() {
+    let s = space(0);
+    let p = s.vmalloc(3 * 4096).unwrap();
+    let start = (p.as_ptr() as usize >> 12) as u64;
+    assert_eq!(s.arena().lookup(start).unwrap().tag.requested_bytes, 3 * 4096);
+    common::fill(p.as_ptr(), 3 * 4096, 5);
+    let before = node_acquisitions(&s);
+    for bytes in [100, 3 * 4096, 4096 + 1, 10] {
+        assert_eq!(s.vrealloc(Some(p), bytes), Ok(p), "{bytes} bytes fit the area's pages");
+    }
+    assert_eq!(node_acquisitions(&s), before, "a resize in place took a node lock");
+    // The busy record no longer knows the requested size: it says so.
+    assert_eq!(s.arena().lookup(start).unwrap().tag.requested_bytes, UNKNOWN_BYTES);
+    assert_eq!(s.size(p.as_ptr()), Some(3 * 4096));
+    // A move now copies the whole area, so the bytes past the last requested size survive.
+    let q = s.vrealloc(Some(p), 8 * 4096).unwrap();
+    assert_ne!(q, p);
+    common::verify(q.as_ptr(), 3 * 4096, 5);
+    assert_eq!(s.vrealloc(Some(p), 10), Err(VmError::NotLive(p.as_ptr() as usize)), "moved away");
+    s.vfree(q.as_ptr()).unwrap();
+    s.check().unwrap();
+}
+
+#[test]
+fn vrealloc_of_a_freed_small_area_is_refused_and_changes_nothing() {
+    let s = space(0);
+    let p = s.vmalloc(2 * 4096).unwrap();
+    s.vfree(p.as_ptr()).unwrap();
+    let addr = p.as_ptr() as usize;
+    for bytes in [10, 2 * 4096, 5 * 4096] {
+        assert_eq!(s.vrealloc(Some(p), bytes), Err(VmError::NotLive(addr)), "{bytes} bytes");
+    }
+    assert_eq!(s.vfree(p.as_ptr()), Err(VmError::NotLive(addr)), "still free, once");
+    // The cached area is still there for the next allocation of its class.
+    assert_eq!(s.vmalloc(2 * 4096), Ok(p));
+    s.vfree(p.as_ptr()).unwrap();
     s.check().unwrap();
 }
 
@@ -122,6 +168,19 @@ fn patterns_survive_cross_thread_frees_and_concurrent_drains() {
             std::thread::spawn(move || {
                 let check_free = |p: usize, len: usize, tag: u64| {
                     common::verify(p as *const u8, len, tag);
+                    // A third of the areas are resized first (mostly by a thread that did not
+                    // allocate them): in place while their pages suffice, else moved.
+                    let p = if tag.is_multiple_of(3) {
+                        let new_len = 1 + (tag as usize).wrapping_mul(31) % (8 * 4096);
+                        let q = s.vrealloc(NonNull::new(p as *mut u8), new_len).unwrap();
+                        // A shorter prefix is checked in whole words (the pattern's tail
+                        // bytes differ from its words).
+                        let kept = if new_len < len { new_len & !7 } else { len };
+                        common::verify(q.as_ptr(), kept, tag);
+                        q.as_ptr() as usize
+                    } else {
+                        p
+                    };
                     s.vfree(p as *mut u8).unwrap();
                 };
                 let mut mine = Vec::new();
