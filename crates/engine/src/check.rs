@@ -18,7 +18,7 @@ impl Shared {
         // The registry mutex comes before every other lock (magazine.rs) and is held to the
         // end: the worker's idle drain would otherwise move cached areas under the check.
         match &self.cache {
-            Some(c) => c.with_cached_starts(|cached| self.check_with(cached)),
+            Some(c) => c.with_cached_starts(|cached| self.check_with(cached?)),
             None => self.check_with(Vec::new()),
         }
     }

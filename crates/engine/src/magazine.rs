@@ -44,6 +44,28 @@ const MAGAZINES_PER_THREAD: usize = 8;
 /// `Rcu` poll releases, `vmarena::rcu::POLL_EVERY`) fits, so the allocations that follow hit.
 const CLASS_MAX_ENTRIES: u64 = 64;
 
+/// Most cached areas one free evicts to make room for itself.
+const EVICT_MAX: usize = 1;
+
+/// Areas a free evicted from its magazine, as `(start, pages)` (no allocation on the free
+/// path).
+#[derive(Default)]
+struct Evicted {
+    len: usize,
+    areas: [(u64, u64); EVICT_MAX],
+}
+
+impl Evicted {
+    fn push(&mut self, a: (u64, u64)) {
+        self.areas[self.len] = a;
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[(u64, u64)] {
+        &self.areas[..self.len]
+    }
+}
+
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One size class: a stack of area starts, written only by its owner (or a drainer that
@@ -58,6 +80,9 @@ pub(crate) struct Magazine {
     hs: Handshake,
     /// Index `p - 1` for areas of `p` pages.
     classes: Box<[Class]>,
+    /// Bit `p - 1` set while the stack of `p` pages holds an area (owner writes; a drainer
+    /// while it holds the magazine): finds the largest cached size without a scan.
+    occupied: Box<[AtomicU64]>,
     /// Pages held (owner writes; a drainer while it holds the magazine).
     pages: AtomicU64,
     hits: AtomicU64,
@@ -80,15 +105,34 @@ impl Magazine {
                 Class { len: AtomicUsize::new(0), slots: (0..cap).map(|_| AtomicU64::new(0)).collect() }
             })
             .collect();
+        let words = (max_pages as usize).div_ceil(64);
         Magazine {
             hs: Handshake::default(),
             classes,
+            occupied: (0..words).map(|_| AtomicU64::new(0)).collect(),
             pages: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
         }
+    }
+
+    /// Record whether the stack of `pages` pages holds an area.
+    #[inline]
+    fn set_occupied(&self, pages: u64, yes: bool) {
+        let (w, bit) = ((pages - 1) as usize / 64, 1u64 << ((pages - 1) % 64));
+        let cur = self.occupied[w].load(Relaxed);
+        self.occupied[w].store(if yes { cur | bit } else { cur & !bit }, Relaxed);
+    }
+
+    /// The largest size, in pages, whose stack holds an area.
+    fn largest_occupied(&self) -> Option<u64> {
+        let (w, word) = self.occupied.iter().enumerate().rev().find_map(|(w, o)| {
+            let x = o.load(Relaxed);
+            (x != 0).then_some((w, x))
+        })?;
+        Some(w as u64 * 64 + 64 - word.leading_zeros() as u64)
     }
 
     /// The newest entry of `pages` pages whose start is a multiple of `align_pages` (a power
@@ -108,21 +152,68 @@ impl Magazine {
             c.slots[j].store(c.slots[j + 1].load(Relaxed), Relaxed);
         }
         c.len.store(n - 1, Relaxed);
+        if n == 1 {
+            self.set_occupied(pages, false);
+        }
         self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
         Some(start)
     }
 
+    /// The oldest entry of `pages` pages (the bottom of its stack; the others move down).
+    fn take_oldest(&self, pages: u64) -> Option<u64> {
+        let c = &self.classes[pages as usize - 1];
+        let n = c.len.load(Relaxed);
+        if n == 0 {
+            return None;
+        }
+        let start = c.slots[0].load(Relaxed);
+        for j in 0..n - 1 {
+            c.slots[j].store(c.slots[j + 1].load(Relaxed), Relaxed);
+        }
+        c.len.store(n - 1, Relaxed);
+        if n == 1 {
+            self.set_occupied(pages, false);
+        }
+        self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
+        Some(start)
+    }
+
+    /// Push a freed area. When the magazine's pages would pass `budget_pages`, room is made
+    /// first by taking the oldest area of the largest cached size, when that size is larger
+    /// than this area's and frees enough (into `evicted`, which the caller frees through the
+    /// busy map): the newest free is the likeliest to be asked for again, and the largest
+    /// area gives back the most budget for one busy-map free, which a refused push would cost
+    /// too. False, with nothing changed, when the area's stack is full or no such room exists.
     #[inline]
-    fn push(&self, pages: u64, start: u64, budget_pages: u64) -> bool {
+    fn push(&self, pages: u64, start: u64, budget_pages: u64, evicted: &mut Evicted) -> bool {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
         let held = self.pages.load(Relaxed);
-        if n == c.slots.len() || held + pages > budget_pages {
+        if n == c.slots.len() {
+            return false;
+        }
+        if held + pages > budget_pages && !self.make_room(held + pages - budget_pages, pages, evicted) {
             return false;
         }
         c.slots[n].store(start, Relaxed);
         c.len.store(n + 1, Relaxed);
-        self.pages.store(held + pages, Relaxed);
+        if n == 0 {
+            self.set_occupied(pages, true);
+        }
+        self.pages.store(self.pages.load(Relaxed) + pages, Relaxed);
+        true
+    }
+
+    /// Take the oldest cached area of the largest cached size into `evicted` when that size
+    /// is above `pages` and at least `need`; false (nothing taken) otherwise.
+    #[cold]
+    fn make_room(&self, need: u64, pages: u64, evicted: &mut Evicted) -> bool {
+        let Some(p) = self.largest_occupied() else { return false };
+        if p <= pages || p < need {
+            return false;
+        }
+        let s = self.take_oldest(p).expect("an occupied size holds an area");
+        evicted.push((s, p));
         true
     }
 
@@ -134,14 +225,32 @@ impl Magazine {
             out.extend(c.slots[..n].iter().map(|s| (s.load(Relaxed), i as u64 + 1)));
             c.len.store(0, Relaxed);
         }
+        for o in self.occupied.iter() {
+            o.store(0, Relaxed);
+        }
         self.pages.store(0, Relaxed);
     }
 
-    fn entries(&self) -> Vec<u64> {
-        self.classes
-            .iter()
-            .flat_map(|c| c.slots[..c.len.load(Relaxed)].iter().map(|s| s.load(Relaxed)))
-            .collect()
+    /// Every cached start, after checking the magazine's own bookkeeping: the occupied bits
+    /// and the page count agree with the stacks.
+    fn entries(&self) -> Result<Vec<u64>, String> {
+        let mut out = Vec::new();
+        let mut pages = 0;
+        for (i, c) in self.classes.iter().enumerate() {
+            let n = c.len.load(Relaxed);
+            let p = i as u64 + 1;
+            let bit = self.occupied[i / 64].load(Relaxed) >> (i % 64) & 1 == 1;
+            if bit != (n > 0) {
+                return Err(format!("magazine: size {p} holds {n} areas but its occupied bit is {bit}"));
+            }
+            pages += n as u64 * p;
+            out.extend(c.slots[..n].iter().map(|s| s.load(Relaxed)));
+        }
+        let held = self.pages.load(Relaxed);
+        if held != pages {
+            return Err(format!("magazine: counts {held} pages, its stacks hold {pages}"));
+        }
+        Ok(out)
     }
 }
 
@@ -313,16 +422,22 @@ impl ThreadCaches {
             Claim::AlreadyFree => return FreeFast::Refused,
             Claim::Won { pages, caller } => (pages, caller),
         };
+        let mut evicted = Evicted::default();
         let cached = self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(arena, m);
                 return false;
             }
-            let ok = m.push(pages, start, self.budget_pages);
+            let ok = m.push(pages, start, self.budget_pages, &mut evicted);
             bump(if ok { &m.pushes } else { &m.flushes });
             m.hs.leave();
             ok
         });
+        if evicted.len > 0 {
+            // Their words are `cached`: no other free can race with these.
+            let _inside = vmarena_platform::reentry::enter();
+            self.give_areas(arena, evicted.as_slice());
+        }
         if cached == Some(true) {
             FreeFast::Cached { pages, caller }
         } else {
@@ -415,9 +530,11 @@ impl ThreadCaches {
 
     /// Run the checker's `f` on every cached start, with the registry mutex held so that no
     /// drain moves areas meanwhile (call when no thread other than the worker uses the arena).
-    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Vec<u64>) -> R) -> R {
+    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Result<Vec<u64>, String>) -> R) -> R {
         let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        f(reg.iter().flat_map(|m| m.entries()).collect())
+        let mut all = Vec::new();
+        let starts = reg.iter().try_for_each(|m| m.entries().map(|e| all.extend(e))).map(|()| all);
+        f(starts)
     }
 
     /// The registry mutex, for `fork()`.

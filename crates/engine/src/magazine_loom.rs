@@ -58,7 +58,7 @@ impl ThreadCaches {
     pub(crate) fn figures(&self) -> CacheFigures {
         CacheFigures::default()
     }
-    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Vec<u64>) -> R) -> R {
-        f(Vec::new())
+    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Result<Vec<u64>, String>) -> R) -> R {
+        f(Ok(Vec::new()))
     }
 }

@@ -30,7 +30,7 @@ options_table! {
         /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).
         thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";
         /// Largest area a thread cache holds, in pages, guard pages included (at most 8191).
-        thread_cache_max_pages: u64 = 32, "pages", "VMARENA_THREAD_CACHE_MAX_PAGES";
+        thread_cache_max_pages: u64 = 128, "pages", "VMARENA_THREAD_CACHE_MAX_PAGES";
         /// Pages one thread's magazine of one arena may hold at most.
         thread_cache_pages: u64 = 512, "pages", "VMARENA_THREAD_CACHE_PAGES";
     }

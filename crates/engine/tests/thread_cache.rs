@@ -105,7 +105,12 @@ fn an_aligned_request_takes_the_newest_cached_area_that_is_aligned() {
 
 #[test]
 fn a_burst_of_64_frees_of_one_size_fits_with_the_default_budget() {
-    let o = ArenaOptions { thread_cache_max_pages: 32, thread_cache_pages: 512, ..opts() };
+    let d = ArenaOptions::default();
+    let o = ArenaOptions {
+        thread_cache_max_pages: d.thread_cache_max_pages,
+        thread_cache_pages: d.thread_cache_pages,
+        ..opts()
+    };
     let a = Arena::new("burst", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();
     let xs: Vec<_> = (0..65).map(|_| a.alloc(&AllocRequest::pages(2)).unwrap().start).collect();
     for &x in &xs {
@@ -118,6 +123,57 @@ fn a_burst_of_64_frees_of_one_size_fits_with_the_default_budget() {
         a.alloc(&AllocRequest::pages(2)).unwrap();
     }
     assert_eq!(a.stats().cache_hits, hits + 64);
+    a.check().unwrap();
+}
+
+/// Allocate `n` areas of `pages` pages each and free them in order (into the cache, while it
+/// has room).
+fn alloc_free(a: &Arena, pages: u64, n: usize) -> Vec<u64> {
+    let xs: Vec<_> = (0..n).map(|_| a.alloc(&AllocRequest::pages(pages)).unwrap().start).collect();
+    for &x in &xs {
+        a.free(x).unwrap();
+    }
+    xs
+}
+
+#[test]
+fn a_free_into_a_full_budget_evicts_the_oldest_area_of_the_largest_larger_size() {
+    // Budget 64 pages; sizes of 8, 7, 6 pages hold 2 areas each, 5 pages 3, 4 pages 4.
+    let a = arena();
+    let eights = alloc_free(&a, 8, 2);
+    for (pages, n) in [(7, 2), (6, 2), (5, 2), (4, 3)] {
+        alloc_free(&a, pages, n);
+    }
+    let st = a.stats();
+    assert_eq!((st.cached_areas, st.cached_pages, st.cache_flushes), (11, 64, 0), "the budget is full");
+    let three = a.alloc(&AllocRequest::pages(3)).unwrap().start;
+    a.free(three).unwrap();
+    let after = a.stats();
+    assert_eq!((after.cached_areas, after.cached_pages), (11, 64 - 8 + 3), "one 8-page area made room");
+    assert_eq!((after.cache_flushes, after.cache_drained), (0, st.cache_drained + 1));
+    assert_eq!(after.lazy_pages, st.lazy_pages + 8, "it went to its node, resident");
+    a.check().unwrap();
+    // The newest 8-page area stayed, the oldest did not; the 3-page area is cached.
+    assert_eq!(a.alloc_cached(8, None), Some(eights[1]));
+    assert_eq!(a.alloc_cached(8, None), None);
+    assert_eq!(a.alloc_cached(3, None), Some(three));
+    a.check().unwrap();
+}
+
+#[test]
+fn a_free_that_only_smaller_areas_could_make_room_for_goes_to_its_node() {
+    let a = arena();
+    for (pages, n) in [(1, 16), (2, 8), (3, 5), (4, 4)] {
+        alloc_free(&a, pages, n);
+    }
+    let st = a.stats();
+    assert_eq!((st.cached_pages, st.cache_flushes), (63, 0));
+    let five = a.alloc(&AllocRequest::pages(5)).unwrap().start;
+    a.free(five).unwrap();
+    let after = a.stats();
+    assert_eq!((after.cached_areas, after.cached_pages), (st.cached_areas, 63), "nothing evicted");
+    assert_eq!((after.cache_flushes, after.cache_drained), (1, st.cache_drained));
+    assert_eq!(a.alloc_cached(5, None), None, "the 5-page area went to its node");
     a.check().unwrap();
 }
 
