@@ -147,6 +147,21 @@ impl Magazine {
         } else {
             (0..n).rev().find(|&i| c.slots[i].load(Relaxed) & (align_pages - 1) == 0)?
         };
+        Some(self.remove(pages, i))
+    }
+
+    /// The oldest entry of `pages` pages (the bottom of its stack).
+    fn take_oldest(&self, pages: u64) -> Option<u64> {
+        let n = self.classes[pages as usize - 1].len.load(Relaxed);
+        (n > 0).then(|| self.remove(pages, 0))
+    }
+
+    /// Remove slot `i` (below the stack's length) of the stack of `pages` pages; the entries
+    /// above it move down one slot, so the stack keeps its order.
+    #[inline]
+    fn remove(&self, pages: u64, i: usize) -> u64 {
+        let c = &self.classes[pages as usize - 1];
+        let n = c.len.load(Relaxed);
         let start = c.slots[i].load(Relaxed);
         for j in i..n - 1 {
             c.slots[j].store(c.slots[j + 1].load(Relaxed), Relaxed);
@@ -156,26 +171,7 @@ impl Magazine {
             self.set_occupied(pages, false);
         }
         self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
-        Some(start)
-    }
-
-    /// The oldest entry of `pages` pages (the bottom of its stack; the others move down).
-    fn take_oldest(&self, pages: u64) -> Option<u64> {
-        let c = &self.classes[pages as usize - 1];
-        let n = c.len.load(Relaxed);
-        if n == 0 {
-            return None;
-        }
-        let start = c.slots[0].load(Relaxed);
-        for j in 0..n - 1 {
-            c.slots[j].store(c.slots[j + 1].load(Relaxed), Relaxed);
-        }
-        c.len.store(n - 1, Relaxed);
-        if n == 1 {
-            self.set_occupied(pages, false);
-        }
-        self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
-        Some(start)
+        start
     }
 
     /// Push a freed area. When the magazine's pages would pass `budget_pages`, room is made
