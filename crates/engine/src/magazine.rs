@@ -12,8 +12,9 @@
 //! - alloc hit: pop this thread's magazine, store the word `live` (no locked instruction);
 //! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
 //!   the pair; a second free of the area loses it and is refused), then push on this thread's
-//!   magazine; when the magazine is full, the area goes down the busy-map path, which clears
-//!   the word under the shard lock;
+//!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
+//!   make room); when its size's stack is full, or no larger area can make room, the area
+//!   goes down the busy-map path, which clears the word under the shard lock;
 //! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
 //!   magazines. Owner and drainer meet through a [`Handshake`] (Dekker's pair with asymmetric
 //!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
