@@ -45,28 +45,6 @@ const MAGAZINES_PER_THREAD: usize = 8;
 /// `Rcu` poll releases, `vmarena::rcu::POLL_EVERY`) fits, so the allocations that follow hit.
 const CLASS_MAX_ENTRIES: u64 = 64;
 
-/// Most cached areas one free evicts to make room for itself.
-const EVICT_MAX: usize = 1;
-
-/// Areas a free evicted from its magazine, as `(start, pages)` (no allocation on the free
-/// path).
-#[derive(Default)]
-struct Evicted {
-    len: usize,
-    areas: [(u64, u64); EVICT_MAX],
-}
-
-impl Evicted {
-    fn push(&mut self, a: (u64, u64)) {
-        self.areas[self.len] = a;
-        self.len += 1;
-    }
-
-    fn as_slice(&self) -> &[(u64, u64)] {
-        &self.areas[..self.len]
-    }
-}
-
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One size class: a stack of area starts, written only by its owner (or a drainer that
@@ -182,7 +160,7 @@ impl Magazine {
     /// area gives back the most budget for one busy-map free, which a refused push would cost
     /// too. False, with nothing changed, when the area's stack is full or no such room exists.
     #[inline]
-    fn push(&self, pages: u64, start: u64, budget_pages: u64, evicted: &mut Evicted) -> bool {
+    fn push(&self, pages: u64, start: u64, budget_pages: u64, evicted: &mut Option<(u64, u64)>) -> bool {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
         let held = self.pages.load(Relaxed);
@@ -204,13 +182,13 @@ impl Magazine {
     /// Take the oldest cached area of the largest cached size into `evicted` when that size
     /// is above `pages` and at least `need`; false (nothing taken) otherwise.
     #[cold]
-    fn make_room(&self, need: u64, pages: u64, evicted: &mut Evicted) -> bool {
+    fn make_room(&self, need: u64, pages: u64, evicted: &mut Option<(u64, u64)>) -> bool {
         let Some(p) = self.largest_occupied() else { return false };
         if p <= pages || p < need {
             return false;
         }
         let s = self.take_oldest(p).expect("an occupied size holds an area");
-        evicted.push((s, p));
+        *evicted = Some((s, p));
         true
     }
 
@@ -419,7 +397,7 @@ impl ThreadCaches {
             Claim::AlreadyFree => return FreeFast::Refused,
             Claim::Won { pages, caller } => (pages, caller),
         };
-        let mut evicted = Evicted::default();
+        let mut evicted = None;
         let cached = self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(arena, m);
@@ -430,8 +408,8 @@ impl ThreadCaches {
             m.hs.leave();
             ok
         });
-        if evicted.len > 0 {
-            // Their words are `cached`: no other free can race with these.
+        if evicted.is_some() {
+            // Its word is `cached`: no other free can race with this.
             let _inside = vmarena_platform::reentry::enter();
             self.give_areas(arena, evicted.as_slice());
         }

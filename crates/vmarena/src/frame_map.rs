@@ -49,6 +49,16 @@ pub(crate) fn runs(frames: &[u32]) -> Vec<(usize, u32, usize)> {
     out
 }
 
+/// How many runs [`runs`] would give, without building them.
+pub(crate) fn run_count(frames: &[u32]) -> usize {
+    let breaks = frames.windows(2).filter(|w| w[0] as u64 + 1 != w[1] as u64).count();
+    if frames.is_empty() {
+        0
+    } else {
+        breaks + 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +67,9 @@ mod tests {
     fn consecutive_frames_form_one_run() {
         assert_eq!(runs(&[5, 6, 7, 2, 3, 9]), vec![(0, 5, 3), (3, 2, 2), (5, 9, 1)]);
         assert!(runs(&[]).is_empty());
+        for f in [&[5, 6, 7, 2, 3, 9][..], &[], &[4], &[1, 2, 3], &[3, 2, 1], &[u32::MAX, 0]] {
+            assert_eq!(run_count(f), runs(f).len(), "{f:?}");
+        }
     }
 
     #[test]

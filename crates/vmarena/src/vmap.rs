@@ -32,7 +32,7 @@
 //! access through the old pointer still reaches the frames, as a stale TLB entry would in the
 //! kernel.
 
-use crate::frame_map::runs;
+use crate::frame_map::{run_count, runs};
 use crate::space::{VmError, VmSpace};
 use crate::FramePool;
 use std::collections::HashMap;
@@ -421,7 +421,7 @@ impl VmSpace {
             None => return Err(VmError::NotLive(p as usize)),
         }
         let frames = self.frame_map.remove(page).ok_or(VmError::NotLive(p as usize))?;
-        let maps = runs(&frames).len() as u64;
+        let maps = run_count(&frames) as u64;
         let linger = self.blocks.try_linger(maps);
         if !linger {
             self.unmap_pages(page, frames.len());
