@@ -174,6 +174,9 @@ pub enum Step {
     Tree,
     /// The free tree, exact search (only when the alignment made the first search skip blocks).
     TreeExact,
+    /// The area just carved from the tree takes the resident memory of the oldest lazy areas,
+    /// moved (Nodes, areas of at least 16 data pages; option `page_moves`).
+    Move,
     /// The pooled and lazy areas and node chunks over the request's possible starts, when it
     /// has at most 16 (a large alignment), released and merged into the tree; then the steps
     /// again (Nodes).
@@ -230,6 +233,10 @@ pub(crate) struct Counters {
     pub(crate) release_calls: AtomicU64,
     pub(crate) alloc_failures: AtomicU64,
     pub(crate) bad_frees: AtomicU64,
+    pub(crate) page_moves: AtomicU64,
+    pub(crate) moved_pages: AtomicU64,
+    pub(crate) move_failures: AtomicU64,
+    pub(crate) heals: AtomicU64,
 }
 
 impl Default for Counters {
@@ -247,6 +254,10 @@ impl Default for Counters {
             release_calls: z(),
             alloc_failures: z(),
             bad_frees: z(),
+            page_moves: z(),
+            moved_pages: z(),
+            move_failures: z(),
+            heals: z(),
         }
     }
 }
@@ -279,6 +290,10 @@ pub(crate) struct Shared {
     /// Per-thread magazines (Nodes), or why there are none.
     pub(crate) cache: Option<ThreadCaches>,
     pub(crate) cache_off: Option<String>,
+    /// Areas whose ranges page moves split into several mappings (step Move).
+    pub(crate) mosaics: crate::mover::Mosaics,
+    /// Step Move is on: `page_moves`, Nodes, and a backing that can move memory.
+    pub(crate) moves: bool,
 }
 
 /// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
@@ -327,6 +342,7 @@ impl Arena {
             }
         };
         let lazy_max = opts.lazy_max();
+        let moves = opts.page_moves && opts.strategy == Strategy::Nodes && backing.moves_pages();
         let shared = Arc::new(Shared {
             cache,
             cache_off,
@@ -348,6 +364,8 @@ impl Arena {
             worker_started: AtomicBool::new(false),
             worker: Arc::new(Worker::default()),
             counters: Counters::default(),
+            mosaics: Default::default(),
+            moves,
         });
         #[cfg(not(loom))]
         {
@@ -856,13 +874,18 @@ impl Shared {
                     debug_assert!(new_chunk.is_none());
                     self.insert_busy(nodes, start, area);
                 }
+                self.backing.prepare(start, pages);
+                let mut moved = 0;
                 if new_chunk.is_none() {
                     self.counters.tree_allocs.fetch_add(1, Relaxed);
                     self.counters.tree_pages.fetch_add(pages, Relaxed);
-                    self.took_fresh(pages);
+                    // Step Move: the oldest lazy memory instead of fresh pages.
+                    if self.moves {
+                        moved = self.move_into(nodes, me, start, pages);
+                    }
+                    self.took_fresh(pages - moved);
                 }
-                self.backing.prepare(start, pages);
-                Some(Allocation { start, pages, fresh: fresh_from_tree })
+                Some(Allocation { start, pages, fresh: fresh_from_tree && moved == 0 })
             }
         }
     }
@@ -1359,6 +1382,11 @@ impl Shared {
             release_calls: c.release_calls.load(Relaxed),
             alloc_failures: c.alloc_failures.load(Relaxed),
             bad_frees: c.bad_frees.load(Relaxed),
+            page_moves: c.page_moves.load(Relaxed),
+            moved_pages: c.moved_pages.load(Relaxed),
+            move_failures: c.move_failures.load(Relaxed),
+            heals: c.heals.load(Relaxed),
+            moved_maps: self.mosaics.maps(),
             lazy_limit: self.lazy_limit.load(Relaxed),
             ..Default::default()
         };

@@ -4,7 +4,10 @@
 //! - `prepare` after carving an area from the free tree (a memory space installs its guard);
 //! - `release` when a purge gives back the memory of lazily freed areas (one batch per purge);
 //! - `retire` before areas go back to the free tree (a memory space removes their guards, so
-//!   the pages can later be data of another area).
+//!   the pages can later be data of another area);
+//! - `move_pages` when a fresh area takes the resident memory of lazily freed areas instead of
+//!   faulting in new pages (step Move), and `heal` when the ranges such moves left behind are
+//!   free again.
 //!
 //! An arena over a plain integer range (an id space, a device heap) uses [`NoBacking`].
 
@@ -27,6 +30,26 @@ pub trait Backing: Send + Sync + 'static {
     /// Release plain free ranges `(start_page, pages)`, no guard in them; return the syscalls
     /// made. Called only when `release_granule_pages` is above 1.
     fn release_free(&self, _ranges: &[(u64, u64)]) -> usize {
+        0
+    }
+    /// Pages at the end of every area that hold no data (guards); they are never moved.
+    fn guard_pages(&self) -> u64 {
+        0
+    }
+    /// True when [`Backing::move_pages`] can move memory at all.
+    fn moves_pages(&self) -> bool {
+        false
+    }
+    /// Move the memory of each `(from, to, pages)` (plain data ranges, disjoint, no guard in
+    /// them) to `to`; `from` then reads as zero. Returns, per move, whether it happened; a
+    /// refused move leaves `from` as it was and `to` reading as zero.
+    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<bool> {
+        vec![false; moves.len()]
+    }
+    /// Undo what moves left in the ranges `(start_page, pages)`, which are free space now (no
+    /// guard, no data): a memory space makes each one ordinary memory of its reservation again.
+    /// Returns the syscalls made.
+    fn heal(&self, _ranges: &[(u64, u64)]) -> usize {
         0
     }
 }

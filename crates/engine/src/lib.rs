@@ -30,6 +30,7 @@ mod magazine;
 #[cfg(loom)]
 #[path = "magazine_loom.rs"]
 mod magazine;
+mod mover;
 mod node;
 pub mod options;
 pub mod pressure;

@@ -27,6 +27,8 @@ options_table! {
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
         /// On a miss, take a resident freed area from another node before fresh pages (Nodes; only for areas above the largest pool class, 256 pages).
         node_steal: bool = true, "bool", "VMARENA_NODE_STEAL";
+        /// Fill an area carved from the free tree with the resident memory of the oldest lazy areas, moved with mremap, instead of fresh pages (Nodes; areas of 16 data pages and more).
+        page_moves: bool = true, "bool", "VMARENA_PAGE_MOVES";
         /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).
         thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";
         /// Largest area a thread cache holds, in pages, guard pages included (at most 8191).

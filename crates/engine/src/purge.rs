@@ -7,6 +7,7 @@
 //! section 5). The background thread that calls it is the [`worker`](crate::worker).
 
 use crate::arena::{Kind, PurgeKind, PurgeReport, Shared};
+use crate::lock::LockSite;
 use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
@@ -105,6 +106,7 @@ impl Shared {
             }
         }
         calls += self.merge_batch(&to_tree, &chunks, &spill);
+        calls += self.heal_mosaics();
         let pages_released: u64 = release.iter().map(|a| a.1).sum();
         let c = &self.counters;
         c.purges.fetch_add(1, Relaxed);
@@ -136,7 +138,12 @@ impl Shared {
 
     /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free
     /// tree. Returns the syscalls made.
-    fn merge_batch(&self, to_tree: &[(u64, u64)], chunks: &[(u64, u64)], spill: &[(u64, u64)]) -> u64 {
+    pub(crate) fn merge_batch(
+        &self,
+        to_tree: &[(u64, u64)],
+        chunks: &[(u64, u64)],
+        spill: &[(u64, u64)],
+    ) -> u64 {
         let calls = self.backing.retire(to_tree) as u64;
         self.merge_into_tree(to_tree);
         self.merge_into_tree(chunks);
@@ -238,13 +245,13 @@ impl Shared {
     /// pages)`. A huge page made by the first touch of an area may reach into free space
     /// below or above it; releasing the area splits that huge page and would leave the free
     /// part resident for good, with nothing to release it later.
-    fn claim_spill(&self, released: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    pub(crate) fn claim_spill(&self, released: &[(u64, u64)]) -> Vec<(u64, u64)> {
         let gran = self.backing.release_granule_pages();
         if gran <= 1 || released.is_empty() {
             return Vec::new();
         }
         let mut spill = Vec::new();
-        let mut claim = |t: &mut FreeTree| {
+        self.with_free_tree(&site::PURGE_SPILL, |t| {
             for &(s, pages) in released {
                 let e = s + pages;
                 let (below, above) = t.free_around(s, e);
@@ -259,22 +266,16 @@ impl Shared {
                     spill.push((e, tail));
                 }
             }
-        };
-        match &self.kind {
-            Kind::Global(g) => claim(&mut g.lock_at(&site::PURGE_SPILL).free),
-            Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
-                claim(&mut free.lock_at(&site::PURGE_SPILL))
-            }
-        }
+        });
         spill
     }
 
     /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
     /// misses on other threads are not held up for the whole batch.
-    fn merge_into_tree(&self, areas: &[(u64, u64)]) {
+    pub(crate) fn merge_into_tree(&self, areas: &[(u64, u64)]) {
         const CHUNK: usize = 256;
         for chunk in areas.chunks(CHUNK) {
-            let merge = |t: &mut FreeTree| {
+            self.with_free_tree(&site::PURGE_MERGE, |t| {
                 for &(s, pages) in chunk {
                     if let Err(e) = t.insert_merge(s, s + pages) {
                         panic!(
@@ -283,13 +284,15 @@ impl Shared {
                         );
                     }
                 }
-            };
-            match &self.kind {
-                Kind::Global(g) => merge(&mut g.lock_at(&site::PURGE_MERGE).free),
-                Kind::Split { free, .. } | Kind::Nodes { free, .. } => {
-                    merge(&mut free.lock_at(&site::PURGE_MERGE))
-                }
-            }
+            });
+        }
+    }
+
+    /// Run `f` on the free tree under its lock (the global lock for Global), taken at `site`.
+    pub(crate) fn with_free_tree<R>(&self, site: &'static LockSite, f: impl FnOnce(&mut FreeTree) -> R) -> R {
+        match &self.kind {
+            Kind::Global(g) => f(&mut g.lock_at(site).free),
+            Kind::Split { free, .. } | Kind::Nodes { free, .. } => f(&mut free.lock_at(site)),
         }
     }
 }

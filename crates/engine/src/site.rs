@@ -36,8 +36,13 @@ pub static PURGE_MERGE: LockSite = LockSite::new("purge: merge");
 /// Purge: claiming the free pages that share a huge page with a released area.
 pub static PURGE_SPILL: LockSite = LockSite::new("purge: spill");
 
+/// Nodes: a node whose oldest lazy areas give their memory to a new area (step Move).
+pub static ALLOC_MOVE: LockSite = LockSite::new("alloc: move");
+/// Purge: taking ranges that page moves left in several mappings out of the tree to heal them.
+pub static PURGE_HEAL: LockSite = LockSite::new("purge: heal");
+
 /// Every site, for reports.
-pub static ALL: [&LockSite; 14] = [
+pub static ALL: [&LockSite; 16] = [
     &ALLOC_GLOBAL,
     &FREE_GLOBAL,
     &ALLOC_FREE_TREE,
@@ -52,6 +57,8 @@ pub static ALL: [&LockSite; 14] = [
     &PURGE_REFILL,
     &PURGE_MERGE,
     &PURGE_SPILL,
+    &ALLOC_MOVE,
+    &PURGE_HEAL,
 ];
 
 /// `(site, figures)` for every site, process-wide.

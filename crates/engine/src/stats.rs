@@ -53,8 +53,18 @@ stats_table! {
         cache_drained, "areas";
         /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
-        /// Pages of the allocations carved from the free tree directly.
+        /// Pages of the allocations carved from the free tree directly (moved pages among them).
         tree_pages, "pages";
+        /// Moves of resident memory from lazy areas into areas carved from the tree (step Move).
+        page_moves, "moves";
+        /// Data pages those moves brought in (pages that did not fault in fresh).
+        moved_pages, "pages";
+        /// Moves the kernel refused (the donor was released as a purge would release it).
+        move_failures, "moves";
+        /// Mappings that moves added to the process and no heal has removed yet (two per move).
+        moved_maps, "mappings";
+        /// Ranges that moves had left in several mappings and a purge mapped afresh once free.
+        heals, "ranges";
         /// Allocations carved from a node's chunk (a zone of its stripe taken from the tree).
         chunk_allocs, "allocs";
         /// Pages held in node chunks, not yet carved.

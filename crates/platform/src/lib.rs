@@ -1,8 +1,9 @@
 //! vmarena layer 1: every OS call the project makes, and the `unsafe` they need.
 //!
 //! Owns: address-space reservations ([`Reservation`]), page release and guard markers
-//! ([`release`], [`guard`]), the current CPU and CPU count ([`cpu`]), a cycle counter and
-//! process figures for tests and the lab ([`process`]), memory-pressure notifications ([`psi`]),
+//! ([`release`], [`guard`]), page moves between addresses ([`page_move`]), the current CPU and
+//! CPU count ([`cpu`]), a cycle counter and process figures for tests and the lab
+//! ([`process`]), memory-pressure notifications ([`psi`]),
 //! the thread's inside-vmarena flag ([`reentry`]), memory files for frame pools ([`memfd`]),
 //! process-wide barriers ([`membarrier`]) and lazily zero word tables ([`word_table`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
@@ -14,6 +15,7 @@ pub mod cpu;
 pub mod guard;
 pub mod membarrier;
 pub mod memfd;
+pub mod page_move;
 pub mod process;
 pub mod psi;
 pub mod reentry;

@@ -1,9 +1,9 @@
-//! One large reservation of address space: a single anonymous mapping, never split.
+//! One large reservation of address space: a single anonymous mapping.
 //!
 //! `mmap(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`: no memory is
-//! committed until a page is touched, and the reservation stays one VMA for its whole life
-//! (guards are PTE markers, releases are `madvise`), so a process never approaches the
-//! 65,530-mapping limit because of vmarena.
+//! committed until a page is touched. Guards are PTE markers and releases are `madvise`, so
+//! neither splits the mapping; only page moves do ([`crate::page_move`]), and their callers
+//! bound and heal the mappings they add, far from the 65,530-mapping limit.
 
 use std::io;
 

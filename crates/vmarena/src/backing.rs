@@ -5,11 +5,13 @@
 //! area is carved from the free tree and stay while the area sits in a pool (a pool hit makes
 //! no syscall); they are removed, in one batch, when a purge returns areas to the tree.
 //! Releasing memory covers data pages only; `MADV_DONTNEED` leaves guard markers in place.
+//! Moves (`mremap`) cover data pages only too; each leaves the moved range a mapping of its own
+//! until `heal` maps its range afresh once it is free space again.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vmarena_engine::Backing;
-use vmarena_platform::{guard, release, Advice};
+use vmarena_platform::{guard, page_move, release, Advice};
 
 pub(crate) struct MemoryBacking {
     pub page_bytes: usize,
@@ -25,6 +27,15 @@ impl MemoryBacking {
     fn data_range(&self, start: u64, pages: u64) -> Option<(usize, usize)> {
         let data = pages.checked_sub(self.guard_pages)?;
         (data > 0).then(|| (start as usize * self.page_bytes, data as usize * self.page_bytes))
+    }
+
+    fn byte_ranges(&self, ranges: &[(u64, u64)]) -> Vec<(usize, usize)> {
+        ranges.iter().map(|&(s, p)| (s as usize * self.page_bytes, p as usize * self.page_bytes)).collect()
+    }
+
+    /// The reservation takes transparent huge pages (a fresh mapping must ask for them again).
+    fn huge(&self) -> bool {
+        self.granule_pages > 1
     }
 
     fn guard_range(&self, start: u64, pages: u64) -> (usize, usize) {
@@ -67,10 +78,26 @@ impl Backing for MemoryBacking {
     }
 
     fn release_free(&self, ranges: &[(u64, u64)]) -> usize {
-        let ranges: Vec<_> = ranges
+        release::release(&self.byte_ranges(ranges), self.advice)
+    }
+
+    fn guard_pages(&self) -> u64 {
+        self.guard_pages
+    }
+
+    fn moves_pages(&self) -> bool {
+        true
+    }
+
+    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<bool> {
+        let b = |p: u64| p as usize * self.page_bytes;
+        moves
             .iter()
-            .map(|&(s, p)| (s as usize * self.page_bytes, p as usize * self.page_bytes))
-            .collect();
-        release::release(&ranges, self.advice)
+            .map(|&(from, to, pages)| page_move::move_pages(b(from), b(to), b(pages), self.huge()))
+            .collect()
+    }
+
+    fn heal(&self, ranges: &[(u64, u64)]) -> usize {
+        page_move::remap_fresh(&self.byte_ranges(ranges), self.huge())
     }
 }

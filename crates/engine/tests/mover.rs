@@ -1,0 +1,167 @@
+//! Step Move (tiers 1 and 2): which lazy areas give their memory to an area carved from the
+//! tree, what becomes of them, what the purge heals afterwards, and what a refused move leaves.
+//! The backing records the moves instead of making them; `tests/page_moves.rs` of the vmarena
+//! crate moves real memory.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use vmarena_engine::*;
+
+/// One guard page per area, as a memory space has by default.
+const GUARD: u64 = 1;
+
+#[derive(Default)]
+struct Log {
+    moves: Mutex<Vec<(u64, u64, u64)>>,
+    released: Mutex<Vec<(u64, u64)>>,
+    released_free: Mutex<Vec<(u64, u64)>>,
+    retired: Mutex<Vec<(u64, u64)>>,
+    healed: Mutex<Vec<(u64, u64)>>,
+    refuse: AtomicBool,
+}
+
+struct MoveBacking(Arc<Log>);
+
+impl Backing for MoveBacking {
+    fn prepare(&self, _: u64, _: u64) {}
+    fn release(&self, a: &[(u64, u64)]) -> usize {
+        self.0.released.lock().unwrap().extend_from_slice(a);
+        1
+    }
+    fn retire(&self, a: &[(u64, u64)]) -> usize {
+        self.0.retired.lock().unwrap().extend_from_slice(a);
+        1
+    }
+    fn zeroes_on_release(&self) -> bool {
+        true
+    }
+    fn release_free(&self, r: &[(u64, u64)]) -> usize {
+        self.0.released_free.lock().unwrap().extend_from_slice(r);
+        1
+    }
+    fn guard_pages(&self) -> u64 {
+        GUARD
+    }
+    fn moves_pages(&self) -> bool {
+        true
+    }
+    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<bool> {
+        self.0.moves.lock().unwrap().extend_from_slice(moves);
+        vec![!self.0.refuse.load(Relaxed); moves.len()]
+    }
+    fn heal(&self, r: &[(u64, u64)]) -> usize {
+        self.0.healed.lock().unwrap().extend_from_slice(r);
+        r.len()
+    }
+}
+
+fn arena(page_moves: bool) -> (Arena, Arc<Log>) {
+    let log = Arc::new(Log::default());
+    let opts = ArenaOptions {
+        strategy: Strategy::Nodes,
+        nodes: 1,
+        purge_thread: false,
+        decay_interval_ms: 0,
+        thread_cache: false,
+        page_moves,
+        ..Default::default()
+    };
+    (Arena::new("mover", 0, 1 << 20, opts, Box::new(MoveBacking(log.clone()))).unwrap(), log)
+}
+
+/// Three adjacent 300-page areas; the middle one freed, so it is lazy with live neighbours
+/// (nothing can grow it) and only step Move can use its memory. Returns its start.
+fn lazy_between(a: &Arena) -> u64 {
+    let x = a.alloc(&AllocRequest::pages(300)).unwrap();
+    let m = a.alloc(&AllocRequest::pages(300)).unwrap();
+    let y = a.alloc(&AllocRequest::pages(300)).unwrap();
+    assert_eq!((m.start, y.start), (x.start + 300, x.start + 600), "lowest fit, in a row");
+    a.free(m.start).unwrap();
+    assert_eq!(a.stats().lazy_pages, 300);
+    m.start
+}
+
+#[test]
+fn a_lazy_area_that_fits_gives_all_its_data_pages_and_goes_to_the_tree() {
+    let (a, log) = arena(true);
+    let donor = lazy_between(&a);
+    let free_before = a.stats().free_pages;
+    let c = a.alloc(&AllocRequest::pages(1000)).unwrap();
+    assert!(!c.fresh, "moved memory is not known to be zero");
+    assert_eq!(*log.moves.lock().unwrap(), vec![(donor, c.start, 300 - GUARD)]);
+    let st = a.stats();
+    assert_eq!((st.page_moves, st.moved_pages, st.move_failures), (1, 299, 0));
+    assert_eq!(st.lazy_pages, 0, "the donor left the lazy list");
+    assert_eq!(st.free_pages, free_before - 1000 + 300, "the donor's range is free space");
+    assert_eq!(*log.retired.lock().unwrap(), vec![(donor, 300)], "its guard was retired");
+    assert!(log.released.lock().unwrap().is_empty(), "nothing left to release: the memory moved");
+    assert_eq!(st.moved_maps, 2);
+    a.check().unwrap();
+}
+
+#[test]
+fn a_larger_lazy_area_gives_its_front_and_the_rest_stays_lazy() {
+    let (a, log) = arena(true);
+    let donor = lazy_between(&a);
+    // 100 pages is a pool size: the pool misses, the tree serves, the donor gives 99 pages.
+    let c = a.alloc(&AllocRequest::pages(100)).unwrap();
+    assert_eq!(*log.moves.lock().unwrap(), vec![(donor, c.start, 99)]);
+    let st = a.stats();
+    assert_eq!((st.moved_pages, st.lazy_pages), (99, 201));
+    assert!(log.retired.lock().unwrap().is_empty(), "the guard stays with the rest");
+    a.check().unwrap();
+    // The rest is still a lazy area of its own, guard at its end: the purge releases it whole.
+    a.purge();
+    assert_eq!(*log.released.lock().unwrap(), vec![(donor + 99, 201)]);
+    assert_eq!(*log.retired.lock().unwrap(), vec![(donor + 99, 201)]);
+    assert_eq!(a.stats().lazy_pages, 0);
+    a.check().unwrap();
+}
+
+#[test]
+fn the_purge_heals_an_area_once_its_whole_range_is_free() {
+    let (a, log) = arena(true);
+    let _donor = lazy_between(&a);
+    let c = a.alloc(&AllocRequest::pages(1000)).unwrap();
+    a.purge();
+    assert!(log.healed.lock().unwrap().is_empty(), "the area is live: nothing to heal");
+    assert_eq!(a.stats().moved_maps, 2);
+    a.free(c.start).unwrap();
+    a.purge();
+    // Healed with the free space around it: here everything above it, up to the arena's end.
+    assert_eq!(*log.healed.lock().unwrap(), vec![(c.start, (1 << 20) - c.start)]);
+    let st = a.stats();
+    assert_eq!((st.heals, st.moved_maps), (1, 0));
+    a.check().unwrap();
+}
+
+#[test]
+fn a_refused_move_releases_the_donor_as_a_purge_would() {
+    let (a, log) = arena(true);
+    log.refuse.store(true, Relaxed);
+    let donor = lazy_between(&a);
+    let c = a.alloc(&AllocRequest::pages(1000)).unwrap();
+    assert!(c.fresh, "nothing moved: the area is fresh");
+    let st = a.stats();
+    assert_eq!((st.page_moves, st.moved_pages, st.move_failures, st.moved_maps), (1, 0, 1, 0));
+    assert_eq!(*log.released.lock().unwrap(), vec![(donor, 300)]);
+    assert_eq!(st.lazy_pages, 0);
+    a.check().unwrap();
+}
+
+#[test]
+fn nothing_moves_when_the_option_is_off_or_the_area_is_small() {
+    let (a, log) = arena(false);
+    lazy_between(&a);
+    a.alloc(&AllocRequest::pages(1000)).unwrap();
+    assert!(log.moves.lock().unwrap().is_empty());
+    assert_eq!(a.stats().lazy_pages, 300);
+
+    let (a, log) = arena(true);
+    lazy_between(&a);
+    // 16 pages come from the node's chunk, not from the tree.
+    a.alloc(&AllocRequest::pages(16)).unwrap();
+    assert!(log.moves.lock().unwrap().is_empty());
+    assert_eq!(a.stats().lazy_pages, 300);
+    a.check().unwrap();
+}
