@@ -36,7 +36,9 @@
 //! disjoint.
 //!
 //! Allocation is a ladder of named steps ([`Step`]): pool, lazy reuse, chunk, tree, exact tree
-//! search, full purge and retry, failure with an error that names the arena and its limits.
+//! search (an area carved from the tree may take the memory of the oldest lazy areas, moved:
+//! step Move, `mover.rs`), full purge and retry, failure with an error that names the arena
+//! and its limits.
 
 use crate::backing::Backing;
 use crate::lock::{LockStats, StatGuard, StatLock};
