@@ -159,9 +159,15 @@ fn nothing_moves_when_the_option_is_off_or_the_area_is_small() {
 
     let (a, log) = arena(true);
     lazy_between(&a);
-    // 16 pages come from the node's chunk, not from the tree.
-    a.alloc(&AllocRequest::pages(16)).unwrap();
+    // 16 pages aligned to 2 come from the tree (a chunk serves page alignment only), but their
+    // 15 data pages are below the smallest area that takes moved memory.
+    a.alloc(&AllocRequest { align_pages: 2, ..AllocRequest::pages(16) }).unwrap();
     assert!(log.moves.lock().unwrap().is_empty());
     assert_eq!(a.stats().lazy_pages, 300);
+    // One page more, 16 data pages, and the area takes them from the lazy area.
+    let c = a.alloc(&AllocRequest::pages(17)).unwrap();
+    assert_eq!(log.moves.lock().unwrap().len(), 1);
+    assert_eq!(a.stats().moved_pages, 16);
+    assert!(!c.fresh);
     a.check().unwrap();
 }

@@ -43,19 +43,11 @@ pub fn move_pages(from: usize, to: usize, len: usize, huge: bool) -> bool {
 /// syscalls made.
 pub fn remap_fresh(ranges: &[(usize, usize)], huge: bool) -> usize {
     for &(addr, len) in ranges {
-        // SAFETY: MAP_FIXED replaces exactly `[addr, addr + len)`, which the caller owns and
-        // which holds no data; the replacement is atomic, so no other mapping can land there.
-        let p = unsafe {
-            libc::mmap(
-                addr as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        debug_assert!(p != libc::MAP_FAILED, "mmap(MAP_FIXED) over our own range failed");
+        // SAFETY: the caller owns `[addr, addr + len)` and nothing lives in it (contract
+        // above); MAP_FIXED replaces it atomically, so no other mapping can land there. The
+        // huge-page advice is given below, for all ranges in one batch.
+        let r = unsafe { crate::memfd::map_anonymous_fixed(addr, len, false) };
+        debug_assert!(r.is_ok(), "mmap(MAP_FIXED) over our own range failed: {r:?}");
     }
     let mut calls = ranges.len();
     if huge {
