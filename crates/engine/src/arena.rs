@@ -276,11 +276,20 @@ pub(crate) struct Shared {
     /// `backing.zeroes_on_release()`, asked once.
     pub(crate) zeroes_on_release: bool,
     pub(crate) kind: Kind,
-    /// Lazy pages, arena-wide (exact for Global/Split; within nodes x LAZY_SYNC_PAGES for Nodes).
-    pub(crate) lazy_approx: AtomicI64,
+    /// Lazy pages, arena-wide (exact for Global/Split; within nodes x `lazy_sync_pages` for
+    /// Nodes). On lines of its own: the nodes write it, every free through the busy map reads
+    /// it, and the fields above are read on every operation.
+    pub(crate) lazy_approx: Padded<AtomicI64>,
+    /// The step in which a node folds its lazy pages into `lazy_approx`.
+    pub(crate) lazy_sync_pages: u64,
+    /// Per node (Nodes), the pages on its lazy list as of its last change, each on lines of
+    /// its own: step Move reads them without the node locks to pass over nodes with nothing to
+    /// give.
+    pub(crate) lazy_lists: Box<[Padded<AtomicU64>]>,
     /// Lazy pages above which a free starts a purge: `lazy_max`, plus, with `lazy_headroom`
     /// (Nodes), the live pages below their high-water mark as the last purge counted them.
-    pub(crate) lazy_limit: AtomicU64,
+    /// Written by tree allocations and purges; on lines of its own for the same reason.
+    pub(crate) lazy_limit: Padded<AtomicU64>,
     /// The most live pages a purge has counted since the last purge that was not a threshold
     /// purge (Nodes, `lazy_headroom`).
     pub(crate) live_high: AtomicU64,
@@ -329,9 +338,7 @@ impl Arena {
                 bl: BusyLazy::default(),
             }))),
             Strategy::Split => Kind::Split { free: free(), busy: Padded(StatLock::new(BusyLazy::default())) },
-            Strategy::Nodes => {
-                Kind::Nodes { free: free(), nodes: (0..nr_nodes).map(|_| new_node()).collect() }
-            }
+            Strategy::Nodes => Kind::Nodes { free: free(), nodes: (0..nr_nodes).map(new_node).collect() },
         };
         let (cache, cache_off) = if !opts.thread_cache {
             (None, Some("switched off (thread_cache)".to_string()))
@@ -358,8 +365,10 @@ impl Arena {
             zeroes_on_release: backing.zeroes_on_release(),
             backing,
             kind,
-            lazy_approx: AtomicI64::new(0),
-            lazy_limit: AtomicU64::new(lazy_max),
+            lazy_approx: Padded(AtomicI64::new(0)),
+            lazy_sync_pages: crate::node::lazy_sync_pages(lazy_max, nr_nodes),
+            lazy_lists: (0..nr_nodes).map(|_| Padded(AtomicU64::new(0))).collect(),
+            lazy_limit: Padded(AtomicU64::new(lazy_max)),
             live_high: AtomicU64::new(0),
             purge_lock: Mutex::new(()),
             purge_requested: AtomicBool::new(false),
@@ -892,6 +901,17 @@ impl Shared {
         }
     }
 
+    /// After a change to node `g`'s lazy pages: fold it into `lazy_approx` in steps (at once
+    /// with `force`) and publish its lazy-list pages.
+    #[inline]
+    pub(crate) fn sync_node(&self, g: &mut NodeState, force: bool) {
+        g.sync(&self.lazy_approx, self.lazy_sync_pages, force);
+        if g.lazy_tree_pages != g.list_published {
+            g.list_published = g.lazy_tree_pages;
+            self.lazy_lists[g.index].store(g.lazy_tree_pages, Relaxed);
+        }
+    }
+
     /// Fresh pages went live: the headroom above `lazy_max` shrinks by as many, so that live
     /// and lazy pages together stay near the high-water mark plus `lazy_max` until the next
     /// purge counts the live pages again.
@@ -1050,7 +1070,7 @@ impl Shared {
                 Some((start, side)) => {
                     g.hits += 1;
                     if side == PoolSide::Dirty {
-                        g.sync(&self.lazy_approx, false);
+                        self.sync_node(g, false);
                     } else {
                         g.clean_hit_pages += pages;
                     }
@@ -1097,7 +1117,7 @@ impl Shared {
         } else {
             g.lazy_tree.remove(best);
         }
-        g.sync(&self.lazy_approx, false);
+        self.sync_node(g, false);
         Some((l.start, false, split))
     }
 
@@ -1153,7 +1173,7 @@ impl Shared {
         g.lazy_tree_pages -= pages;
         g.lazy_reuses += 1;
         g.lazy_joins += 1;
-        g.sync(&self.lazy_approx, false);
+        self.sync_node(g, false);
         Some((start, false, total > pages))
     }
 
@@ -1244,7 +1264,7 @@ impl Shared {
         g.lazy_extends += 1;
         self.took_fresh(pages - (e - s));
         self.counters.extend_pages.fetch_add(pages - (e - s), Relaxed);
-        g.sync(&self.lazy_approx, false);
+        self.sync_node(&mut g, false);
         let start = s - below;
         g.joined_guards = inside;
         self.finish_take(nodes, g, me, start, area, above > 0);
@@ -1261,7 +1281,7 @@ impl Shared {
             g.lazy_tree_pages += pages;
         }
         g.frees += 1;
-        g.sync(&self.lazy_approx, false);
+        self.sync_node(g, false);
     }
 
     #[inline]

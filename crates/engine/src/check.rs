@@ -11,6 +11,7 @@ use crate::arena::AreaTag;
 use crate::arena::{Kind, Shared, NO_NODE};
 use crate::lock::with_nesting_allowed;
 use crate::strategy::BusyLazy;
+use crate::sync::Ordering::Relaxed;
 use vmarena_core::BusyArea;
 
 impl Shared {
@@ -79,6 +80,26 @@ impl Shared {
                                 p.lazy_tree_pages
                             ));
                         }
+                        let published = self.lazy_lists[i].load(Relaxed);
+                        if published != p.lazy_tree_pages {
+                            return Err(format!(
+                                "node {i}: lazy list holds {} pages, {published} published",
+                                p.lazy_tree_pages
+                            ));
+                        }
+                        if p.lazy_pages().abs_diff(p.synced) >= self.lazy_sync_pages {
+                            return Err(format!(
+                                "node {i}: {} lazy pages, {} synced, step {}",
+                                p.lazy_pages(),
+                                p.synced,
+                                self.lazy_sync_pages
+                            ));
+                        }
+                    }
+                    let synced: u64 = node_guards.iter().map(|p| p.synced).sum();
+                    let approx = self.lazy_approx.load(Relaxed);
+                    if approx != synced as i64 {
+                        return Err(format!("lazy counter {approx}, nodes synced {synced}"));
                     }
                     for (i, p) in node_guards.iter().enumerate() {
                         for (s, a) in p.busy.sorted() {

@@ -81,10 +81,7 @@ impl Shared {
     pub(crate) fn move_into(&self, nodes: &[Node], me: usize, start: u64, pages: u64) -> u64 {
         let guard = self.backing.guard_pages();
         let data = pages.saturating_sub(guard);
-        if data < MOVE_MIN_PAGES
-            || self.mosaics.maps() >= MOVE_MAX_MAPS
-            || self.lazy_approx.load(Relaxed) <= 0
-        {
+        if data < MOVE_MIN_PAGES || self.mosaics.maps() >= MOVE_MAX_MAPS {
             return 0;
         }
         let mut need = data;
@@ -93,9 +90,14 @@ impl Shared {
             if need < MOVE_MIN_DONOR_PAGES || donors.len() >= MOVE_MAX_DONORS {
                 break;
             }
-            let mut g = nodes[(me + k) % self.nr_nodes].lock_at(&site::ALLOC_MOVE);
+            let n = (me + k) % self.nr_nodes;
+            // A node whose lazy list cannot hold one donor is passed over without its lock.
+            if self.lazy_lists[n].load(Relaxed) < MOVE_MIN_DONOR_PAGES + guard {
+                continue;
+            }
+            let mut g = nodes[n].lock_at(&site::ALLOC_MOVE);
             Self::take_donors(&mut g, guard, &mut need, &mut donors);
-            g.sync(&self.lazy_approx, false);
+            self.sync_node(&mut g, false);
         }
         if donors.is_empty() {
             return 0;

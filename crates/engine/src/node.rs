@@ -19,14 +19,23 @@
 //! state. DESIGN.md records the measurement that led here.
 //!
 //! Lazy pages of the node are counted exactly under the lock and folded into the arena-wide
-//! approximate counter in steps of [`LAZY_SYNC_PAGES`], as a kernel `percpu_counter` does.
+//! approximate counter in steps of [`lazy_sync_pages`], as a kernel `percpu_counter` does.
 
 use crate::lock::StatLock;
 use crate::AreaTag;
 use vmarena_core::{BusyMap, SizePools};
 
-/// Pages of lazy change a node accumulates before it updates the arena-wide counter.
-pub const LAZY_SYNC_PAGES: u64 = 64;
+/// The smallest step of the arena-wide lazy counter, in pages.
+pub const LAZY_SYNC_MIN_PAGES: u64 = 64;
+
+/// Pages of lazy change a node accumulates before it updates the arena-wide counter: a
+/// quarter of `lazy_max` shared out over the nodes, so the counter lags the exact sum by less
+/// than a quarter of the purge threshold (or by `nodes x LAZY_SYNC_MIN_PAGES` when that is
+/// larger). A step much smaller than one free's pages would make nearly every free of a
+/// pool-sized area write the counter's line, which every node's frees read.
+pub fn lazy_sync_pages(lazy_max: u64, nr_nodes: usize) -> u64 {
+    (lazy_max / (4 * nr_nodes.max(1) as u64)).max(LAZY_SYNC_MIN_PAGES)
+}
 
 /// Zone size of the busy striping, in pages (the kernel's `vmap_zone_size`). Also the size of
 /// a node's chunk and the largest area carved from it.
@@ -44,6 +53,8 @@ pub(crate) struct LazyArea {
 
 #[derive(Default)]
 pub(crate) struct NodeState {
+    /// This node's place in the arena's node array.
+    pub index: usize,
     pub busy: BusyMap<AreaTag>,
     pub pools: SizePools,
     pub lazy_tree: Vec<LazyArea>,
@@ -52,6 +63,8 @@ pub(crate) struct NodeState {
     pub chunk: (u64, u64),
     /// Lazy pages already added to the arena-wide counter.
     pub synced: u64,
+    /// `lazy_tree_pages` as last published for readers without the lock.
+    pub list_published: u64,
     pub hits: u64,
     /// Pages of pool hits on the clean side (memory a purge released; a write faults it in).
     pub clean_hit_pages: u64,
@@ -75,12 +88,13 @@ impl NodeState {
         self.pools.dirty_pages() + self.lazy_tree_pages
     }
 
-    /// Fold the change since the last sync into `global` when it is large enough (or `force`).
+    /// Fold the change since the last sync into `global` when it reaches `step` pages (or
+    /// `force`).
     #[inline]
-    pub fn sync(&mut self, global: &crate::sync::AtomicI64, force: bool) {
+    pub fn sync(&mut self, global: &crate::sync::AtomicI64, step: u64, force: bool) {
         let now = self.lazy_pages();
         let d = now as i64 - self.synced as i64;
-        if d.unsigned_abs() >= LAZY_SYNC_PAGES || (force && d != 0) {
+        if d.unsigned_abs() >= step || (force && d != 0) {
             self.synced = now;
             global.fetch_add(d, crate::sync::Ordering::Relaxed);
         }
@@ -111,6 +125,35 @@ impl<T> std::ops::Deref for Padded<T> {
 
 pub(crate) type Node = Padded<StatLock<NodeState>>;
 
-pub(crate) fn new_node() -> Node {
-    Padded(StatLock::new(NodeState::default()))
+pub(crate) fn new_node(index: usize) -> Node {
+    Padded(StatLock::new(NodeState { index, ..Default::default() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lazy_counter_lags_by_less_than_a_quarter_of_lazy_max() {
+        // The kernel's lazy_max_pages on two CPUs, two nodes: 2,048 pages each.
+        assert_eq!(lazy_sync_pages(16_384, 2), 2_048);
+        assert!(lazy_sync_pages(16_384, 2) * 2 <= 16_384 / 4);
+        // A small lazy_max keeps the smallest step.
+        assert_eq!(lazy_sync_pages(100, 2), LAZY_SYNC_MIN_PAGES);
+        assert_eq!(lazy_sync_pages(1 << 20, 0), 1 << 18);
+    }
+
+    #[test]
+    fn a_node_folds_its_change_in_steps() {
+        let global = crate::sync::AtomicI64::new(0);
+        let mut n = NodeState { lazy_tree_pages: 100, ..Default::default() };
+        n.sync(&global, 128, false);
+        assert_eq!(global.load(crate::sync::Ordering::Relaxed), 0, "below the step");
+        n.lazy_tree_pages = 200;
+        n.sync(&global, 128, false);
+        assert_eq!((global.load(crate::sync::Ordering::Relaxed), n.synced), (200, 200));
+        n.lazy_tree_pages = 150;
+        n.sync(&global, 128, true);
+        assert_eq!(global.load(crate::sync::Ordering::Relaxed), 150, "forced");
+    }
 }

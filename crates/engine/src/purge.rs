@@ -74,7 +74,7 @@ impl Shared {
                         .unwrap_or(0) as u64;
                     let dirty = p.pools.take_dirty_keeping(pool_keep);
                     let lazy = Self::take_lazy_keeping(&mut p, keep - pool_keep);
-                    p.sync(&self.lazy_approx, true);
+                    self.sync_node(&mut p, true);
                     if full {
                         // The failure path and the shrinker take the chunks back too.
                         let (cs, ce) = std::mem::take(&mut p.chunk);
@@ -188,7 +188,7 @@ impl Shared {
                 p.chunk = (0, 0);
                 chunks.push((cs, ce - cs));
             }
-            p.sync(&self.lazy_approx, true);
+            self.sync_node(&mut p, true);
         }
         let (mut calls, spill) = self.release_batch(&release);
         calls += self.merge_batch(&to_tree, &chunks, &spill);

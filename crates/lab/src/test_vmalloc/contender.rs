@@ -28,6 +28,10 @@ pub trait Contender: Send + Sync {
     fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
         Vec::new()
     }
+    /// The contender's own statistics (vmarena: its space's table), where it keeps any.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// Wait for every deferred free to complete.
     fn quiesce(&self) {}
     /// Resident bytes of the memory the contender manages itself, where it can tell (vmarena:
@@ -133,6 +137,10 @@ impl Contender for VmarenaContender {
 
     fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
         self.space.lock_stats()
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.space.stats(false).arena.values()
     }
 
     fn quiesce(&self) {

@@ -72,6 +72,10 @@ pub struct RunResult {
     pub sites: Vec<LockLine>,
     pub wall_ns: u64,
     pub proc: ProcFigures,
+    /// The contender's statistics at the end of the run (vmarena's arena table; each run has a
+    /// space of its own, so the counters are the run's).
+    #[serde(default)]
+    pub stats: Vec<(String, u64)>,
 }
 
 /// The kernel's shuffle: for i from n-1 down to 1, swap with j below i (Sattolo's algorithm:
@@ -164,7 +168,16 @@ pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResu
         .map(|((n, a), (_, b))| line(n, a.since(&b)))
         .filter(|l| l.acquisitions + l.contended > 0)
         .collect();
-    RunResult { name, workers, locks, sites, wall_ns: wall.as_nanos() as u64, proc: ProcFigures::default() }
+    let stats = c.stats().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+    RunResult {
+        name,
+        workers,
+        locks,
+        sites,
+        wall_ns: wall.as_nanos() as u64,
+        proc: ProcFigures::default(),
+        stats,
+    }
 }
 
 /// Worker `w` of a run seeded with `seed` (its random numbers start from `seed + w + 1`);

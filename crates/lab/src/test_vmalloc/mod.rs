@@ -93,6 +93,10 @@ pub struct Args {
     /// Measure lock hold times too (two clock reads per lock acquisition).
     #[arg(long)]
     pub lock_timing: bool,
+    /// Print each vmarena strategy's statistics after its run (always in --json): pool, cache
+    /// and tree hits, steals, moves, purges.
+    #[arg(long)]
+    pub stats: bool,
     /// Seed of the workers' random numbers (worker i uses seed + i).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -358,6 +362,9 @@ fn run_all(a: &Args, p: &Params, names: &[String], m: &Machine) -> Result<Vec<dr
         } else {
             child::run_child(name, p, a.space_bytes, a.seed, a.lock_timing)?
         };
+        if a.stats {
+            print!("{}", report::stats_lines(&r));
+        }
         if a.syscalls && !a.in_process {
             eprintln!("[test-vmalloc] {name}: counting syscalls under strace");
             r.proc.syscalls = Some(child::count_syscalls(name, p, a.space_bytes, a.seed)?);
@@ -523,6 +530,16 @@ mod tests {
             }
             let lines = report::lock_lines(&timed);
             assert!(lines.contains("many-core model") && lines.contains("64: "), "{lines}");
+            // The arena's table after the run; the printed lines hold the nonzero figures only.
+            let stat =
+                |n: &str| r.stats.iter().find(|s| s.0 == n).map(|s| s.1).unwrap_or_else(|| panic!("{n}"));
+            assert!(stat("frees") > 0 && stat("tree_allocs") > 0, "{:?}", r.stats);
+            let lines = report::stats_lines(r);
+            assert!(lines.lines().all(|l| l.starts_with("stats ")), "{lines}");
+            assert!(lines.contains(&format!("{:<16} {:>12}", "frees", stat("frees"))), "{lines}");
+            assert!(!lines.contains("bad_frees"), "zero figures are left out: {lines}");
+        } else {
+            assert!(r.stats.is_empty() && report::stats_lines(r).is_empty());
         }
     }
 }

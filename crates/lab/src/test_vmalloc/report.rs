@@ -36,6 +36,17 @@ pub fn summary_lines(r: &RunResult, p: &Params) -> String {
     out
 }
 
+/// The contender's statistics after its run, four to a line, the nonzero ones only.
+pub fn stats_lines(r: &RunResult) -> String {
+    let cells: Vec<String> =
+        r.stats.iter().filter(|(_, v)| *v != 0).map(|(n, v)| format!("{n:<16} {v:>12}")).collect();
+    let mut out = String::new();
+    for row in cells.chunks(4) {
+        let _ = writeln!(out, "stats {}", row.join("   "));
+    }
+    out
+}
+
 /// Lock figures of one contender's run and the share of worker time spent waiting for locks.
 pub fn lock_lines(r: &RunResult) -> String {
     if r.locks.is_empty() {
