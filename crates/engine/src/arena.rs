@@ -345,7 +345,15 @@ impl Arena {
         } else if opts.strategy != Strategy::Nodes {
             (None, Some(format!("the {} strategy has none", opts.strategy)))
         } else {
-            match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, opts.thread_cache_pages) {
+            match ThreadCaches::new(
+                lo,
+                hi,
+                opts.thread_cache_max_pages,
+                crate::magazine::Budget {
+                    base_pages: opts.thread_cache_pages,
+                    max_pages: opts.thread_cache_pages_max,
+                },
+            ) {
                 Ok(c) => (Some(c), None),
                 Err(e) => (None, Some(e)),
             }
@@ -1393,6 +1401,8 @@ impl Shared {
             cache_misses: cf.misses,
             cache_flushes: cf.flushes,
             cache_drained: cf.drained,
+            cache_grows: cf.grows,
+            cache_budget_pages: cf.budget_pages,
             tree_allocs: c.tree_allocs.load(Relaxed),
             tree_pages: c.tree_pages.load(Relaxed),
             extend_pages: c.extend_pages.load(Relaxed),

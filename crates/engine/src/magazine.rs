@@ -51,7 +51,15 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// stole the magazine). Relaxed atomics, so plain loads and stores on the fast path.
 struct Class {
     len: AtomicUsize,
+    /// Entries the stack may hold under the magazine's present budget (at most `slots.len()`,
+    /// which is the cap under the largest budget).
+    cap: AtomicUsize,
     slots: Box<[AtomicU64]>,
+}
+
+/// Entries a stack of `pages` pages may hold under a budget of `budget_pages`.
+fn class_cap(pages: u64, budget_pages: u64) -> usize {
+    (budget_pages / (4 * pages)).clamp(1, CLASS_MAX_ENTRIES) as usize
 }
 
 /// One thread's cached areas of one arena.
@@ -64,10 +72,34 @@ pub(crate) struct Magazine {
     occupied: Box<[AtomicU64]>,
     /// Pages held (owner writes; a drainer while it holds the magazine).
     pages: AtomicU64,
+    /// Pages the magazine may hold now: the base budget at first and after every drain, grown
+    /// by each miss of a size it had to turn away, up to the largest budget (owner writes; a
+    /// drainer while it holds the magazine).
+    budget: AtomicU64,
+    /// Bit `p - 1` set when an area of `p` pages was turned away (evicted, or refused for
+    /// want of room) since the last miss of that size: the ghost entries of an adaptive
+    /// cache. Same writers as `budget`.
+    ghosts: Box<[AtomicU64]>,
+    grows: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
     pushes: AtomicU64,
     flushes: AtomicU64,
+}
+
+/// Set or clear bit `pages - 1` of a per-size bitmap (single writer).
+#[inline]
+fn set_bit(words: &[AtomicU64], pages: u64, yes: bool) {
+    let (w, bit) = ((pages - 1) as usize / 64, 1u64 << ((pages - 1) % 64));
+    let cur = words[w].load(Relaxed);
+    words[w].store(if yes { cur | bit } else { cur & !bit }, Relaxed);
+}
+
+/// A magazine's page budget: where it starts, and how far misses may grow it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    pub(crate) base_pages: u64,
+    pub(crate) max_pages: u64,
 }
 
 /// Single-writer counter: a plain load and store, no locked instruction.
@@ -77,11 +109,12 @@ fn bump(c: &AtomicU64) {
 }
 
 impl Magazine {
-    fn new(max_pages: u64, budget_pages: u64) -> Magazine {
+    fn new(max_pages: u64, budget: Budget) -> Magazine {
         let classes = (1..=max_pages)
-            .map(|p| {
-                let cap = (budget_pages / (4 * p)).clamp(1, CLASS_MAX_ENTRIES) as usize;
-                Class { len: AtomicUsize::new(0), slots: (0..cap).map(|_| AtomicU64::new(0)).collect() }
+            .map(|p| Class {
+                len: AtomicUsize::new(0),
+                cap: AtomicUsize::new(class_cap(p, budget.base_pages)),
+                slots: (0..class_cap(p, budget.max_pages)).map(|_| AtomicU64::new(0)).collect(),
             })
             .collect();
         let words = (max_pages as usize).div_ceil(64);
@@ -90,6 +123,9 @@ impl Magazine {
             classes,
             occupied: (0..words).map(|_| AtomicU64::new(0)).collect(),
             pages: AtomicU64::new(0),
+            budget: AtomicU64::new(budget.base_pages),
+            ghosts: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            grows: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
@@ -100,9 +136,32 @@ impl Magazine {
     /// Record whether the stack of `pages` pages holds an area.
     #[inline]
     fn set_occupied(&self, pages: u64, yes: bool) {
+        set_bit(&self.occupied, pages, yes);
+    }
+
+    /// Set the budget (and every stack's cap with it).
+    fn set_budget(&self, pages: u64) {
+        self.budget.store(pages, Relaxed);
+        for (i, c) in self.classes.iter().enumerate() {
+            c.cap.store(class_cap(i as u64 + 1, pages).min(c.slots.len()), Relaxed);
+        }
+    }
+
+    /// A miss of `pages` pages: if that size was turned away since its last miss, a larger
+    /// budget would have served it, so the budget grows by the size, up to `max_pages`.
+    #[inline]
+    fn missed(&self, pages: u64, max_pages: u64) {
         let (w, bit) = ((pages - 1) as usize / 64, 1u64 << ((pages - 1) % 64));
-        let cur = self.occupied[w].load(Relaxed);
-        self.occupied[w].store(if yes { cur | bit } else { cur & !bit }, Relaxed);
+        let g = self.ghosts[w].load(Relaxed);
+        if g & bit == 0 {
+            return;
+        }
+        self.ghosts[w].store(g & !bit, Relaxed);
+        let budget = self.budget.load(Relaxed);
+        if budget < max_pages {
+            self.set_budget((budget + pages).min(max_pages));
+            bump(&self.grows);
+        }
     }
 
     /// The largest size, in pages, whose stack holds an area.
@@ -159,15 +218,17 @@ impl Magazine {
     /// busy map): the newest free is the likeliest to be asked for again, and the largest
     /// area gives back the most budget for one busy-map free, which a refused push would cost
     /// too. False, with nothing changed, when the area's stack is full or no such room exists.
+    /// A size turned away (refused or evicted) leaves a ghost.
     #[inline]
-    fn push(&self, pages: u64, start: u64, budget_pages: u64, evicted: &mut Option<(u64, u64)>) -> bool {
+    fn push(&self, pages: u64, start: u64, evicted: &mut Option<(u64, u64)>) -> bool {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
         let held = self.pages.load(Relaxed);
-        if n == c.slots.len() {
-            return false;
-        }
-        if held + pages > budget_pages && !self.make_room(held + pages - budget_pages, pages, evicted) {
+        let budget = self.budget.load(Relaxed);
+        if n >= c.cap.load(Relaxed)
+            || (held + pages > budget && !self.make_room(held + pages - budget, pages, evicted))
+        {
+            set_bit(&self.ghosts, pages, true);
             return false;
         }
         c.slots[n].store(start, Relaxed);
@@ -188,22 +249,26 @@ impl Magazine {
             return false;
         }
         let s = self.take_oldest(p).expect("an occupied size holds an area");
+        set_bit(&self.ghosts, p, true);
         *evicted = Some((s, p));
         true
     }
 
     /// Empty the magazine into `out` as `(start, pages)` (owner outside an operation, or a
-    /// drainer holding it).
-    fn take(&self, out: &mut Vec<(u64, u64)>) {
+    /// drainer holding it), and start again from the base budget with no ghosts.
+    fn take(&self, out: &mut Vec<(u64, u64)>, base_pages: u64) {
         for (i, c) in self.classes.iter().enumerate() {
             let n = c.len.load(Relaxed);
             out.extend(c.slots[..n].iter().map(|s| (s.load(Relaxed), i as u64 + 1)));
             c.len.store(0, Relaxed);
         }
-        for o in self.occupied.iter() {
+        for o in self.occupied.iter().chain(self.ghosts.iter()) {
             o.store(0, Relaxed);
         }
         self.pages.store(0, Relaxed);
+        if self.budget.load(Relaxed) != base_pages {
+            self.set_budget(base_pages);
+        }
     }
 
     /// Every cached start, after checking the magazine's own bookkeeping: the occupied bits
@@ -224,6 +289,16 @@ impl Magazine {
         let held = self.pages.load(Relaxed);
         if held != pages {
             return Err(format!("magazine: counts {held} pages, its stacks hold {pages}"));
+        }
+        let budget = self.budget.load(Relaxed);
+        if held > budget {
+            return Err(format!("magazine: holds {held} pages, its budget is {budget}"));
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            let (n, cap) = (c.len.load(Relaxed), c.cap.load(Relaxed));
+            if cap != class_cap(i as u64 + 1, budget).min(c.slots.len()) || n > cap {
+                return Err(format!("magazine: size {} holds {n} areas, cap {cap}, budget {budget}", i + 1));
+            }
         }
         Ok(out)
     }
@@ -280,13 +355,16 @@ pub(crate) struct CacheFigures {
     pub(crate) pushes: u64,
     pub(crate) flushes: u64,
     pub(crate) drained: u64,
+    pub(crate) grows: u64,
+    /// The largest budget of a live magazine now.
+    pub(crate) budget_pages: u64,
 }
 
 /// The thread caches of one arena.
 pub(crate) struct ThreadCaches {
     id: u64,
     pub(crate) states: AreaStates,
-    budget_pages: u64,
+    budget: Budget,
     registry: Mutex<Vec<Arc<Magazine>>>,
     /// Counters of magazines given back, and areas drained.
     retired: Mutex<CacheFigures>,
@@ -294,10 +372,11 @@ pub(crate) struct ThreadCaches {
 
 impl ThreadCaches {
     /// Thread caches for pages `[lo, hi)`, or why there are none.
-    pub(crate) fn new(lo: u64, hi: u64, max_pages: u64, budget_pages: u64) -> Result<ThreadCaches, String> {
-        if max_pages == 0 || budget_pages == 0 {
+    pub(crate) fn new(lo: u64, hi: u64, max_pages: u64, budget: Budget) -> Result<ThreadCaches, String> {
+        if max_pages == 0 || budget.base_pages == 0 {
             return Err("thread cache sizes are 0".into());
         }
+        let budget = Budget { max_pages: budget.max_pages.max(budget.base_pages), ..budget };
         const MAX_TABLE_WORDS: u64 = 1 << 30;
         if hi - lo > MAX_TABLE_WORDS {
             return Err(format!("range of {} pages is above the state table's {MAX_TABLE_WORDS}", hi - lo));
@@ -306,7 +385,7 @@ impl ThreadCaches {
         Ok(ThreadCaches {
             id: NEXT_ID.fetch_add(1, Relaxed),
             states: AreaStates::new(lo, hi - lo, max_pages)?,
-            budget_pages,
+            budget,
             registry: Mutex::new(Vec::new()),
             retired: Mutex::new(CacheFigures::default()),
         })
@@ -345,7 +424,7 @@ impl ThreadCaches {
                 let e = o.0.remove(i);
                 o.0.insert(0, e);
             } else {
-                let mag = Arc::new(Magazine::new(self.states.max_pages(), self.budget_pages));
+                let mag = Arc::new(Magazine::new(self.states.max_pages(), self.budget));
                 self.registry.lock().unwrap_or_else(|e| e.into_inner()).push(mag.clone());
                 o.0.insert(0, Entry { id: self.id, mag, arena: Arc::downgrade(arena) });
                 // Cached areas are given back on idle intervals by the worker.
@@ -382,6 +461,7 @@ impl ThreadCaches {
                 bump(&m.hits);
             } else {
                 bump(&m.misses);
+                m.missed(pages, self.budget.max_pages);
             }
             m.hs.leave();
             got
@@ -403,7 +483,7 @@ impl ThreadCaches {
                 self.owner_drain(arena, m);
                 return false;
             }
-            let ok = m.push(pages, start, self.budget_pages, &mut evicted);
+            let ok = m.push(pages, start, &mut evicted);
             bump(if ok { &m.pushes } else { &m.flushes });
             m.hs.leave();
             ok
@@ -425,7 +505,7 @@ impl ThreadCaches {
     fn owner_drain(&self, arena: &Shared, m: &Magazine) {
         if m.hs.claim_drain() {
             let mut areas = Vec::new();
-            m.take(&mut areas);
+            m.take(&mut areas, self.budget.base_pages);
             m.hs.release();
             self.give_areas(arena, &areas);
         }
@@ -449,12 +529,13 @@ impl ThreadCaches {
             let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             reg.retain(|m| !Arc::ptr_eq(m, mag));
             // Unregistered under the mutex: no drainer holds it now, and its owner is here.
-            mag.take(&mut areas);
+            mag.take(&mut areas, self.budget.base_pages);
             let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
             r.hits += mag.hits.load(Relaxed);
             r.misses += mag.misses.load(Relaxed);
             r.pushes += mag.pushes.load(Relaxed);
             r.flushes += mag.flushes.load(Relaxed);
+            r.grows += mag.grows.load(Relaxed);
         }
         self.give_areas(arena, &areas);
     }
@@ -476,7 +557,7 @@ impl ThreadCaches {
         let fenced = heavy_fence();
         for m in held {
             if m.hs.settle(fenced) {
-                m.take(&mut areas);
+                m.take(&mut areas, self.budget.base_pages);
                 m.hs.release();
             }
         }
@@ -499,6 +580,8 @@ impl ThreadCaches {
             f.misses += m.misses.load(Relaxed);
             f.pushes += m.pushes.load(Relaxed);
             f.flushes += m.flushes.load(Relaxed);
+            f.grows += m.grows.load(Relaxed);
+            f.budget_pages = f.budget_pages.max(m.budget.load(Relaxed));
         }
         f
     }

@@ -25,6 +25,14 @@ pub(crate) struct CacheFigures {
     pub(crate) pushes: u64,
     pub(crate) flushes: u64,
     pub(crate) drained: u64,
+    pub(crate) grows: u64,
+    pub(crate) budget_pages: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    pub(crate) base_pages: u64,
+    pub(crate) max_pages: u64,
 }
 
 pub(crate) struct ThreadCaches {
@@ -32,12 +40,7 @@ pub(crate) struct ThreadCaches {
 }
 
 impl ThreadCaches {
-    pub(crate) fn new(
-        _lo: u64,
-        _hi: u64,
-        _max_pages: u64,
-        _budget_pages: u64,
-    ) -> Result<ThreadCaches, String> {
+    pub(crate) fn new(_lo: u64, _hi: u64, _max_pages: u64, _budget: Budget) -> Result<ThreadCaches, String> {
         Err("not built under loom".into())
     }
     pub(crate) fn alloc(

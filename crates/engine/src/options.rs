@@ -33,8 +33,10 @@ options_table! {
         thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";
         /// Largest area a thread cache holds, in pages, guard pages included (at most 8191).
         thread_cache_max_pages: u64 = 128, "pages", "VMARENA_THREAD_CACHE_MAX_PAGES";
-        /// Pages one thread's magazine of one arena may hold at most.
+        /// Pages one thread's magazine of one arena may hold at first, and again after each drain.
         thread_cache_pages: u64 = 512, "pages", "VMARENA_THREAD_CACHE_PAGES";
+        /// Pages a magazine may grow to, by the size of each miss of a size it had turned away for want of room (at most thread_cache_pages: no growth).
+        thread_cache_pages_max: u64 = 2048, "pages", "VMARENA_THREAD_CACHE_PAGES_MAX";
     }
 }
 

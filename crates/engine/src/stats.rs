@@ -51,6 +51,10 @@ stats_table! {
         cache_flushes, "frees";
         /// Cached areas given back to the nodes by drains, evictions and thread exits.
         cache_drained, "areas";
+        /// Times a magazine's budget grew (a miss of a size it had turned away).
+        cache_grows, "grows";
+        /// The largest budget of a thread's magazine now.
+        cache_budget_pages, "pages";
         /// Allocations carved from the free tree directly.
         tree_allocs, "allocs";
         /// Pages of the allocations carved from the free tree directly (moved pages among them).

@@ -178,6 +178,70 @@ fn a_free_that_only_smaller_areas_could_make_room_for_goes_to_its_node() {
 }
 
 #[test]
+fn a_miss_of_a_size_the_magazine_turned_away_grows_its_budget_until_a_drain() {
+    let o = ArenaOptions { thread_cache_pages_max: 80, ..opts() };
+    let a = Arena::new("tc", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();
+    for (pages, n) in [(1, 16), (2, 8), (3, 5), (4, 4)] {
+        alloc_free(&a, pages, n);
+    }
+    let five = || a.alloc(&AllocRequest::pages(5)).unwrap().start;
+    // 63 of 64 pages held: a 5-page area is turned away.
+    a.free(five()).unwrap();
+    let st = a.stats();
+    assert_eq!((st.cache_flushes, st.cache_grows, st.cache_budget_pages), (1, 0, 64));
+    // A miss of a size never turned away grows nothing; a miss of 5 pages grows the budget by 5.
+    assert_eq!(a.alloc_cached(6, None), None);
+    assert_eq!(a.stats().cache_grows, 0);
+    let x = five();
+    let st = a.stats();
+    assert_eq!((st.cache_grows, st.cache_budget_pages), (1, 69));
+    // Now it fits, and the next 5-page allocation takes it without a lock.
+    a.free(x).unwrap();
+    assert_eq!((a.stats().cached_pages, a.stats().cache_flushes), (68, 1));
+    assert_eq!(a.alloc_cached(5, None), Some(x));
+    a.free(x).unwrap();
+    // The ghost was spent: another miss of 5 pages does not grow the budget.
+    let y = five();
+    assert_eq!(a.stats().cache_grows, 1);
+    a.free(y).unwrap();
+    a.check().unwrap();
+    // A working set of 5-page areas that keeps growing: turned away and missed again and
+    // again, the budget stops at its largest.
+    for n in 1..=8 {
+        let xs: Vec<u64> = (0..n).map(|_| five()).collect();
+        for x in xs {
+            a.free(x).unwrap();
+        }
+    }
+    let st = a.stats();
+    assert_eq!(st.cache_budget_pages, 80, "{st:?}");
+    assert!(st.cached_pages <= 80 && st.cache_grows >= 3, "{st:?}");
+    a.check().unwrap();
+    // A drain empties the magazine and takes it back to the base budget with no ghosts.
+    a.purge();
+    let st = a.stats();
+    assert_eq!((st.cached_areas, st.cache_budget_pages), (0, 64));
+    let grows = st.cache_grows;
+    let z = five();
+    assert_eq!(a.stats().cache_grows, grows, "no ghost survived the drain");
+    a.free(z).unwrap();
+    a.check().unwrap();
+}
+
+#[test]
+fn with_the_largest_budget_at_the_base_the_magazine_never_grows() {
+    let o = ArenaOptions { thread_cache_pages_max: 0, ..opts() };
+    let a = Arena::new("tc", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();
+    for _ in 0..20 {
+        alloc_free(&a, 8, 12);
+    }
+    let st = a.stats();
+    assert_eq!((st.cache_grows, st.cache_budget_pages), (0, 64));
+    assert!(st.cache_flushes > 0 && st.cached_pages <= 64, "{st:?}");
+    a.check().unwrap();
+}
+
+#[test]
 fn double_frees_are_refused_from_any_thread_and_change_nothing() {
     let a = Arc::new(arena());
     let x = a.alloc(&AllocRequest::pages(1)).unwrap();
