@@ -20,7 +20,12 @@
 //!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
 //!   whose owner is inside an operation is not touched; its owner empties it itself at its
 //!   next operation;
-//! - thread exit: the thread-local destructor gives every magazine back to its arena.
+//! - thread exit: the thread-local destructor gives every magazine back to its arena;
+//! - budget: a magazine starts at `thread_cache_pages`; a miss of a size it turned away (a
+//!   refused push or an eviction, marked in its ghost bitmap) grows it by that size up to
+//!   `thread_cache_pages_max`; emptying it (a drain, an owner's drain, a give-back) resets it.
+//!   Invariant: the pages held never exceed the budget, and each size's stack holds at most
+//!   its cap under the present budget (`Arena::check` verifies both).
 //!
 //! Locks: the registry mutex (registration, exit, drain) is taken before any node lock and
 //! never under one. The fast paths take no lock.
