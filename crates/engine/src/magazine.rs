@@ -92,10 +92,16 @@ pub(crate) struct Magazine {
     flushes: AtomicU64,
 }
 
-/// Set or clear bit `pages - 1` of a per-size bitmap (single writer).
+/// The word and the bit of size `pages` in a per-size bitmap (bit `pages - 1`).
+#[inline]
+fn size_bit(pages: u64) -> (usize, u64) {
+    ((pages - 1) as usize / 64, 1u64 << ((pages - 1) % 64))
+}
+
+/// Set or clear the bit of size `pages` (single writer).
 #[inline]
 fn set_bit(words: &[AtomicU64], pages: u64, yes: bool) {
-    let (w, bit) = ((pages - 1) as usize / 64, 1u64 << ((pages - 1) % 64));
+    let (w, bit) = size_bit(pages);
     let cur = words[w].load(Relaxed);
     words[w].store(if yes { cur | bit } else { cur & !bit }, Relaxed);
 }
@@ -156,7 +162,7 @@ impl Magazine {
     /// budget would have served it, so the budget grows by the size, up to `max_pages`.
     #[inline]
     fn missed(&self, pages: u64, max_pages: u64) {
-        let (w, bit) = ((pages - 1) as usize / 64, 1u64 << ((pages - 1) % 64));
+        let (w, bit) = size_bit(pages);
         let g = self.ghosts[w].load(Relaxed);
         if g & bit == 0 {
             return;
