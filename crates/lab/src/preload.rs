@@ -71,6 +71,9 @@ pub struct Outcome {
     /// Mappings at the end of the work (benchmark programs only).
     pub maps: Option<u64>,
     pub minor_faults: u64,
+    /// TLB shootdown interrupts during the run, machine-wide (`/proc/interrupts`); `None`
+    /// where the kernel does not count them.
+    pub tlb_shootdowns: Option<u64>,
     pub output_matches_glibc: bool,
     pub syscalls: Vec<(String, u64)>,
 }
@@ -262,7 +265,11 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
                 if let Some(p) = &preload {
                     cmd.env("LD_PRELOAD", p);
                 }
+                let tlb_before = vmarena_platform::process::tlb_shootdowns();
                 let raw = run_child(&mut cmd)?;
+                let tlb = tlb_before
+                    .zip(vmarena_platform::process::tlb_shootdowns())
+                    .map(|(a, b)| b.saturating_sub(a));
                 let line = String::from_utf8_lossy(&raw.stdout).lines().last().unwrap_or("").to_string();
                 let bench = w == "malloc-large" || w == "xthread";
                 let mut o = Outcome {
@@ -271,6 +278,7 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
                     seconds: raw.seconds,
                     peak_rss_kib: raw.maxrss_kib,
                     minor_faults: raw.minflt,
+                    tlb_shootdowns: tlb,
                     ..Default::default()
                 };
                 // What is compared with glibc: the output, or the benchmark's checksum.
@@ -329,9 +337,9 @@ pub fn print(cfg: &PreloadConfig, results: &[Outcome], m: &Machine) {
         let vm = rows.iter().find(|o| o.allocator == "vmarena").map(|o| o.seconds);
         println!("\n{w}: {}", describe(w, cfg));
         let mut head =
-            "| allocator | time s | time / vmarena | peak RSS MiB | live peak MiB | idle RSS MiB | idle anon MiB | maps | minor faults |"
+            "| allocator | time s | time / vmarena | peak RSS MiB | live peak MiB | idle RSS MiB | idle anon MiB | maps | minor faults | TLB IPIs |"
                 .to_string();
-        let mut rule = "|---|---|---|---|---|---|---|---|---|".to_string();
+        let mut rule = "|---|---|---|---|---|---|---|---|---|---|".to_string();
         if cfg.syscalls {
             for s in SYSCALLS {
                 head.push_str(&format!(" {s} |"));
@@ -343,7 +351,7 @@ pub fn print(cfg: &PreloadConfig, results: &[Outcome], m: &Machine) {
             let ratio = vm.map(|v| format!("{:.2}", o.seconds / v)).unwrap_or_else(|| "-".into());
             let opt = |v: Option<u64>| v.map(mib).unwrap_or_else(|| "-".into());
             let mut line = format!(
-                "| {} | {:.3} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {:.3} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 o.allocator,
                 o.seconds,
                 ratio,
@@ -352,7 +360,8 @@ pub fn print(cfg: &PreloadConfig, results: &[Outcome], m: &Machine) {
                 opt(o.idle_rss_kib),
                 opt(o.idle_anon_kib),
                 o.maps.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                o.minor_faults
+                o.minor_faults,
+                o.tlb_shootdowns.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
             );
             for (_, n) in &o.syscalls {
                 line.push_str(&format!(" {n} |"));

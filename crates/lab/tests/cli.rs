@@ -110,6 +110,7 @@ fn test_vmalloc_runs_each_contender_in_a_child_and_reports_everything() {
     assert_eq!(stdout.matches("All test took worker1=").count(), 3);
     assert!(stdout.contains("lock wait share: "), "vmarena's lock figures");
     assert!(stdout.contains("ns per loop (ratio to ref)") && stdout.contains("peak MiB"), "{stdout}");
+    assert!(stdout.contains("TLB IPIs"), "{stdout}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).ok();
     assert_eq!(v["params"]["run_test_mask"], 9);
@@ -118,6 +119,9 @@ fn test_vmalloc_runs_each_contender_in_a_child_and_reports_everything() {
     for r in results {
         assert!(r["proc"]["peak_rss"].as_u64().unwrap() > 0, "{r}");
         assert_eq!(r["workers"].as_array().unwrap().len(), 2);
+        // Counted where the kernel has the row (x86), absent elsewhere, never a made-up zero.
+        let has_row = vmarena_platform::process::tlb_shootdowns().is_some();
+        assert_eq!(r["proc"]["tlb_shootdowns"].is_u64(), has_row, "{r}");
     }
     assert_eq!(results[0]["proc"]["managed_idle"], 0, "vmarena released its areas after the idle period");
     // A bad parameter is refused with the kernel script's kind of message.

@@ -49,6 +49,22 @@ pub fn minor_faults() -> u64 {
     Usage::now().minor_faults
 }
 
+/// TLB shootdown interrupts all CPUs have taken since boot: the `TLB` row of
+/// `/proc/interrupts`, or `None` where the kernel has no such row (not x86). Machine-wide, so
+/// the difference over a run counts every process's shootdowns: it is this program's only on
+/// an otherwise quiet machine. A shootdown is the interrupt one CPU sends another that runs
+/// the same address space when a mapping changes (a release, a move, an unmap).
+pub fn tlb_shootdowns() -> Option<u64> {
+    tlb_shootdowns_in(&std::fs::read_to_string("/proc/interrupts").ok()?)
+}
+
+/// The sum of the per-CPU counts on the `TLB:` row of a `/proc/interrupts` text.
+pub fn tlb_shootdowns_in(text: &str) -> Option<u64> {
+    let row = text.lines().find(|l| l.trim_start().starts_with("TLB:"))?;
+    let counts = row.trim_start()["TLB:".len()..].split_whitespace().map_while(|w| w.parse::<u64>().ok());
+    Some(counts.sum())
+}
+
 /// Resource use of the whole process so far (`getrusage(RUSAGE_SELF)`, every thread).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -112,4 +128,27 @@ pub fn resident_bytes(addr: usize, len: usize) -> u64 {
         at += l;
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tlb_shootdowns_sum_the_tlb_row_and_stop_at_its_label() {
+        let text = "           CPU0       CPU1\n  0:         44          0   IO-APIC    2-edge      timer\n\
+                    CAL:      52179      48230   Function call interrupts\n\
+                    TLB:       1290        731   TLB shootdowns\n";
+        assert_eq!(tlb_shootdowns_in(text), Some(2021));
+        assert_eq!(tlb_shootdowns_in("CAL: 1 2 Function call interrupts\n"), None);
+    }
+
+    #[test]
+    fn tlb_shootdowns_of_this_machine_never_go_down() {
+        let Some(a) = tlb_shootdowns() else {
+            eprintln!("skipped: no TLB row in /proc/interrupts");
+            return;
+        };
+        assert!(tlb_shootdowns().unwrap() >= a);
+    }
 }

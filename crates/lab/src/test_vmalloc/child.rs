@@ -17,11 +17,12 @@ pub const RESULT_TAG: &str = "@@result ";
 pub const IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The child's own figures after its run: peak RSS, RSS now and after [`IDLE`], page tables,
-/// and `faults_before` subtracted from minor faults.
-pub fn proc_figures(faults_before: u64) -> ProcFigures {
+/// and `faults_before` and `tlb_before` subtracted from minor faults and TLB shootdowns.
+pub fn proc_figures(faults_before: u64, tlb_before: Option<u64>) -> ProcFigures {
     use vmarena_platform::process as pr;
     let rss_end = pr::rss_bytes();
     let minor_faults = pr::minor_faults() - faults_before;
+    let tlb_shootdowns = tlb_before.zip(pr::tlb_shootdowns()).map(|(a, b)| b.saturating_sub(a));
     std::thread::sleep(IDLE);
     ProcFigures {
         peak_rss: pr::peak_rss_bytes(),
@@ -29,6 +30,7 @@ pub fn proc_figures(faults_before: u64) -> ProcFigures {
         rss_idle: pr::rss_bytes(),
         vm_pte: pr::page_table_bytes(),
         minor_faults,
+        tlb_shootdowns,
         managed_idle: None,
         syscalls: None,
     }

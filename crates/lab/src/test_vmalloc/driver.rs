@@ -55,6 +55,10 @@ pub struct ProcFigures {
     pub vm_pte: u64,
     /// Minor faults during the run.
     pub minor_faults: u64,
+    /// TLB shootdown interrupts during the run, machine-wide (`/proc/interrupts`); `None`
+    /// where the kernel does not count them.
+    #[serde(default)]
+    pub tlb_shootdowns: Option<u64>,
     /// Resident bytes of the memory the contender manages (vmarena: its reservation) after the
     /// idle period; `None` for the peers.
     pub managed_idle: Option<u64>,

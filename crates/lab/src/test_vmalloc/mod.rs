@@ -264,8 +264,9 @@ pub fn main(a: Args, m: &Machine) -> Result<(), String> {
     if let Some(name) = &a.child {
         let c = contender(name, a.space_bytes)?;
         let faults = vmarena_platform::process::minor_faults();
+        let tlb = vmarena_platform::process::tlb_shootdowns();
         let mut r = driver::run(c.clone(), &p, a.seed, m.cores);
-        r.proc = child::proc_figures(faults);
+        r.proc = child::proc_figures(faults, tlb);
         r.proc.managed_idle = c.managed_resident_bytes();
         print!("{}", report::summary_lines(&r, &p));
         print!("{}", report::lock_lines(&r));

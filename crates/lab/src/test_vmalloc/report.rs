@@ -179,7 +179,7 @@ pub fn process_table(results: &[RunResult]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<16} {:>9} {:>10} {:>10} {:>11} {:>12} {:>9} {:>13} {:>10} {:>10} {:>9}",
+        "{:<16} {:>9} {:>10} {:>10} {:>11} {:>12} {:>9} {:>13} {:>9} {:>10} {:>10} {:>9}",
         "contender",
         "wall s",
         "peak MiB",
@@ -188,6 +188,7 @@ pub fn process_table(results: &[RunResult]) -> String {
         "areas 2s MiB",
         "PTE KiB",
         "minor faults",
+        "TLB IPIs",
         "syscalls",
         "mmap+unmap",
         "madvise"
@@ -196,7 +197,7 @@ pub fn process_table(results: &[RunResult]) -> String {
         let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             out,
-            "{:<16} {:>9.3} {:>10.1} {:>10.1} {:>11.1} {:>12} {:>9} {:>13} {:>10} {:>10} {:>9}",
+            "{:<16} {:>9.3} {:>10.1} {:>10.1} {:>11.1} {:>12} {:>9} {:>13} {:>9} {:>10} {:>10} {:>9}",
             r.name,
             r.wall_ns as f64 / 1e9,
             mib(r.proc.peak_rss),
@@ -205,6 +206,7 @@ pub fn process_table(results: &[RunResult]) -> String {
             r.proc.managed_idle.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "-".into()),
             r.proc.vm_pte / 1024,
             r.proc.minor_faults,
+            opt(r.proc.tlb_shootdowns),
             opt(r.proc.syscalls.as_ref().map(|s| s.iter().map(|x| x.1).sum())),
             opt(calls(r, &["mmap", "munmap", "mremap", "brk"])),
             opt(calls(r, &["madvise", "process_madvise"])),
