@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# xthread under vmarena's shim with settings that trade memory for time, and the peers, in
+# alternated runs (BENCHMARKS.md, "Where xthread's time goes"). Per setting: the median and
+# range of the work time, the median and highest peak RSS, the median minor faults and the
+# median TLB shootdowns during a run (machine-wide, from /proc/interrupts: run it on a quiet
+# machine). Build first: cargo build --release.
+#
+#   scripts/xthread-settings.sh [RUNS]      (default 8)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-8}
+bin=target/release/vmarena-xthread
+shim=$PWD/target/release/libvmarena_preload.so
+lib=/usr/lib/x86_64-linux-gnu
+[ -x "$bin" ] && [ -e "$shim" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+settings=(
+  "glibc|"
+  "jemalloc|LD_PRELOAD=$lib/libjemalloc.so.2"
+  "mimalloc|LD_PRELOAD=$lib/libmimalloc.so.2"
+  "vmarena|LD_PRELOAD=$shim"
+  "vmarena, no moves|LD_PRELOAD=$shim VMARENA_PAGE_MOVES=0"
+  "vmarena, no moves, no splits|LD_PRELOAD=$shim VMARENA_PAGE_MOVES=0 VMARENA_LAZY_SPLIT=0"
+  "vmarena, purge keeps 100%|LD_PRELOAD=$shim VMARENA_PURGE_KEEP_PERCENT=100"
+  "vmarena, lazy_max 128 MiB|LD_PRELOAD=$shim VMARENA_LAZY_MAX_PAGES=32768"
+  "vmarena, no purge|LD_PRELOAD=$shim VMARENA_LAZY_MAX_PAGES=1000000 VMARENA_PAGE_MOVES=0"
+)
+tlb() { awk '/^ *TLB:/ { s = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i; print s }' /proc/interrupts; }
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for ((r = 1; r <= runs; r++)); do
+  for s in "${settings[@]}"; do
+    name=${s%%|*}
+    before=$(tlb || echo 0)
+    line=$(env ${s#*|} "$bin" --idle-ms 0)
+    after=$(tlb || echo 0)
+    echo "$name|$(field work_s <<<"$line") $(field peak_rss_kib <<<"$line") $(field minor_faults <<<"$line") $((after - before))" >>"$out"
+  done
+  echo "run $r of $runs done" >&2
+done
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+printf '| setting | time s, median (range) | peak RSS MiB, median (highest) | minor faults | TLB shootdowns |\n|---|---|---|---|---|\n'
+for s in "${settings[@]}"; do
+  name=${s%%|*}
+  rows=$(grep -F "$name|" "$out" | cut -d'|' -f2)
+  col() { cut -d' ' -f"$1" <<<"$rows"; }
+  printf '| %s | %.3f (%.3f-%.3f) | %.0f (%.0f) | %.0f | %.0f |\n' "$name" \
+    "$(col 1 | median)" "$(col 1 | sort -g | head -1)" "$(col 1 | sort -g | tail -1)" \
+    "$(col 2 | median | awk '{ print $1 / 1024 }')" "$(col 2 | sort -g | tail -1 | awk '{ print $1 / 1024 }')" \
+    "$(col 3 | median)" "$(col 4 | median)"
+done
