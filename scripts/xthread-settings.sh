@@ -24,16 +24,17 @@ settings=(
   "vmarena, lazy_max 128 MiB|LD_PRELOAD=$shim VMARENA_LAZY_MAX_PAGES=32768"
   "vmarena, no purge|LD_PRELOAD=$shim VMARENA_LAZY_MAX_PAGES=1000000 VMARENA_PAGE_MOVES=0"
 )
-tlb() { awk '/^ *TLB:/ { s = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i; print s }' /proc/interrupts; }
+# The TLB row's sum, 0 where the kernel has none (then the column reads 0).
+tlb() { awk '/^ *TLB:/ { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i } END { print s + 0 }' /proc/interrupts; }
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 1; r <= runs; r++)); do
   for s in "${settings[@]}"; do
     name=${s%%|*}
-    before=$(tlb || echo 0)
+    before=$(tlb)
     line=$(env ${s#*|} "$bin" --idle-ms 0)
-    after=$(tlb || echo 0)
+    after=$(tlb)
     echo "$name|$(field work_s <<<"$line") $(field peak_rss_kib <<<"$line") $(field minor_faults <<<"$line") $((after - before))" >>"$out"
   done
   echo "run $r of $runs done" >&2
