@@ -330,6 +330,9 @@ impl Arena {
         if opts.purge_keep_percent > 100 {
             return Err("purge_keep_percent must be at most 100".into());
         }
+        if opts.pool_max_pages > vmarena_core::POOL_MAX_PAGES {
+            return Err(format!("pool_max_pages must be at most {}", vmarena_core::POOL_MAX_PAGES));
+        }
         let nr_nodes = opts.node_count();
         let free = || Padded(StatLock::new(FreeTree::with_range(lo, hi)));
         let kind = match opts.strategy {
@@ -808,7 +811,9 @@ impl Shared {
                     self.insert_busy(nodes, start, BusyArea { pages, node: NO_NODE, tag: req.tag });
                     return from_tree(start);
                 }
-                let me = self.node_index(crate::sync::current_cpu());
+                // Areas above the pools share node 0's lazy list (`shared_lazy`).
+                let shared = self.opts.shared_lazy && !self.poolable(pages);
+                let me = if shared { 0 } else { self.node_index(crate::sync::current_cpu()) };
                 let area = BusyArea { pages, node: me as u16, tag: req.tag };
                 let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
                 // Steps Pool and LazyReuse.
@@ -827,8 +832,7 @@ impl Shared {
                 // area keeps its busy record on the other node, whose lock every later reuse
                 // and free of it would take while that node's own threads use it.
                 let mut g = g;
-                if !small && self.opts.node_steal && self.nr_nodes > 1 && SizePools::class_of(pages).is_none()
-                {
+                if !small && !shared && self.opts.node_steal && self.nr_nodes > 1 && !self.poolable(pages) {
                     drop(g);
                     if let Some(a) = self.node_steal(nodes, r, me, area) {
                         return Some(a);
@@ -848,7 +852,7 @@ impl Shared {
                 }
                 // Step Extend: a run of this node's lazy areas grown into the free space on
                 // either side of it, so only the growth takes fresh pages.
-                if r.align_pages == 1 && SizePools::class_of(pages).is_none() && self.opts.lazy_split {
+                if r.align_pages == 1 && !self.poolable(pages) && self.opts.lazy_split {
                     let runs = Self::node_lazy_runs(&g, pages, EXTEND_TRIES);
                     if !runs.is_empty() {
                         drop(g);
@@ -907,6 +911,12 @@ impl Shared {
                 Some(Allocation { start, pages, fresh: fresh_from_tree && moved == 0 })
             }
         }
+    }
+
+    /// True when areas of `pages` go to the size pools (`pool_max_pages`).
+    #[inline]
+    fn poolable(&self, pages: u64) -> bool {
+        pages <= self.opts.pool_max_pages && SizePools::class_of(pages).is_some()
     }
 
     /// After a change to node `g`'s lazy pages: fold it into `lazy_approx` in steps (at once
@@ -1006,7 +1016,7 @@ impl Shared {
                     return Some((s, Some((s + r.size_pages, s + ZONE_PAGES))));
                 }
             }
-        } else if SizePools::class_of(r.size_pages).is_some() && r.align_pages <= ZONE_PAGES {
+        } else if self.poolable(r.size_pages) && r.align_pages <= ZONE_PAGES {
             if let Some(q) = phased(r.size_pages) {
                 if let Some((s, _)) = f.alloc(&q) {
                     return Some((s, None));
@@ -1067,7 +1077,7 @@ impl Shared {
         resident_only: bool,
     ) -> Option<(u64, bool, bool)> {
         let pages = r.size_pages;
-        if SizePools::class_of(pages).is_some() {
+        if self.poolable(pages) {
             let got = if resident_only {
                 g.pools.pop_dirty(pages, r.align_pages).map(|s| (s, PoolSide::Dirty))
             } else {
@@ -1282,7 +1292,7 @@ impl Shared {
     /// Put a freed area on its home node (locked): its pool, or the lazy list.
     #[inline]
     fn node_push(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
-        if tagged && SizePools::class_of(pages).is_some() {
+        if tagged && self.poolable(pages) {
             g.pools.push(start, pages, PoolSide::Dirty);
         } else {
             g.lazy_tree.push(LazyArea { start, pages, reusable: tagged });

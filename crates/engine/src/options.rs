@@ -25,7 +25,11 @@ options_table! {
         lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
-        /// On a miss, take a resident freed area from another node before fresh pages (Nodes; only for areas above the largest pool class, 256 pages).
+        /// Largest area, in pages, that goes to the size pools of freed areas (at most 256, the kernel's; Nodes). Larger areas go to the lazy lists, where they can be split and joined.
+        pool_max_pages: u64 = 256, "pages", "VMARENA_POOL_MAX_PAGES";
+        /// Areas above pool_max_pages are allocated and freed through node 0 whatever the CPU, so that their freed memory is one lazy list that reuse, joins and extensions see whole (Nodes).
+        shared_lazy: bool = true, "bool", "VMARENA_SHARED_LAZY";
+        /// On a miss, take a resident freed area from another node before fresh pages (Nodes; areas above pool_max_pages, when shared_lazy is off).
         node_steal: bool = true, "bool", "VMARENA_NODE_STEAL";
         /// Fill an area carved from the free tree with the resident memory of the oldest lazy areas, moved with mremap, instead of fresh pages (Nodes; areas of 16 data pages and more).
         page_moves: bool = true, "bool", "VMARENA_PAGE_MOVES";

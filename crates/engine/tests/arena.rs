@@ -334,9 +334,10 @@ fn a_threshold_purge_keeps_the_newest_frees_resident() {
     }
 }
 
-/// A miss on one node for an area above the pools' sizes takes another node's resident freed
-/// area before fresh pages; pool-sized and chunk-sized requests do not (their busy records
-/// would stay on the other node), and with `node_steal` off nothing is taken.
+/// With `shared_lazy` off, a miss on one node for an area above the pools' sizes takes another
+/// node's resident freed area before fresh pages; pool-sized and chunk-sized requests do not
+/// (their busy records would stay on the other node), and with `node_steal` off nothing is
+/// taken.
 #[test]
 fn a_miss_takes_another_nodes_resident_area_before_fresh_pages() {
     use vmarena_platform::cpu::{count, pin_current_thread};
@@ -345,7 +346,13 @@ fn a_miss_takes_another_nodes_resident_area_before_fresh_pages() {
         return;
     }
     for steal in [true, false] {
-        let o = ArenaOptions { nodes: 2, thread_cache: false, node_steal: steal, ..opts(Strategy::Nodes) };
+        let o = ArenaOptions {
+            nodes: 2,
+            thread_cache: false,
+            node_steal: steal,
+            shared_lazy: false,
+            ..opts(Strategy::Nodes)
+        };
         let a = Arena::new("steal", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
         let t = std::thread::spawn(move || {
             assert!(pin_current_thread(0));
@@ -380,6 +387,65 @@ fn a_miss_takes_another_nodes_resident_area_before_fresh_pages() {
         });
         t.join().unwrap();
     }
+}
+
+/// With `shared_lazy` (the default), areas above the pools are homed on node 0 whatever the
+/// CPU: one freed on CPU 0 serves a request made on CPU 1 as a plain lazy reuse (no steal),
+/// a smaller request splits it, and pool-sized areas keep their CPU's node.
+#[test]
+fn areas_above_the_pools_share_one_lazy_list() {
+    use vmarena_platform::cpu::{count, pin_current_thread};
+    if count() < 2 {
+        eprintln!("one CPU: the allocating node cannot be changed; nothing to test");
+        return;
+    }
+    let o = ArenaOptions { nodes: 2, thread_cache: false, ..opts(Strategy::Nodes) };
+    let a = Arena::new("shared", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
+    std::thread::spawn(move || {
+        assert!(pin_current_thread(1));
+        let big = a.alloc(&AllocRequest::pages(300)).unwrap();
+        let pooled = a.alloc(&AllocRequest::pages(40)).unwrap();
+        assert_eq!(a.lookup(big.start).unwrap().node, 0, "above the pools: node 0");
+        assert_eq!(a.lookup(pooled.start).unwrap().node, 1, "pool-sized: this CPU's node");
+        a.free(big.start).unwrap();
+        a.free(pooled.start).unwrap();
+        assert!(pin_current_thread(0));
+        let again = a.alloc(&AllocRequest::pages(300)).unwrap();
+        assert_eq!((again.start, again.fresh), (big.start, false), "the same resident area");
+        a.free(again.start).unwrap();
+        let front = a.alloc(&AllocRequest::pages(280)).unwrap();
+        assert_eq!(front.start, big.start, "a smaller request splits it");
+        let st = a.stats();
+        assert_eq!((st.node_steals, st.lazy_splits, st.lazy_reuses), (0, 1, 2));
+        assert_eq!(st.pooled_areas, 1, "the 40-page area waits in node 1's pool");
+        a.free(front.start).unwrap();
+        a.check().unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+/// `pool_max_pages` caps the pools: a freed area above it goes to the lazy list, where a
+/// request of another size can split it; above 256 the arena is refused.
+#[test]
+fn pool_max_pages_sends_larger_areas_to_the_lazy_list() {
+    let o = ArenaOptions { pool_max_pages: 16, thread_cache: false, ..opts(Strategy::Nodes) };
+    let a = Arena::new("pool-max", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
+    let x = a.alloc(&AllocRequest::pages(40)).unwrap();
+    let y = a.alloc(&AllocRequest::pages(16)).unwrap();
+    a.free(x.start).unwrap();
+    a.free(y.start).unwrap();
+    let st = a.stats();
+    assert_eq!((st.pooled_areas, st.pooled_pages), (1, 16), "16 pages: pooled");
+    assert_eq!(st.lazy_pages, 40 + 16, "40 pages on the lazy list, 16 dirty in the pool");
+    let z = a.alloc(&AllocRequest::pages(30)).unwrap();
+    assert_eq!((z.start, z.fresh), (x.start, false), "a 30-page request splits the 40-page area");
+    assert_eq!(a.stats().lazy_splits, 1);
+    a.free(z.start).unwrap();
+    a.check().unwrap();
+    let bad = ArenaOptions { pool_max_pages: 257, ..opts(Strategy::Nodes) };
+    let e = Arena::new("bad", 0, 1 << 20, bad, Box::new(NoBacking)).err().unwrap();
+    assert!(e.contains("pool_max_pages"), "{e}");
 }
 
 #[test]

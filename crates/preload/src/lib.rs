@@ -69,7 +69,7 @@ pub(crate) fn on_ready() {
     let opts = PreloadOptions::from_env();
     THRESHOLD.store(opts.threshold.max(1), Relaxed);
     if opts.stats {
-        stats::switch_on();
+        stats::switch_on(opts.lock_timing);
     }
     fork::register();
 }

@@ -13,8 +13,10 @@ options_table! {
     pub struct PreloadOptions {
         /// Requests of this many bytes and more go to vmarena (at least 1).
         threshold: usize = 64 << 10, "bytes", "VMARENA_PRELOAD_THRESHOLD";
-        /// Count calls and print a summary on stderr at exit.
+        /// Count calls; print them, the space's statistics and lock figures on stderr at exit.
         stats: bool = false, "bool", "VMARENA_PRELOAD_STATS";
+        /// With `stats`: also count acquisitions and time how long each lock is held.
+        lock_timing: bool = false, "bool", "VMARENA_PRELOAD_LOCK_TIMING";
     }
 }
 
@@ -50,8 +52,11 @@ pub(crate) static ON: AtomicBool = AtomicBool::new(false);
 static OUT_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(2);
 
 /// Switch statistics on: keep a descriptor for the summary and print it at exit.
-pub(crate) fn switch_on() {
+pub(crate) fn switch_on(lock_timing: bool) {
     ON.store(true, Relaxed);
+    if lock_timing {
+        vmarena::set_lock_timing(true);
+    }
     // SAFETY: fcntl duplicates descriptor 2 (if open) to a new close-on-exec descriptor >= 100.
     let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) };
     if fd >= 0 {
@@ -125,6 +130,18 @@ extern "C" fn print_at_exit() {
             for (name, v) in space.stats(false).arena.values() {
                 out.push_str(&format!("vmarena preload: space {name:<18} {v}\n"));
             }
+        }
+        // Lock figures by call site (process-wide) for the sites that show any: contended
+        // acquisitions and wait always, acquisitions and hold time only with `lock_timing`.
+        let sites = vmarena_engine::site::snapshot();
+        for (site, l) in sites.iter().filter(|(_, l)| l.acquisitions > 0 || l.contended > 0) {
+            out.push_str(&format!(
+                "vmarena preload: lock {site:<18} acquired {} contended {} wait_us {} hold_us {}\n",
+                l.acquisitions,
+                l.contended,
+                l.wait_ns / 1000,
+                l.hold_ns / 1000
+            ));
         }
         let fd = OUT_FD.load(Relaxed);
         // SAFETY: writes our own buffer to a descriptor; a failed write is ignored.

@@ -96,6 +96,31 @@ fn threads_that_exit_keep_their_patterns() {
     assert_case_ok(&case("threads", &[], &[]), "threads");
 }
 
+/// The exit summary has a line per lock site used; with `lock_timing` the acquisitions are
+/// counted, and the node locks of the threads' frees are among them.
+#[test]
+fn the_summary_reports_lock_figures_by_site() {
+    let lock_lines = |out: &Output| -> Vec<(String, u64)> {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter_map(|l| l.strip_prefix("vmarena preload: lock "))
+            .map(|l| {
+                let (site, figs) = l.split_once(" acquired ").expect("acquired figure");
+                (site.trim().to_string(), figs.split(' ').next().unwrap().parse().unwrap())
+            })
+            .collect()
+    };
+    let stats = [("VMARENA_PRELOAD_STATS", "1"), ("VMARENA_PRELOAD_LOCK_TIMING", "1")];
+    let out = case("threads", &stats, &[]);
+    assert_case_ok(&out, "threads");
+    let timed = lock_lines(&out);
+    let shard = timed.iter().find(|(s, _)| s == "free: shard node").expect("free: shard node line");
+    assert!(shard.1 > 0, "acquisitions counted with lock_timing: {timed:?}");
+    let out = case("threads", &stats[..1], &[]);
+    assert_case_ok(&out, "threads");
+    assert!(lock_lines(&out).iter().all(|(_, n)| *n == 0), "no acquisitions counted without timing");
+}
+
 #[test]
 fn a_child_can_allocate_after_fork_while_parent_threads_churn() {
     assert_case_ok(&case("fork", &[], &[]), "fork");
@@ -213,5 +238,5 @@ fn readme_lists_the_shims_options_as_declared() {
         assert!(readme.contains(&row), "README.md lacks the row\n{row}");
         seen += 1;
     }
-    assert_eq!(seen, 2, "both options of PreloadOptions were found in stats.rs");
+    assert_eq!(seen, 3, "every option of PreloadOptions was found in stats.rs");
 }

@@ -37,7 +37,9 @@ mod vm_alloc;
 mod vmallocinfo;
 pub mod vmap;
 
-pub use default_space::{default_space, existing_default_space};
+pub use default_space::{
+    default_space, default_space_options, existing_default_space, DEFAULT_SPACE_POOL_MAX_PAGES,
+};
 pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
 pub use frame_pool::FramePool;
 pub use options::{ReleaseAdvice, SpaceOptions};
