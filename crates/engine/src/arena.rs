@@ -924,9 +924,10 @@ impl Shared {
     #[inline]
     pub(crate) fn sync_node(&self, g: &mut NodeState, force: bool) {
         g.sync(&self.lazy_approx, self.lazy_sync_pages, force);
-        if g.lazy_tree_pages != g.list_published {
-            g.list_published = g.lazy_tree_pages;
-            self.lazy_lists[g.index].store(g.lazy_tree_pages, Relaxed);
+        let pages = g.lazy_tree.pages();
+        if pages != g.list_published {
+            g.list_published = pages;
+            self.lazy_lists[g.index].store(pages, Relaxed);
         }
     }
 
@@ -1107,33 +1108,18 @@ impl Shared {
         // pages are resident, so reuse saves the faults of fresh memory. A larger area is
         // split: the front is handed out (the caller installs its new guard), the rest stays
         // lazy and reusable with the old guard at its end.
-        let mut best: Option<usize> = None;
-        for (i, l) in g.lazy_tree.iter().enumerate() {
-            if l.reusable
-                && (l.pages == pages || (self.opts.lazy_split && l.pages > pages))
-                && l.start & (r.align_pages - 1) == 0
-                && best.is_none_or(|b| l.pages < g.lazy_tree[b].pages)
-            {
-                best = Some(i);
-                if l.pages == pages {
-                    break;
-                }
-            }
-        }
-        let Some(best) = best else {
+        let best =
+            g.lazy_tree.best_fit(pages, r.align_pages).filter(|l| l.pages == pages || self.opts.lazy_split);
+        let Some(l) = best else {
             return self.node_join(g, r);
         };
-        // The list stays in the order of the frees (a purge keeps the newest): the rest of a
+        // The list keeps the order of the frees (a purge keeps the newest): the rest of a
         // split area takes the area's place.
-        let l = g.lazy_tree[best];
-        g.lazy_tree_pages -= pages;
+        g.lazy_tree.take_front(l.start, pages);
         g.lazy_reuses += 1;
         let split = l.pages > pages;
         if split {
-            g.lazy_tree[best] = LazyArea { start: l.start + pages, pages: l.pages - pages, reusable: true };
             g.lazy_splits += 1;
-        } else {
-            g.lazy_tree.remove(best);
         }
         self.sync_node(g, false);
         Some((l.start, false, split))
@@ -1148,17 +1134,16 @@ impl Shared {
         if !self.opts.lazy_split || g.lazy_tree.len() < 2 {
             return None;
         }
-        let mut order: Vec<usize> = (0..g.lazy_tree.len()).filter(|&i| g.lazy_tree[i].reusable).collect();
-        order.sort_unstable_by_key(|&i| g.lazy_tree[i].start);
+        let order = g.lazy_tree.by_address();
         // Runs as [from, to) in `order`, with the pages needed to cover the request.
         let mut best: Option<(usize, usize, u64)> = None;
         let mut from = 0;
         while from < order.len() {
-            let first = &g.lazy_tree[order[from]];
+            let first = &order[from];
             let (mut to, mut total, mut end) = (from + 1, first.pages, first.start + first.pages);
-            while total < pages && to < order.len() && g.lazy_tree[order[to]].start == end {
-                total += g.lazy_tree[order[to]].pages;
-                end += g.lazy_tree[order[to]].pages;
+            while total < pages && to < order.len() && order[to].start == end {
+                total += order[to].pages;
+                end += order[to].pages;
                 to += 1;
             }
             if total >= pages
@@ -1171,24 +1156,16 @@ impl Shared {
             from += 1;
         }
         let (from, to, total) = best?;
-        let taken: Vec<LazyArea> = order[from..to].iter().map(|&i| g.lazy_tree[i]).collect();
+        let taken = &order[from..to];
         let start = taken[0].start;
         let last = taken[taken.len() - 1];
         // The rest of the last area keeps that area's place in the list; the others leave it.
-        let last_at = order[to - 1];
-        let mut gone: Vec<usize> = order[from..to - 1].to_vec();
-        if total > pages {
-            g.lazy_tree[last_at] = LazyArea { start: start + pages, pages: total - pages, reusable: true };
-        } else {
-            gone.push(last_at);
+        for l in &taken[..taken.len() - 1] {
+            g.lazy_tree.take_front(l.start, l.pages);
         }
-        gone.sort_unstable_by(|a, b| b.cmp(a));
-        for i in gone {
-            g.lazy_tree.remove(i);
-        }
+        g.lazy_tree.take_front(last.start, start + pages - last.start);
         g.joined_guards = taken[..taken.len() - 1].iter().map(|l| (l.start, l.pages)).collect();
         debug_assert!(last.start + last.pages == start + total);
-        g.lazy_tree_pages -= pages;
         g.lazy_reuses += 1;
         g.lazy_joins += 1;
         self.sync_node(g, false);
@@ -1198,11 +1175,8 @@ impl Shared {
     /// Runs of address-adjacent reusable lazy areas of a node, each smaller than `pages`, as
     /// `[start, end)`: the `max` runs with the most pages, most first.
     fn node_lazy_runs(g: &NodeState, pages: u64, max: usize) -> Vec<(u64, u64)> {
-        let mut areas: Vec<(u64, u64)> =
-            g.lazy_tree.iter().filter(|l| l.reusable).map(|l| (l.start, l.start + l.pages)).collect();
-        areas.sort_unstable();
         let mut runs: Vec<(u64, u64)> = Vec::new();
-        for (s, e) in areas {
+        for (s, e) in g.lazy_tree.by_address().into_iter().map(|l| (l.start, l.start + l.pages)) {
             match runs.last_mut() {
                 Some(run) if run.1 == s => run.1 = e,
                 _ => runs.push((s, e)),
@@ -1249,15 +1223,9 @@ impl Shared {
             })?
         };
         let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
-        let mut members: Vec<usize> = (0..g.lazy_tree.len())
-            .filter(|&i| {
-                let l = &g.lazy_tree[i];
-                l.reusable && l.start >= s && l.start < e
-            })
-            .collect();
-        let covered: u64 = members.iter().map(|&i| g.lazy_tree[i].pages).sum();
-        let whole =
-            covered == e - s && members.iter().all(|&i| g.lazy_tree[i].start + g.lazy_tree[i].pages <= e);
+        let members = g.lazy_tree.reusable_in(s, e);
+        let covered: u64 = members.iter().map(|l| l.pages).sum();
+        let whole = covered == e - s && members.iter().all(|l| l.start + l.pages <= e);
         if !whole {
             drop(g);
             let mut f = free.lock_at(&site::ALLOC_FREE_TREE);
@@ -1268,16 +1236,14 @@ impl Shared {
             }
             return None;
         }
-        members.sort_unstable_by(|a, b| b.cmp(a));
         // Guards inside the new area: every member's, and the last one's too when it grew up.
         let mut inside: Vec<(u64, u64)> = Vec::with_capacity(members.len());
-        for i in members {
-            let l = g.lazy_tree.remove(i);
+        for l in members {
+            g.lazy_tree.take_front(l.start, l.pages);
             if l.start + l.pages < e || above > 0 {
                 inside.push((l.start, l.pages));
             }
         }
-        g.lazy_tree_pages -= e - s;
         g.lazy_reuses += 1;
         g.lazy_extends += 1;
         self.took_fresh(pages - (e - s));
@@ -1296,7 +1262,6 @@ impl Shared {
             g.pools.push(start, pages, PoolSide::Dirty);
         } else {
             g.lazy_tree.push(LazyArea { start, pages, reusable: tagged });
-            g.lazy_tree_pages += pages;
         }
         g.frees += 1;
         self.sync_node(g, false);

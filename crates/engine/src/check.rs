@@ -73,18 +73,12 @@ impl Shared {
                         p.pools.check().map_err(|e| format!("node {i}: {e}"))?;
                         all.extend(p.pools.entries().iter().map(|e| (e.0, e.1, "pooled")));
                         all.extend(p.lazy_tree.iter().map(|l| (l.start, l.pages, "lazy")));
-                        let lp: u64 = p.lazy_tree.iter().map(|l| l.pages).sum();
-                        if lp != p.lazy_tree_pages {
-                            return Err(format!(
-                                "node {i}: lazy_tree_pages {} but list holds {lp}",
-                                p.lazy_tree_pages
-                            ));
-                        }
+                        p.lazy_tree.check().map_err(|e| format!("node {i}: {e}"))?;
                         let published = self.lazy_lists[i].load(Relaxed);
-                        if published != p.lazy_tree_pages {
+                        if published != p.lazy_tree.pages() {
                             return Err(format!(
                                 "node {i}: lazy list holds {} pages, {published} published",
-                                p.lazy_tree_pages
+                                p.lazy_tree.pages()
                             ));
                         }
                         if p.lazy_pages().abs_diff(p.synced) >= self.lazy_sync_pages {

@@ -24,6 +24,7 @@ pub mod fork;
 pub mod frame_allocator;
 pub mod frame_options;
 pub mod handshake;
+mod lazy_list;
 pub mod lock;
 #[cfg(not(loom))]
 mod magazine;

@@ -160,7 +160,6 @@ impl Shared {
     /// covered: whole areas that fit, then the front of the next larger one (its rest stays
     /// lazy, in its place, with its guard).
     fn take_donors(g: &mut NodeState, guard: u64, need: &mut u64, donors: &mut Vec<Donor>) {
-        let mut taken = 0;
         g.lazy_tree.retain_mut(|l| {
             if *need < MOVE_MIN_DONOR_PAGES || donors.len() >= MOVE_MAX_DONORS || !l.reusable {
                 return true;
@@ -172,17 +171,14 @@ impl Shared {
             if data <= *need {
                 donors.push(Donor { start: l.start, pages: l.pages, data, whole: true });
                 *need -= data;
-                taken += l.pages;
                 return false;
             }
             let front = *need;
             donors.push(Donor { start: l.start, pages: front, data: front, whole: false });
             *l = LazyArea { start: l.start + front, pages: l.pages - front, reusable: true };
             *need = 0;
-            taken += front;
             true
         });
-        g.lazy_tree_pages -= taken;
     }
 
     /// Heal every recorded area whose whole range is free now (under the purge mutex): take it

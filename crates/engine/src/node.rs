@@ -5,8 +5,9 @@
 //!   `(start / ZONE_PAGES) % N == id` (the kernel's `addr_to_node`);
 //! - `pools`: freed areas this node allocated, 1..=256 pages, memory still resident (dirty) or
 //!   released (clean);
-//! - `lazy_tree`: other freed areas homed here (larger than 256 pages, or allocated in a
-//!   caller's window) until a purge releases them and returns them to the free tree;
+//! - `lazy_tree`: other freed areas homed here (larger than `pool_max_pages`, or allocated in
+//!   a caller's window) until a purge releases them and returns them to the free tree, indexed
+//!   by free order, size and address ([`LazyList`]);
 //! - `chunk`: one zone of this node's stripe, taken from the free tree, from which the node
 //!   carves small areas on pool misses.
 //!
@@ -21,6 +22,7 @@
 //! Lazy pages of the node are counted exactly under the lock and folded into the arena-wide
 //! approximate counter in steps of [`lazy_sync_pages`], as a kernel `percpu_counter` does.
 
+pub(crate) use crate::lazy_list::{LazyArea, LazyList};
 use crate::lock::StatLock;
 use crate::AreaTag;
 use vmarena_core::{BusyMap, SizePools};
@@ -41,29 +43,18 @@ pub fn lazy_sync_pages(lazy_max: u64, nr_nodes: usize) -> u64 {
 /// a node's chunk and the largest area carved from it.
 pub const ZONE_PAGES: u64 = 16;
 
-/// A lazily freed area that is not in a pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LazyArea {
-    pub start: u64,
-    pub pages: u64,
-    /// Allocated by this node in the default window, so it may be handed out again before a
-    /// purge; otherwise it only waits for the purge.
-    pub reusable: bool,
-}
-
 #[derive(Default)]
 pub(crate) struct NodeState {
     /// This node's place in the arena's node array.
     pub index: usize,
     pub busy: BusyMap<AreaTag>,
     pub pools: SizePools,
-    pub lazy_tree: Vec<LazyArea>,
-    pub lazy_tree_pages: u64,
+    pub lazy_tree: LazyList,
     /// `[start, end)` not yet carved; empty when `start == end`.
     pub chunk: (u64, u64),
     /// Lazy pages already added to the arena-wide counter.
     pub synced: u64,
-    /// `lazy_tree_pages` as last published for readers without the lock.
+    /// The lazy list's pages as last published for readers without the lock.
     pub list_published: u64,
     pub hits: u64,
     /// Pages of pool hits on the clean side (memory a purge released; a write faults it in).
@@ -85,7 +76,7 @@ impl NodeState {
     /// Exact lazy pages of this node.
     #[inline]
     pub fn lazy_pages(&self) -> u64 {
-        self.pools.dirty_pages() + self.lazy_tree_pages
+        self.pools.dirty_pages() + self.lazy_tree.pages()
     }
 
     /// Fold the change since the last sync into `global` when it reaches `step` pages (or
@@ -146,13 +137,14 @@ mod tests {
     #[test]
     fn a_node_folds_its_change_in_steps() {
         let global = crate::sync::AtomicI64::new(0);
-        let mut n = NodeState { lazy_tree_pages: 100, ..Default::default() };
+        let mut n = NodeState::default();
+        n.lazy_tree.push(LazyArea { start: 0, pages: 100, reusable: true });
         n.sync(&global, 128, false);
         assert_eq!(global.load(crate::sync::Ordering::Relaxed), 0, "below the step");
-        n.lazy_tree_pages = 200;
+        n.lazy_tree.push(LazyArea { start: 1000, pages: 100, reusable: true });
         n.sync(&global, 128, false);
         assert_eq!((global.load(crate::sync::Ordering::Relaxed), n.synced), (200, 200));
-        n.lazy_tree_pages = 150;
+        n.lazy_tree.take_front(1000, 50);
         n.sync(&global, 128, true);
         assert_eq!(global.load(crate::sync::Ordering::Relaxed), 150, "forced");
     }

@@ -172,17 +172,14 @@ impl Shared {
                 }
                 to_tree.push((s, pages));
             }
-            let mut gone = 0;
-            p.lazy_tree.retain(|l| {
+            p.lazy_tree.retain_mut(|l| {
                 let h = overlaps_any(ranges, l.start, l.pages);
                 if h {
                     release.push((l.start, l.pages));
                     to_tree.push((l.start, l.pages));
-                    gone += l.pages;
                 }
                 !h
             });
-            p.lazy_tree_pages -= gone;
             let (cs, ce) = p.chunk;
             if cs < ce && overlaps_any(ranges, cs, ce - cs) {
                 p.chunk = (0, 0);
@@ -225,9 +222,9 @@ impl Shared {
     /// Detach the node's oldest lazy areas until at most `keep_pages` of them stay; areas that
     /// are not reusable (allocated in a caller's window) go whatever the budget.
     fn take_lazy_keeping(p: &mut NodeState, keep_pages: u64) -> Vec<LazyArea> {
-        let mut left = p.lazy_tree_pages;
+        let mut left = p.lazy_tree.pages();
         let mut out = Vec::new();
-        p.lazy_tree.retain(|l| {
+        p.lazy_tree.retain_mut(|l| {
             if !l.reusable || left > keep_pages {
                 left -= l.pages;
                 out.push(*l);
@@ -236,7 +233,6 @@ impl Shared {
                 true
             }
         });
-        p.lazy_tree_pages = left;
         out
     }
 

@@ -673,7 +673,7 @@ fn a_lazy_run_grows_into_the_free_space_around_it() {
     let e = a.alloc(&AllocRequest::pages(800)).unwrap();
     assert_eq!(e.start, z.start);
     assert!(!e.fresh);
-    assert_eq!(rec.retired.lock().unwrap()[retired..], [(w.start, 300), (z.start, 400)]);
+    assert_eq!(rec.retired.lock().unwrap()[retired..], [(z.start, 400), (w.start, 300)]);
     assert_eq!(rec.prepared.lock().unwrap()[prepared..], [(z.start, 800)]);
     let st = a.stats();
     assert_eq!((st.lazy_extends, st.lazy_joins, st.live_areas), (1, 0, 2));
