@@ -109,9 +109,15 @@ macro_rules! options_table {
             /// on stderr and the defaults are kept (for libraries, which have no caller to
             /// return the error to).
             pub fn from_env() -> Self {
-                Self::default().with_env().unwrap_or_else(|e| {
+                Self::default().with_env_or_report()
+            }
+
+            /// These values overridden from the environment; on a malformed variable it is
+            /// reported on stderr and these values are kept, as [`Self::from_env`] does.
+            pub fn with_env_or_report(self) -> Self {
+                self.clone().with_env().unwrap_or_else(|e| {
                     eprintln!("vmarena: ignoring {e}");
-                    Self::default()
+                    self
                 })
             }
         }

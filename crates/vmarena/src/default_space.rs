@@ -37,11 +37,8 @@ pub const DEFAULT_SPACE_POOL_MAX_PAGES: u64 = 16;
 /// [`DEFAULT_SPACE_POOL_MAX_PAGES`], then the environment (a malformed variable is reported on
 /// stderr and ignored, as [`ArenaOptions::from_env`] does).
 pub fn default_space_options() -> ArenaOptions {
-    let base = ArenaOptions { pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES, ..ArenaOptions::default() };
-    base.clone().with_env().unwrap_or_else(|e| {
-        eprintln!("vmarena: ignoring {e}");
-        base
-    })
+    ArenaOptions { pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES, ..ArenaOptions::default() }
+        .with_env_or_report()
 }
 
 /// The default space if it was created already (never creates it): for paths that only act on
