@@ -904,7 +904,8 @@ impl Shared {
                     self.counters.tree_pages.fetch_add(pages, Relaxed);
                     // Step Move: the oldest lazy memory instead of fresh pages.
                     if self.moves {
-                        moved = self.move_into(nodes, me, start, pages);
+                        let data = pages.saturating_sub(self.backing.guard_pages());
+                        moved = self.move_into(nodes, me, start, data);
                     }
                     self.took_fresh(pages - moved);
                 }
@@ -1246,12 +1247,19 @@ impl Shared {
         }
         g.lazy_reuses += 1;
         g.lazy_extends += 1;
-        self.took_fresh(pages - (e - s));
         self.counters.extend_pages.fetch_add(pages - (e - s), Relaxed);
         self.sync_node(&mut g, false);
         let start = s - below;
         g.joined_guards = inside;
         self.finish_take(nodes, g, me, start, area, above > 0);
+        // Step Move for the growth: the oldest lazy memory instead of fresh pages, below the
+        // run and above it (less the area's guard, which `finish_take` prepared).
+        let mut moved = 0;
+        if self.moves {
+            moved += self.move_into(nodes, me, start, below);
+            moved += self.move_into(nodes, me, e, above.saturating_sub(self.backing.guard_pages()));
+        }
+        self.took_fresh(pages - (e - s) - moved);
         Some(Allocation { start, pages, fresh: false })
     }
 

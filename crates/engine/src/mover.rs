@@ -1,5 +1,5 @@
-//! Step Move (Nodes): an area carved from the free tree takes the resident memory of the
-//! oldest lazy areas instead of faulting in fresh pages, and the mappings those moves split are
+//! Step Move (Nodes): an area carved from the free tree, and the growth of a lazy run (step
+//! Extend), take the resident memory of the oldest lazy areas instead of faulting in fresh pages, and the mappings those moves split are
 //! healed once their ranges are free again.
 //!
 //! A large area freed between live ones often cannot be reused in place: the next requests are
@@ -30,12 +30,12 @@ use crate::site;
 use crate::sync::Ordering::Relaxed;
 use crate::sync::{AtomicU64, Mutex};
 
-/// Smallest area (data pages) that takes moved memory: below it, moves save too little.
-pub const MOVE_MIN_PAGES: u64 = 16;
-
-/// Smallest donor (data pages moved in one `mremap`): a move costs about as much as faulting
-/// in 5 fresh pages (`crates/bench/c/page_cost.c`), so smaller pieces are not worth a call.
-pub const MOVE_MIN_DONOR_PAGES: u64 = 8;
+/// Fewest pages one `mremap` moves (so also the fewest data pages that take moved memory).
+/// Alone, a move costs about as much as faulting in 5 fresh pages (`crates/bench/c/page_cost.c`);
+/// with another thread of the process running it is a TLB shootdown and a wait for the mmap
+/// lock, about 63 µs of CPU a call on xthread against 2.4 µs a fault (DESIGN.md, section 4),
+/// and a small lazy area is the likeliest to be reused in place before a purge would take it.
+pub const MOVE_MIN_PAGES: u64 = 256;
 
 /// Most donors one allocation takes (bounds its syscalls and node-lock hold time).
 pub const MOVE_MAX_DONORS: usize = 16;
@@ -75,24 +75,24 @@ impl Mosaics {
 }
 
 impl Shared {
-    /// Step Move for the area `[start, start + pages)` node `me` just carved from the free
-    /// tree (no lock held): fill its data pages, front first, with the memory of the oldest
-    /// reusable lazy areas of this node, then of the others. Returns the data pages moved in.
-    pub(crate) fn move_into(&self, nodes: &[Node], me: usize, start: u64, pages: u64) -> u64 {
+    /// Step Move for `data` pages at `start` that an area node `me` is handing out took fresh
+    /// from the free tree (no lock held): the data pages of an area carved from the tree, or
+    /// the growth of a lazy run (step Extend). Fills them, front first, with the memory of the
+    /// oldest reusable lazy areas of this node, then of the others. Returns the pages moved in.
+    pub(crate) fn move_into(&self, nodes: &[Node], me: usize, start: u64, data: u64) -> u64 {
         let guard = self.backing.guard_pages();
-        let data = pages.saturating_sub(guard);
         if data < MOVE_MIN_PAGES || self.mosaics.maps() >= MOVE_MAX_MAPS {
             return 0;
         }
         let mut need = data;
         let mut donors: Vec<Donor> = Vec::new();
         for k in 0..self.nr_nodes {
-            if need < MOVE_MIN_DONOR_PAGES || donors.len() >= MOVE_MAX_DONORS {
+            if need < MOVE_MIN_PAGES || donors.len() >= MOVE_MAX_DONORS {
                 break;
             }
             let n = (me + k) % self.nr_nodes;
             // A node whose lazy list cannot hold one donor is passed over without its lock.
-            if self.lazy_lists[n].load(Relaxed) < MOVE_MIN_DONOR_PAGES + guard {
+            if self.lazy_lists[n].load(Relaxed) < MOVE_MIN_PAGES + guard {
                 continue;
             }
             let mut g = nodes[n].lock_at(&site::ALLOC_MOVE);
@@ -146,7 +146,7 @@ impl Shared {
         }
         calls += self.merge_batch(&whole, &fronts, &spill);
         if moved > 0 {
-            self.mosaics.add(start, pages, maps);
+            self.mosaics.add(start, data, maps);
         }
         let c = &self.counters;
         c.page_moves.fetch_add(moves.len() as u64, Relaxed);
@@ -161,11 +161,11 @@ impl Shared {
     /// lazy, in its place, with its guard).
     fn take_donors(g: &mut NodeState, guard: u64, need: &mut u64, donors: &mut Vec<Donor>) {
         g.lazy_tree.retain_mut(|l| {
-            if *need < MOVE_MIN_DONOR_PAGES || donors.len() >= MOVE_MAX_DONORS || !l.reusable {
+            if *need < MOVE_MIN_PAGES || donors.len() >= MOVE_MAX_DONORS || !l.reusable {
                 return true;
             }
             let data = l.pages.saturating_sub(guard);
-            if data < MOVE_MIN_DONOR_PAGES {
+            if data < MOVE_MIN_PAGES {
                 return true;
             }
             if data <= *need {

@@ -1,5 +1,5 @@
 //! Step Move (tiers 1 and 2): which lazy areas give their memory to an area carved from the
-//! tree, what becomes of them, what the purge heals afterwards, and what a refused move leaves.
+//! tree or to a lazy run's growth, what becomes of them, what the purge heals afterwards, and what a refused move leaves.
 //! The backing records the moves instead of making them; `tests/page_moves.rs` of the vmarena
 //! crate moves real memory.
 
@@ -55,7 +55,7 @@ impl Backing for MoveBacking {
     }
 }
 
-fn arena(page_moves: bool) -> (Arena, Arc<Log>) {
+fn arena_with(page_moves: bool, lazy_split: bool) -> (Arena, Arc<Log>) {
     let log = Arc::new(Log::default());
     let opts = ArenaOptions {
         strategy: Strategy::Nodes,
@@ -64,21 +64,34 @@ fn arena(page_moves: bool) -> (Arena, Arc<Log>) {
         decay_interval_ms: 0,
         thread_cache: false,
         page_moves,
+        lazy_split,
+        // As the default space: areas above 16 pages are never pooled.
+        pool_max_pages: 16,
         ..Default::default()
     };
     (Arena::new("mover", 0, 1 << 20, opts, Box::new(MoveBacking(log.clone()))).unwrap(), log)
 }
 
-/// Three adjacent 300-page areas; the middle one freed, so it is lazy with live neighbours
-/// (nothing can grow it) and only step Move can use its memory. Returns its start.
-fn lazy_between(a: &Arena) -> u64 {
+fn arena(page_moves: bool) -> (Arena, Arc<Log>) {
+    arena_with(page_moves, true)
+}
+
+/// Three adjacent areas, the middle one of `pages` pages; the middle one freed, so it is lazy
+/// with live neighbours (nothing can grow it) and only step Move can use its memory. Returns
+/// its start.
+fn lazy_between_of(a: &Arena, pages: u64) -> u64 {
     let x = a.alloc(&AllocRequest::pages(300)).unwrap();
-    let m = a.alloc(&AllocRequest::pages(300)).unwrap();
+    let m = a.alloc(&AllocRequest::pages(pages)).unwrap();
     let y = a.alloc(&AllocRequest::pages(300)).unwrap();
-    assert_eq!((m.start, y.start), (x.start + 300, x.start + 600), "lowest fit, in a row");
+    assert_eq!((m.start, y.start), (x.start + 300, x.start + 300 + pages), "lowest fit, in a row");
     a.free(m.start).unwrap();
-    assert_eq!(a.stats().lazy_pages, 300);
+    assert_eq!(a.stats().lazy_pages, pages);
     m.start
+}
+
+/// A lazy area of 300 pages between live ones (see [`lazy_between_of`]).
+fn lazy_between(a: &Arena) -> u64 {
+    lazy_between_of(a, 300)
 }
 
 #[test]
@@ -101,20 +114,54 @@ fn a_lazy_area_that_fits_gives_all_its_data_pages_and_goes_to_the_tree() {
 
 #[test]
 fn a_larger_lazy_area_gives_its_front_and_the_rest_stays_lazy() {
-    let (a, log) = arena(true);
+    // Without splits the 300-page lazy area serves no request of 261 pages in place: the tree
+    // does, and the donor gives the area's 260 data pages.
+    let (a, log) = arena_with(true, false);
     let donor = lazy_between(&a);
-    // 100 pages is a pool size: the pool misses, the tree serves, the donor gives 99 pages.
-    let c = a.alloc(&AllocRequest::pages(100)).unwrap();
-    assert_eq!(*log.moves.lock().unwrap(), vec![(donor, c.start, 99)]);
+    let c = a.alloc(&AllocRequest::pages(261)).unwrap();
+    assert_eq!(*log.moves.lock().unwrap(), vec![(donor, c.start, 260)]);
     let st = a.stats();
-    assert_eq!((st.moved_pages, st.lazy_pages), (99, 201));
+    assert_eq!((st.moved_pages, st.lazy_pages), (260, 40));
     assert!(log.retired.lock().unwrap().is_empty(), "the guard stays with the rest");
     a.check().unwrap();
     // The rest is still a lazy area of its own, guard at its end: the purge releases it whole.
     a.purge();
-    assert_eq!(*log.released.lock().unwrap(), vec![(donor + 99, 201)]);
-    assert_eq!(*log.retired.lock().unwrap(), vec![(donor + 99, 201)]);
+    assert_eq!(*log.released.lock().unwrap(), vec![(donor + 260, 40)]);
+    assert_eq!(*log.retired.lock().unwrap(), vec![(donor + 260, 40)]);
     assert_eq!(a.stats().lazy_pages, 0);
+    a.check().unwrap();
+}
+
+#[test]
+fn a_lazy_run_grown_into_free_space_takes_moved_memory_for_its_growth() {
+    let (a, log) = arena(true);
+    // p is lazy between the arena's start and a live q; r is lazy with free space above it.
+    let p = a.alloc(&AllocRequest::pages(400)).unwrap();
+    let q = a.alloc(&AllocRequest::pages(400)).unwrap();
+    let r = a.alloc(&AllocRequest::pages(300)).unwrap();
+    assert_eq!((p.start, q.start, r.start), (0, 400, 800));
+    a.free(p.start).unwrap();
+    a.free(r.start).unwrap();
+    // No lazy area holds 700 pages and p cannot grow: r grows up by 400 pages (399 of data and
+    // the new guard), and p, the oldest lazy area, gives its 399 data pages to that growth.
+    let c = a.alloc(&AllocRequest::pages(700)).unwrap();
+    assert_eq!(c.start, r.start);
+    assert!(!c.fresh);
+    assert_eq!(*log.moves.lock().unwrap(), vec![(p.start, r.start + 300, 399)]);
+    let st = a.stats();
+    assert_eq!((st.lazy_extends, st.extend_pages, st.moved_pages), (1, 400, 399));
+    assert_eq!(st.lazy_pages, 0, "the run and the donor both left the lazy list");
+    assert_eq!(
+        *log.retired.lock().unwrap(),
+        vec![(r.start, 300), (p.start, 400)],
+        "r's guard is inside the area now, p went to the tree"
+    );
+    a.check().unwrap();
+    // The purge heals the growth's range once the area is gone.
+    a.free(c.start).unwrap();
+    a.free(q.start).unwrap();
+    a.purge();
+    assert_eq!(a.stats().moved_maps, 0);
     a.check().unwrap();
 }
 
@@ -157,17 +204,25 @@ fn nothing_moves_when_the_option_is_off_or_the_area_is_small() {
     assert!(log.moves.lock().unwrap().is_empty());
     assert_eq!(a.stats().lazy_pages, 300);
 
+    // A lazy area of 256 pages has 255 of data: less than one move takes.
     let (a, log) = arena(true);
-    lazy_between(&a);
-    // 16 pages aligned to 2 come from the tree (a chunk serves page alignment only), but their
-    // 15 data pages are below the smallest area that takes moved memory.
-    a.alloc(&AllocRequest { align_pages: 2, ..AllocRequest::pages(16) }).unwrap();
+    lazy_between_of(&a, 256);
+    a.alloc(&AllocRequest::pages(1000)).unwrap();
     assert!(log.moves.lock().unwrap().is_empty());
-    assert_eq!(a.stats().lazy_pages, 300);
-    // One page more, 16 data pages, and the area takes them from the lazy area.
-    let c = a.alloc(&AllocRequest::pages(17)).unwrap();
+    assert_eq!(a.stats().lazy_pages, 256);
+    // One page more, 256 data pages, and they move.
+    let (a, log) = arena(true);
+    lazy_between_of(&a, 257);
+    let c = a.alloc(&AllocRequest::pages(1000)).unwrap();
     assert_eq!(log.moves.lock().unwrap().len(), 1);
-    assert_eq!(a.stats().moved_pages, 16);
+    assert_eq!(a.stats().moved_pages, 256);
     assert!(!c.fresh);
     a.check().unwrap();
+
+    // Without splits, an area of 256 pages comes from the tree with 255 data pages: too few.
+    let (a, log) = arena_with(true, false);
+    lazy_between(&a);
+    a.alloc(&AllocRequest::pages(256)).unwrap();
+    assert!(log.moves.lock().unwrap().is_empty());
+    assert_eq!(a.stats().lazy_pages, 300);
 }

@@ -4,12 +4,18 @@
 //! [`ArenaOptions`](vmarena_engine::ArenaOptions) (for example `VMARENA_SPACE_BYTES`,
 //! `VMARENA_STRATEGY`). A malformed variable is reported once on stderr and the default used.
 //!
-//! One arena default differs from [`ArenaOptions::default`]: the size pools stop at
-//! [`DEFAULT_SPACE_POOL_MAX_PAGES`] (64 KiB). The default space serves the preload shim and
-//! `VmAlloc`, whose requests start at 64 KiB and come in many sizes; above the pools a freed
-//! area can be split, joined and extended for a request of another size, while a pool entry
-//! serves only its own size and holds its memory until a purge. `VMARENA_POOL_MAX_PAGES`
-//! overrides it (DESIGN.md, section 14).
+//! Three arena defaults differ from [`ArenaOptions::default`] (DESIGN.md, section 14); the
+//! environment overrides each:
+//!
+//! - the size pools stop at [`DEFAULT_SPACE_POOL_MAX_PAGES`] (64 KiB). The default space serves
+//!   the preload shim and `VmAlloc`, whose requests start at 64 KiB and come in many sizes;
+//!   above the pools a freed area can be split, joined and extended for a request of another
+//!   size, while a pool entry serves only its own size and holds its memory until a purge;
+//! - the lazy threshold is [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's, and
+//! - it does not rise while live memory is below its peak (`lazy_headroom` off). Freed large
+//!   areas are what the next large requests reuse without faults; the kernel's threshold is
+//!   sized for its own small areas, and below what xthread keeps reusing, while the headroom
+//!   let malloc-large keep more at its peak than the larger fixed threshold does.
 
 use crate::options::SpaceOptions;
 use crate::space::VmSpace;
@@ -33,16 +39,50 @@ pub fn default_space() -> Result<&'static VmSpace, &'static str> {
 /// Size pools of the default space: areas of up to 16 pages (64 KiB of 4 KiB pages).
 pub const DEFAULT_SPACE_POOL_MAX_PAGES: u64 = 16;
 
+/// The default space's lazy threshold, as a multiple of the kernel's `fls(CPUs) x 32 MiB`
+/// ([`ArenaOptions::lazy_max`]): 128 MiB on 2 or 3 CPUs.
+pub const DEFAULT_SPACE_LAZY_MAX_FACTOR: u64 = 2;
+
 /// The default space's arena options: [`ArenaOptions::default`] with the pools stopping at
-/// [`DEFAULT_SPACE_POOL_MAX_PAGES`], then the environment (a malformed variable is reported on
-/// stderr and ignored, as [`ArenaOptions::from_env`] does).
+/// [`DEFAULT_SPACE_POOL_MAX_PAGES`], [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's lazy
+/// threshold and no headroom above it, then the environment (a malformed variable is reported
+/// on stderr and ignored, as [`ArenaOptions::from_env`] does).
 pub fn default_space_options() -> ArenaOptions {
-    ArenaOptions { pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES, ..ArenaOptions::default() }
-        .with_env_or_report()
+    let kernel = ArenaOptions::default();
+    ArenaOptions {
+        pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES,
+        lazy_max_pages: DEFAULT_SPACE_LAZY_MAX_FACTOR * kernel.lazy_max(),
+        lazy_headroom: false,
+        ..kernel
+    }
+    .with_env_or_report()
 }
 
 /// The default space if it was created already (never creates it): for paths that only act on
 /// memory the space may have handed out (frees, size queries, purges, fork handlers).
 pub fn existing_default_space() -> Option<&'static VmSpace> {
     DEFAULT.get().and_then(|r| r.as_ref().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The three defaults that differ, where the environment leaves them alone.
+    #[test]
+    fn the_default_space_differs_from_the_arena_defaults_in_three_options() {
+        let o = default_space_options();
+        let kernel = ArenaOptions::default();
+        if std::env::var_os("VMARENA_POOL_MAX_PAGES").is_none() {
+            assert_eq!(o.pool_max_pages, DEFAULT_SPACE_POOL_MAX_PAGES);
+            assert_ne!(o.pool_max_pages, kernel.pool_max_pages);
+        }
+        if std::env::var_os("VMARENA_LAZY_MAX_PAGES").is_none() {
+            assert_eq!(o.lazy_max(), 2 * kernel.lazy_max());
+            assert_eq!(kernel.lazy_max_pages, 0, "the arena default is the kernel's formula");
+        }
+        if std::env::var_os("VMARENA_LAZY_HEADROOM").is_none() {
+            assert!(!o.lazy_headroom && kernel.lazy_headroom);
+        }
+    }
 }
