@@ -176,8 +176,8 @@ pub enum Step {
     Tree,
     /// The free tree, exact search (only when the alignment made the first search skip blocks).
     TreeExact,
-    /// The area just carved from the tree takes the resident memory of the oldest lazy areas,
-    /// moved (Nodes, areas of at least 16 data pages; option `page_moves`).
+    /// The area just carved from the tree (or an Extend's growth) takes the resident memory of
+    /// the oldest lazy areas, moved (Nodes, at least 256 pages a move; option `page_moves`).
     Move,
     /// The pooled and lazy areas and node chunks over the request's possible starts, when it
     /// has at most 16 (a large alignment), released and merged into the tree; then the steps
