@@ -1,6 +1,6 @@
 //! Step Move (Nodes): an area carved from the free tree, and the growth of a lazy run (step
-//! Extend), take the resident memory of the oldest lazy areas instead of faulting in fresh pages, and the mappings those moves split are
-//! healed once their ranges are free again.
+//! Extend), take the resident memory of the oldest lazy areas instead of faulting in fresh
+//! pages, and the mappings those moves split are healed once their ranges are free again.
 //!
 //! A large area freed between live ones often cannot be reused in place: the next requests are
 //! larger than the gaps (DESIGN.md, section 11). Its memory can still serve them. The backing
