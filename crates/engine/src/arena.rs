@@ -151,10 +151,22 @@ impl AllocRequest {
 pub struct Allocation {
     /// First page.
     pub start: u64,
-    /// Pages, as requested.
+    /// Pages: as requested, or more when a lazy area within `lazy_slack_percent` of the request
+    /// was handed out whole.
     pub pages: u64,
     /// The memory is known to read as zero (fresh from the tree or released in a pool).
     pub fresh: bool,
+}
+
+/// An area a node handed out from its pool or lazy list (see `Shared::node_take`).
+struct Taken {
+    start: u64,
+    /// The request's pages, or the whole lazy area's within the slack.
+    pages: u64,
+    /// The memory reads as zero (a clean pool entry).
+    fresh: bool,
+    /// The area is the front of a larger lazy area and needs its guard prepared.
+    split: bool,
 }
 
 /// The rungs of the allocation ladder, in order.
@@ -817,11 +829,10 @@ impl Shared {
                 let area = BusyArea { pages, node: me as u16, tag: req.tag };
                 let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
                 // Steps Pool and LazyReuse.
-                if let Some((start, fresh, split)) =
-                    self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree, false)
-                {
-                    self.finish_take(nodes, g, me, start, area, split);
-                    return Some(Allocation { start, pages, fresh });
+                if let Some(t) = self.node_take(&mut g, r, req.prefer_fresh, fresh_from_tree, false) {
+                    let area = BusyArea { pages: t.pages, ..area };
+                    self.finish_take(nodes, g, me, t.start, area, t.split);
+                    return Some(Allocation { start: t.start, pages: t.pages, fresh: t.fresh });
                 }
                 // Step Chunk: small areas are carved from a zone of this node's stripe.
                 let small = pages <= ZONE_PAGES && r.align_pages == 1;
@@ -957,12 +968,13 @@ impl Shared {
         for k in 1..self.nr_nodes {
             let other = (me + k) % self.nr_nodes;
             let mut o = nodes[other].lock_at(&site::ALLOC_STEAL);
-            let Some((start, fresh, split)) = self.node_take(&mut o, r, false, false, true) else {
+            let Some(t) = self.node_take(&mut o, r, false, false, true) else {
                 continue;
             };
             o.steals += 1;
-            self.finish_take(nodes, o, other, start, area, split);
-            return Some(Allocation { start, pages: r.size_pages, fresh });
+            let area = BusyArea { pages: t.pages, ..area };
+            self.finish_take(nodes, o, other, t.start, area, t.split);
+            return Some(Allocation { start: t.start, pages: t.pages, fresh: t.fresh });
         }
         None
     }
@@ -1067,8 +1079,7 @@ impl Shared {
         self.cache.as_ref().map_or(0, |c| c.drain_all(self))
     }
 
-    /// Steps Pool and LazyReuse on the locked node: `(start, fresh, split)`; `split` means the
-    /// area is the front of a larger lazy area and needs its guard prepared.
+    /// Steps Pool and LazyReuse on the locked node.
     #[inline]
     fn node_take(
         &self,
@@ -1077,7 +1088,7 @@ impl Shared {
         prefer_fresh: bool,
         zeroes: bool,
         resident_only: bool,
-    ) -> Option<(u64, bool, bool)> {
+    ) -> Option<Taken> {
         let pages = r.size_pages;
         if self.poolable(pages) {
             let got = if resident_only {
@@ -1094,7 +1105,7 @@ impl Shared {
                     } else {
                         g.clean_hit_pages += pages;
                     }
-                    Some((start, side == PoolSide::Clean && zeroes, false))
+                    Some(Taken { start, pages, fresh: side == PoolSide::Clean && zeroes, split: false })
                 }
                 None => {
                     // Another node's probe is not a miss of this node's pool.
@@ -1106,31 +1117,46 @@ impl Shared {
             };
         }
         // A large area freed by this node and not purged yet: the smallest that fits. Its
-        // pages are resident, so reuse saves the faults of fresh memory. A larger area is
-        // split: the front is handed out (the caller installs its new guard), the rest stays
-        // lazy and reusable with the old guard at its end.
-        let best =
-            g.lazy_tree.best_fit(pages, r.align_pages).filter(|l| l.pages == pages || self.opts.lazy_split);
+        // pages are resident, so reuse saves the faults of fresh memory. An area within the
+        // slack of the request is handed out whole; a larger one is split: the front is
+        // handed out (the caller installs its new guard), the rest stays lazy and reusable
+        // with the old guard at its end.
+        let best = g
+            .lazy_tree
+            .best_fit(pages, r.align_pages)
+            .filter(|l| l.pages == pages || self.opts.lazy_split || self.within_slack(pages, l.pages));
         let Some(l) = best else {
             return self.node_join(g, r);
         };
+        let take = if self.within_slack(pages, l.pages) { l.pages } else { pages };
         // The list keeps the order of the frees (a purge keeps the newest): the rest of a
         // split area takes the area's place.
-        g.lazy_tree.take_front(l.start, pages);
+        g.lazy_tree.take_front(l.start, take);
         g.lazy_reuses += 1;
-        let split = l.pages > pages;
+        g.slack_pages += take - pages;
+        let split = l.pages > take;
         if split {
             g.lazy_splits += 1;
         }
         self.sync_node(g, false);
-        Some((l.start, false, split))
+        Some(Taken { start: l.start, pages: take, fresh: false, split })
+    }
+
+    /// True when a lazy area of `area_pages` may serve a request of `pages` whole: it is at
+    /// most `lazy_slack_percent` larger. Splitting it would install a guard page inside
+    /// resident memory, which costs a TLB shootdown while other threads run (DESIGN.md,
+    /// section 2).
+    #[inline]
+    fn within_slack(&self, pages: u64, area_pages: u64) -> bool {
+        area_pages >= pages
+            && (area_pages - pages).saturating_mul(100) <= pages.saturating_mul(self.opts.lazy_slack_percent)
     }
 
     /// No single lazy area fits: take a run of address-adjacent reusable lazy areas that does,
     /// the one with the smallest total. The areas before the last one are consumed whole; their
     /// guards (now inside the new area) are left in `g.joined_guards` for the caller to remove
     /// after it drops the lock; the rest of the last area stays lazy with its own guard.
-    fn node_join(&self, g: &mut NodeState, r: &Request) -> Option<(u64, bool, bool)> {
+    fn node_join(&self, g: &mut NodeState, r: &Request) -> Option<Taken> {
         let pages = r.size_pages;
         if !self.opts.lazy_split || g.lazy_tree.len() < 2 {
             return None;
@@ -1164,13 +1190,16 @@ impl Shared {
         for l in &taken[..taken.len() - 1] {
             g.lazy_tree.take_front(l.start, l.pages);
         }
-        g.lazy_tree.take_front(last.start, start + pages - last.start);
+        // Within the slack, the last area goes whole too.
+        let take = if self.within_slack(pages, total) { total } else { pages };
+        g.lazy_tree.take_front(last.start, start + take - last.start);
         g.joined_guards = taken[..taken.len() - 1].iter().map(|l| (l.start, l.pages)).collect();
         debug_assert!(last.start + last.pages == start + total);
         g.lazy_reuses += 1;
         g.lazy_joins += 1;
+        g.slack_pages += take - pages;
         self.sync_node(g, false);
-        Some((start, false, total > pages))
+        Some(Taken { start, pages: take, fresh: false, split: total > take })
     }
 
     /// Runs of address-adjacent reusable lazy areas of a node, each smaller than `pages`, as
@@ -1441,6 +1470,7 @@ impl Shared {
                     s.lazy_splits += p.lazy_splits;
                     s.lazy_joins += p.lazy_joins;
                     s.lazy_extends += p.lazy_extends;
+                    s.slack_pages += p.slack_pages;
                     s.node_steals += p.steals;
                     s.frees += p.frees;
                 }

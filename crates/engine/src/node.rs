@@ -64,6 +64,8 @@ pub(crate) struct NodeState {
     pub lazy_splits: u64,
     pub lazy_joins: u64,
     pub lazy_extends: u64,
+    /// Pages handed out beyond requests: lazy areas taken whole within the slack.
+    pub slack_pages: u64,
     /// Allocations of other nodes served here (see `node_steal`).
     pub steals: u64,
     /// Guards of lazy areas the last `node_join` consumed whole, for the caller to remove.

@@ -37,6 +37,8 @@ stats_table! {
         lazy_extends, "allocs";
         /// Pages that reuses by growing took from the free tree (the growth only).
         extend_pages, "pages";
+        /// Pages that reuses handed out beyond their requests: lazy areas taken whole within lazy_slack_percent.
+        slack_pages, "pages";
         /// Allocations served by another node's resident freed area (pool or lazy list).
         node_steals, "allocs";
         /// Freed small areas held in thread caches (counted neither live nor lazy).

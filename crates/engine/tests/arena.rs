@@ -425,6 +425,89 @@ fn areas_above_the_pools_share_one_lazy_list() {
     .unwrap();
 }
 
+/// `lazy_slack_percent`: a lazy area at most that share larger than a request is handed out
+/// whole, with its guard where it was (no new guard prepared, no split counted, every page
+/// back on the lazy list when it is freed); one page more than the slack and it is split.
+#[test]
+fn a_lazy_area_within_the_slack_is_handed_out_whole() {
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions {
+        pool_max_pages: 16,
+        thread_cache: false,
+        lazy_slack_percent: 50,
+        ..opts(Strategy::Nodes)
+    };
+    let a = Arena::new("slack", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let x = a.alloc(&AllocRequest::pages(300)).unwrap();
+    a.free(x.start).unwrap();
+    let prepared = rec.prepared.lock().unwrap().len();
+    // 300 - 200 = 100 pages of slack: exactly 50% of the request.
+    let z = a.alloc(&AllocRequest::pages(200)).unwrap();
+    assert_eq!((z.start, z.pages, z.fresh), (x.start, 300, false), "the whole area");
+    assert_eq!(a.lookup(z.start).unwrap().pages, 300, "the busy record holds every page");
+    assert_eq!(rec.prepared.lock().unwrap().len(), prepared, "its old guard serves");
+    let st = a.stats();
+    assert_eq!((st.lazy_reuses, st.lazy_splits, st.slack_pages, st.lazy_pages), (1, 0, 100, 0));
+    assert_eq!(st.live_pages, 300);
+    a.free(z.start).unwrap();
+    assert_eq!(a.stats().lazy_pages, 300, "the slack comes back with the area");
+    // 300 - 199 = 101 pages: above 50% of 199, so the front is split off with a new guard.
+    let y = a.alloc(&AllocRequest::pages(199)).unwrap();
+    assert_eq!((y.start, y.pages), (x.start, 199));
+    assert_eq!(rec.prepared.lock().unwrap().last(), Some(&(x.start, 199)));
+    let st = a.stats();
+    assert_eq!((st.lazy_splits, st.slack_pages, st.lazy_pages), (1, 100, 101));
+    a.free(y.start).unwrap();
+    a.check().unwrap();
+}
+
+/// With `lazy_split` off, an area within the slack is still handed out whole, while a larger
+/// one is not split; a join within the slack takes the last area whole too.
+#[test]
+fn the_slack_applies_without_splits_and_to_joins() {
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions {
+        pool_max_pages: 16,
+        thread_cache: false,
+        lazy_slack_percent: 25,
+        lazy_split: false,
+        ..opts(Strategy::Nodes)
+    };
+    let a = Arena::new("slack-nosplit", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
+    let x = a.alloc(&AllocRequest::pages(100)).unwrap();
+    a.free(x.start).unwrap();
+    let far = a.alloc(&AllocRequest::pages(79)).unwrap();
+    assert_ne!(far.start, x.start, "21 pages over 25% of 79: no split, no reuse");
+    let z = a.alloc(&AllocRequest::pages(80)).unwrap();
+    assert_eq!((z.start, z.pages), (x.start, 100), "20 pages: within 25% of 80");
+    a.free(z.start).unwrap();
+    a.free(far.start).unwrap();
+    a.check().unwrap();
+
+    let o = ArenaOptions {
+        pool_max_pages: 16,
+        thread_cache: false,
+        lazy_slack_percent: 25,
+        ..opts(Strategy::Nodes)
+    };
+    let a = Arena::new("slack-join", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let p = a.alloc(&AllocRequest::pages(40)).unwrap();
+    let q = a.alloc(&AllocRequest::pages(40)).unwrap();
+    assert_eq!(q.start, p.start + 40, "adjacent");
+    a.free(p.start).unwrap();
+    a.free(q.start).unwrap();
+    let prepared = rec.prepared.lock().unwrap().len();
+    // No single 40-page area fits 70; the run of both does, and 10 pages are within 25%.
+    let j = a.alloc(&AllocRequest::pages(70)).unwrap();
+    assert_eq!((j.start, j.pages), (p.start, 80));
+    assert_eq!(*rec.retired.lock().unwrap(), vec![(p.start, 40)], "only the first guard is inside");
+    assert_eq!(rec.prepared.lock().unwrap().len(), prepared, "the last guard stays the area's");
+    let st = a.stats();
+    assert_eq!((st.lazy_joins, st.lazy_splits, st.slack_pages, st.lazy_pages), (1, 0, 10, 0));
+    a.free(j.start).unwrap();
+    a.check().unwrap();
+}
+
 /// `pool_max_pages` caps the pools: a freed area above it goes to the lazy list, where a
 /// request of another size can split it; above 256 the arena is refused.
 #[test]
@@ -489,7 +572,9 @@ impl Rng {
 fn random_sequences_against_shadow_model() {
     for s in Strategy::ALL {
         for seed in 1..=6u64 {
-            let o = ArenaOptions { lazy_max_pages: 500, ..opts(s) };
+            // Odd seeds hand lazy areas out whole within a 50% slack.
+            let slack = if seed % 2 == 1 { 50 } else { 0 };
+            let o = ArenaOptions { lazy_max_pages: 500, lazy_slack_percent: slack, ..opts(s) };
             let a = Arena::new("model", 100, 100 + 8192, o, Box::new(NoBacking)).unwrap();
             let mut rng = Rng(seed * 7919);
             let mut live: BTreeMap<u64, u64> = BTreeMap::new();
@@ -510,6 +595,8 @@ fn random_sequences_against_shadow_model() {
                     match a.alloc(&req) {
                         Ok(x) => {
                             assert_eq!(x.start % align, 0);
+                            assert!(x.pages == pages || x.pages - pages <= pages * slack / 100, "{x:?}");
+                            let pages = x.pages;
                             if let Some((lo, hi)) = window {
                                 assert!(x.start >= lo && x.start + pages <= hi);
                             }
@@ -549,6 +636,9 @@ fn random_sequences_against_shadow_model() {
             a.check().unwrap();
             let st = a.stats();
             assert_eq!((st.free_pages, st.free_ranges, st.live_areas), (8192, 1, 0), "{s} seed {seed}");
+            if s == Strategy::Nodes {
+                assert_eq!(st.slack_pages > 0, slack > 0, "{s} seed {seed}: areas handed out whole");
+            }
         }
     }
 }

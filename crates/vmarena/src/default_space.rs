@@ -4,7 +4,7 @@
 //! [`ArenaOptions`](vmarena_engine::ArenaOptions) (for example `VMARENA_SPACE_BYTES`,
 //! `VMARENA_STRATEGY`). A malformed variable is reported once on stderr and the default used.
 //!
-//! Three arena defaults differ from [`ArenaOptions::default`] (DESIGN.md, section 14); the
+//! Four arena defaults differ from [`ArenaOptions::default`] (DESIGN.md, section 14); the
 //! environment overrides each:
 //!
 //! - the size pools stop at [`DEFAULT_SPACE_POOL_MAX_PAGES`] (64 KiB). The default space serves
@@ -15,7 +15,11 @@
 //! - it does not rise while live memory is below its peak (`lazy_headroom` off). Freed large
 //!   areas are what the next large requests reuse without faults; the kernel's threshold is
 //!   sized for its own small areas, and below what xthread keeps reusing, while the headroom
-//!   let malloc-large keep more at its peak than the larger fixed threshold does.
+//!   let malloc-large keep more at its peak than the larger fixed threshold does;
+//! - a lazy area up to [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] larger than a request is handed out
+//!   whole (the kernel always splits). A split installs a guard page in resident memory, a TLB
+//!   shootdown while other threads run; the shim's size classes are a quarter of a doubling
+//!   apart, so most splits left a rest of one or two classes.
 
 use crate::options::SpaceOptions;
 use crate::space::VmSpace;
@@ -43,9 +47,14 @@ pub const DEFAULT_SPACE_POOL_MAX_PAGES: u64 = 16;
 /// ([`ArenaOptions::lazy_max`]): 128 MiB on 2 or 3 CPUs.
 pub const DEFAULT_SPACE_LAZY_MAX_FACTOR: u64 = 2;
 
+/// The default space's lazy slack: a lazy area at most this share larger than a request is
+/// handed out whole instead of split.
+pub const DEFAULT_SPACE_LAZY_SLACK_PERCENT: u64 = 50;
+
 /// The default space's arena options: [`ArenaOptions::default`] with the pools stopping at
 /// [`DEFAULT_SPACE_POOL_MAX_PAGES`], [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's lazy
-/// threshold and no headroom above it, then the environment (a malformed variable is reported
+/// threshold and no headroom above it, and [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] of slack,
+/// then the environment (a malformed variable is reported
 /// on stderr and ignored, as [`ArenaOptions::from_env`] does).
 pub fn default_space_options() -> ArenaOptions {
     let kernel = ArenaOptions::default();
@@ -53,6 +62,7 @@ pub fn default_space_options() -> ArenaOptions {
         pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES,
         lazy_max_pages: DEFAULT_SPACE_LAZY_MAX_FACTOR * kernel.lazy_max(),
         lazy_headroom: false,
+        lazy_slack_percent: DEFAULT_SPACE_LAZY_SLACK_PERCENT,
         ..kernel
     }
     .with_env_or_report()
@@ -68,9 +78,9 @@ pub fn existing_default_space() -> Option<&'static VmSpace> {
 mod tests {
     use super::*;
 
-    /// The three defaults that differ, where the environment leaves them alone.
+    /// The four defaults that differ, where the environment leaves them alone.
     #[test]
-    fn the_default_space_differs_from_the_arena_defaults_in_three_options() {
+    fn the_default_space_differs_from_the_arena_defaults_in_four_options() {
         let o = default_space_options();
         let kernel = ArenaOptions::default();
         if std::env::var_os("VMARENA_POOL_MAX_PAGES").is_none() {
@@ -83,6 +93,10 @@ mod tests {
         }
         if std::env::var_os("VMARENA_LAZY_HEADROOM").is_none() {
             assert!(!o.lazy_headroom && kernel.lazy_headroom);
+        }
+        if std::env::var_os("VMARENA_LAZY_SLACK_PERCENT").is_none() {
+            assert_eq!(o.lazy_slack_percent, DEFAULT_SPACE_LAZY_SLACK_PERCENT);
+            assert_eq!(kernel.lazy_slack_percent, 0, "the kernel always splits");
         }
     }
 }

@@ -240,3 +240,34 @@ fn a_grown_lazy_area_has_no_guard_inside() {
     s.vfree(g.as_ptr()).unwrap();
     s.check().unwrap();
 }
+
+/// A lazy area reused whole within the slack (`lazy_slack_percent`, on in the default space):
+/// `size` reports all of it, and `vzalloc` clears all of it, not only the pages asked for.
+#[test]
+fn an_area_reused_whole_within_the_slack_is_usable_and_zeroed_whole() {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions {
+        purge_thread: false,
+        decay_interval_ms: 0,
+        pool_max_pages: 16,
+        thread_cache: false,
+        lazy_slack_percent: DEFAULT_SPACE_LAZY_SLACK_PERCENT,
+        ..Default::default()
+    };
+    let s = VmSpace::new("slack", so, ao).unwrap();
+    let page = 4096;
+    let p = s.vmalloc(300 * page).unwrap();
+    // SAFETY: 300 pages usable.
+    unsafe { std::ptr::write_bytes(p.as_ptr(), 0xC3, 300 * page) };
+    s.vfree(p.as_ptr()).unwrap();
+    // 250 data pages and a guard against 301 pages: 50 pages of slack, within 50%.
+    let z = s.vzalloc(250 * page).unwrap();
+    assert_eq!(z, p, "the lazy area, whole");
+    assert_eq!(s.size(z.as_ptr()), Some(300 * page));
+    // SAFETY: 300 pages usable.
+    let bytes = unsafe { std::slice::from_raw_parts(z.as_ptr(), 300 * page) };
+    assert!(bytes.iter().all(|&b| b == 0), "the slack pages read zero too");
+    assert_eq!(s.stats(false).arena.slack_pages, 50);
+    s.vfree(z.as_ptr()).unwrap();
+    s.check().unwrap();
+}

@@ -1,7 +1,7 @@
 //! Concurrency stress on real memory (tier 3). Not a benchmark: it checks correctness.
 //!
-//! 8 threads allocate areas from 1 byte to 4 MiB, fill every byte with a pattern derived from
-//! an owner tag, pass some areas to another thread to free, and verify the whole pattern before
+//! 8 threads allocate areas from 1 byte to 4 MiB, fill every usable byte with a pattern derived
+//! from an owner tag, pass some areas to another thread to free, and verify the whole pattern before
 //! each free: two owners sharing memory, or an area handed out while live, corrupts a pattern.
 //! Runs for each strategy with purges on the worker thread; the invariant checker runs at the
 //! end and every page must be back in the space after the shrinker. With Nodes, areas of 4 MiB
@@ -21,9 +21,16 @@ const ITERS: u64 = 1500;
 #[derive(Clone, Copy)]
 struct Owned(usize, usize, u64);
 
-fn run(strategy: Strategy) {
+/// `slack`: the arena's `lazy_slack_percent` (lazy areas handed out whole, larger than asked).
+fn run(strategy: Strategy, slack: u64) {
     let so = SpaceOptions { space_bytes: 8 << 30, ..Default::default() };
-    let ao = ArenaOptions { strategy, lazy_max_pages: 8192, decay_interval_ms: 10, ..Default::default() };
+    let ao = ArenaOptions {
+        strategy,
+        lazy_max_pages: 8192,
+        decay_interval_ms: 10,
+        lazy_slack_percent: slack,
+        ..Default::default()
+    };
     let space = Arc::new(VmSpace::new(&format!("stress-{strategy}"), so, ao).unwrap());
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| mpsc::sync_channel::<Owned>(32)).unzip();
     let handles: Vec<_> = rxs
@@ -43,12 +50,17 @@ fn run(strategy: Strategy) {
                     seed ^= seed << 13;
                     seed ^= seed >> 7;
                     seed ^= seed << 17;
-                    let bytes = match seed % 32 {
+                    let requested = match seed % 32 {
                         0 => 1 + (seed >> 8) as usize % (4 << 20),
                         1..=8 => 1 + (seed >> 8) as usize % (64 << 10),
                         _ => 1 + (seed >> 8) as usize % (8 << 10),
                     };
-                    let p = if seed.is_multiple_of(5) { s.vzalloc(bytes) } else { s.vmalloc(bytes) }.unwrap();
+                    let p = if seed.is_multiple_of(5) { s.vzalloc(requested) } else { s.vmalloc(requested) }
+                        .unwrap();
+                    // The whole usable size: an area reused whole within the slack is larger
+                    // than asked, and all of it is the owner's.
+                    let bytes = s.size(p.as_ptr()).unwrap();
+                    assert!(bytes >= requested, "{strategy}: {bytes} usable bytes for {requested}");
                     let tag = ((t as u64) << 48) | i;
                     fill(p.as_ptr(), bytes, tag);
                     mine.push(Owned(p.as_ptr() as usize, bytes, tag));
@@ -96,20 +108,29 @@ fn run(strategy: Strategy) {
         let st = space.stats(false).arena;
         assert!(st.moved_pages > 0, "{strategy}: areas took moved memory");
         assert_eq!(st.moved_maps, 0);
+        if slack > 0 {
+            assert!(st.slack_pages > 0, "{strategy}: some areas were handed out whole, larger");
+        }
     }
 }
 
 #[test]
 fn stress_global() {
-    run(Strategy::Global);
+    run(Strategy::Global, 0);
 }
 
 #[test]
 fn stress_split() {
-    run(Strategy::Split);
+    run(Strategy::Split, 0);
 }
 
 #[test]
 fn stress_nodes() {
-    run(Strategy::Nodes);
+    run(Strategy::Nodes, 0);
+}
+
+/// Nodes with the default space's slack: the slack pages are filled and checked too.
+#[test]
+fn stress_nodes_slack() {
+    run(Strategy::Nodes, DEFAULT_SPACE_LAZY_SLACK_PERCENT);
 }
