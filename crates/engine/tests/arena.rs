@@ -425,19 +425,24 @@ fn areas_above_the_pools_share_one_lazy_list() {
     .unwrap();
 }
 
+/// One Nodes arena, pools up to 16 pages and no thread caches, with `slack` percent of lazy
+/// slack.
+fn slack_opts(slack: u64) -> ArenaOptions {
+    ArenaOptions {
+        pool_max_pages: 16,
+        thread_cache: false,
+        lazy_slack_percent: slack,
+        ..opts(Strategy::Nodes)
+    }
+}
+
 /// `lazy_slack_percent`: a lazy area at most that share larger than a request is handed out
 /// whole, with its guard where it was (no new guard prepared, no split counted, every page
 /// back on the lazy list when it is freed); one page more than the slack and it is split.
 #[test]
 fn a_lazy_area_within_the_slack_is_handed_out_whole() {
     let rec = Arc::new(Recorder::default());
-    let o = ArenaOptions {
-        pool_max_pages: 16,
-        thread_cache: false,
-        lazy_slack_percent: 50,
-        ..opts(Strategy::Nodes)
-    };
-    let a = Arena::new("slack", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let a = Arena::new("slack", 0, 1 << 20, slack_opts(50), Box::new(RecBacking(rec.clone()))).unwrap();
     let x = a.alloc(&AllocRequest::pages(300)).unwrap();
     a.free(x.start).unwrap();
     let prepared = rec.prepared.lock().unwrap().len();
@@ -466,13 +471,7 @@ fn a_lazy_area_within_the_slack_is_handed_out_whole() {
 #[test]
 fn the_slack_applies_without_splits_and_to_joins() {
     let rec = Arc::new(Recorder::default());
-    let o = ArenaOptions {
-        pool_max_pages: 16,
-        thread_cache: false,
-        lazy_slack_percent: 25,
-        lazy_split: false,
-        ..opts(Strategy::Nodes)
-    };
+    let o = ArenaOptions { lazy_split: false, ..slack_opts(25) };
     let a = Arena::new("slack-nosplit", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
     let x = a.alloc(&AllocRequest::pages(100)).unwrap();
     a.free(x.start).unwrap();
@@ -484,13 +483,7 @@ fn the_slack_applies_without_splits_and_to_joins() {
     a.free(far.start).unwrap();
     a.check().unwrap();
 
-    let o = ArenaOptions {
-        pool_max_pages: 16,
-        thread_cache: false,
-        lazy_slack_percent: 25,
-        ..opts(Strategy::Nodes)
-    };
-    let a = Arena::new("slack-join", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let a = Arena::new("slack-join", 0, 1 << 20, slack_opts(25), Box::new(RecBacking(rec.clone()))).unwrap();
     let p = a.alloc(&AllocRequest::pages(40)).unwrap();
     let q = a.alloc(&AllocRequest::pages(40)).unwrap();
     assert_eq!(q.start, p.start + 40, "adjacent");
