@@ -1121,14 +1121,15 @@ impl Shared {
         // slack of the request is handed out whole; a larger one is split: the front is
         // handed out (the caller installs its new guard), the rest stays lazy and reusable
         // with the old guard at its end.
-        let best = g
+        let Some((l, whole)) = g
             .lazy_tree
             .best_fit(pages, r.align_pages)
-            .filter(|l| l.pages == pages || self.opts.lazy_split || self.within_slack(pages, l.pages));
-        let Some(l) = best else {
+            .map(|l| (l, self.within_slack(pages, l.pages)))
+            .filter(|&(_, whole)| whole || self.opts.lazy_split)
+        else {
             return self.node_join(g, r);
         };
-        let take = if self.within_slack(pages, l.pages) { l.pages } else { pages };
+        let take = if whole { l.pages } else { pages };
         // The list keeps the order of the frees (a purge keeps the newest): the rest of a
         // split area takes the area's place.
         g.lazy_tree.take_front(l.start, take);
@@ -1142,10 +1143,10 @@ impl Shared {
         Some(Taken { start: l.start, pages: take, fresh: false, split })
     }
 
-    /// True when a lazy area of `area_pages` may serve a request of `pages` whole: it is at
-    /// most `lazy_slack_percent` larger. Splitting it would install a guard page inside
-    /// resident memory, which costs a TLB shootdown while other threads run (DESIGN.md,
-    /// section 2).
+    /// True when a lazy area of `area_pages` may serve a request of `pages` whole: it is that
+    /// size or at most `lazy_slack_percent` larger. Splitting it would install a guard page
+    /// inside resident memory, which costs a TLB shootdown while other threads run (DESIGN.md,
+    /// sections 2 and 14).
     #[inline]
     fn within_slack(&self, pages: u64, area_pages: u64) -> bool {
         area_pages >= pages

@@ -1,6 +1,6 @@
 //! Step Move (tiers 1 and 2): which lazy areas give their memory to an area carved from the
-//! tree or to a lazy run's growth, what becomes of them, what the purge heals afterwards, and what a refused move leaves.
-//! The backing records the moves instead of making them; `tests/page_moves.rs` of the vmarena
+//! tree or to a lazy run's growth, what becomes of them, what the purge heals afterwards, and
+//! what a refused move leaves. The backing records the moves instead of making them; `tests/page_moves.rs` of the vmarena
 //! crate moves real memory.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -54,8 +54,8 @@ pub const DEFAULT_SPACE_LAZY_SLACK_PERCENT: u64 = 50;
 /// The default space's arena options: [`ArenaOptions::default`] with the pools stopping at
 /// [`DEFAULT_SPACE_POOL_MAX_PAGES`], [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's lazy
 /// threshold and no headroom above it, and [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] of slack,
-/// then the environment (a malformed variable is reported
-/// on stderr and ignored, as [`ArenaOptions::from_env`] does).
+/// then the environment (a malformed variable is reported on stderr and ignored, as
+/// [`ArenaOptions::from_env`] does).
 pub fn default_space_options() -> ArenaOptions {
     let kernel = ArenaOptions::default();
     ArenaOptions {
