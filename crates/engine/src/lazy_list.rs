@@ -7,18 +7,28 @@
 //! - size order, for reuse: the smallest reusable area that fits a request;
 //! - address order, for joins and extensions: runs of adjacent reusable areas.
 //!
-//! A plain vector in free order served the first and made the other two a scan of every entry
-//! on every allocation; with all of a program's large freed areas on one list (`shared_lazy`)
-//! that scan was over a third of the instructions of a run of xthread through the shim
-//! (DESIGN.md, section 4, Shared lazy list).
+//! Layout: the areas live in a slab of slots (`u32` links, no `unsafe`); a freed slot is
+//! reused by the next push, so after warm-up pushes and takes allocate nothing.
+//! - Free order is a doubly linked list through the slots, oldest at the head.
+//! - Size order is one bin per page count up to [`BIN_PAGES`], each a doubly linked list with
+//!   the newest area at its head, and a two-level bitmap of the bins that hold any; areas
+//!   above [`BIN_PAGES`] pages sit in one ordered set. The fit is the smallest size that fits,
+//!   and among areas of that size the one that took it last (the most recently freed, or the
+//!   rest of a more recent split), as the pools hand out their newest entry.
+//! - Address order is an ordered map keyed by each area's end, which a split (the front handed
+//!   out, the rest left in place) does not change.
+//!
+//! Three B-trees did this before, with up to six updates for a split reuse: under callgrind
+//! they were most of the engine's instructions on xthread through the shim (DESIGN.md, section
+//! 4, Shared lazy list).
 //!
 //! Invariants (checked by [`LazyList::check`]):
-//! - every area is in `by_age` once, under its own stamp; `by_size` and `by_start` hold
-//!   exactly the reusable ones, with the same stamp;
-//! - `pages` is the sum of the areas' pages; areas do not overlap.
+//! - the free-order list holds every area once, stamps rising from head to tail;
+//! - the bins and the large set hold exactly the reusable areas, each under its size; the
+//!   bitmap marks exactly the non-empty bins; `by_end` holds exactly the reusable areas;
+//! - `pages` is the sum of the areas' pages, `len` their number; areas do not overlap.
 //!
-//! An area whose front is handed out keeps its stamp: the rest of a split area takes the
-//! area's place in free order, as before.
+//! An area whose front is handed out keeps its stamp and its place in free order.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,25 +42,79 @@ pub(crate) struct LazyArea {
     pub reusable: bool,
 }
 
+/// Sizes with a bin of their own: 1 to `BIN_PAGES` pages (4 MiB of 4 KiB pages, the top of
+/// the shim's size classes). Larger areas go to `large`.
+const BIN_PAGES: u64 = 1024;
+const BIN_WORDS: usize = (BIN_PAGES as usize).div_ceil(64);
+/// No slot.
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    area: LazyArea,
+    /// Free-order stamp: higher is newer.
+    stamp: u64,
+    /// When the area took its present size (a free, or the rest of a split), from
+    /// `next_seq`: higher is more recent. Orders the large set.
+    seq: u64,
+    /// Free-order links.
+    older: u32,
+    newer: u32,
+    /// Links within the area's bin (binned reusable areas only); `prev` toward the head.
+    bin_prev: u32,
+    bin_next: u32,
+}
+
 /// See the module documentation.
-#[derive(Default)]
 pub(crate) struct LazyList {
-    /// The next free-order stamp.
+    slots: Vec<Slot>,
+    /// Unused slots, reused first.
+    spare: Vec<u32>,
+    /// Free order: oldest and newest area.
+    oldest: u32,
+    newest: u32,
     next_stamp: u64,
-    /// Every area by stamp: free order, oldest first.
-    by_age: BTreeMap<u64, LazyArea>,
-    /// Reusable areas as `(pages, start, stamp)`.
-    by_size: BTreeSet<(u64, u64, u64)>,
-    /// Reusable areas by start: `(stamp, pages)`.
-    by_start: BTreeMap<u64, (u64, u64)>,
-    /// Pages of all areas.
+    next_seq: u64,
+    /// Head (newest) of each size's bin, index `pages - 1`; empty until the first reusable
+    /// area is binned.
+    bins: Vec<u32>,
+    /// Bit `i % 64` of word `i / 64` set: bin `i` is not empty.
+    bin_words: [u64; BIN_WORDS],
+    /// Bit `w` set: `bin_words[w]` is not zero.
+    bin_summary: u64,
+    /// Reusable areas above `BIN_PAGES`: `(pages, !seq, slot)`, so the one that took its size
+    /// last comes first, as at the head of a bin.
+    large: BTreeSet<(u64, u64, u32)>,
+    /// Reusable areas by end: slot.
+    by_end: BTreeMap<u64, u32>,
+    len: usize,
     pages: u64,
+}
+
+impl Default for LazyList {
+    fn default() -> Self {
+        LazyList {
+            slots: Vec::new(),
+            spare: Vec::new(),
+            oldest: NIL,
+            newest: NIL,
+            next_stamp: 0,
+            next_seq: 0,
+            bins: Vec::new(),
+            bin_words: [0; BIN_WORDS],
+            bin_summary: 0,
+            large: BTreeSet::new(),
+            by_end: BTreeMap::new(),
+            len: 0,
+            pages: 0,
+        }
+    }
 }
 
 impl LazyList {
     /// Number of areas.
     pub fn len(&self) -> usize {
-        self.by_age.len()
+        self.len
     }
 
     /// Pages of all areas.
@@ -59,111 +123,288 @@ impl LazyList {
     }
 
     /// The areas in free order, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &LazyArea> {
-        self.by_age.values()
+    pub fn iter(&self) -> impl Iterator<Item = &LazyArea> + '_ {
+        let first = (self.oldest != NIL).then_some(self.oldest);
+        std::iter::successors(first, |&i| {
+            let n = self.slots[i as usize].newer;
+            (n != NIL).then_some(n)
+        })
+        .map(|i| &self.slots[i as usize].area)
     }
 
     /// Add a freed area as the newest.
     pub fn push(&mut self, a: LazyArea) {
         let stamp = self.next_stamp;
         self.next_stamp += 1;
-        self.insert(stamp, a);
-    }
-
-    fn insert(&mut self, stamp: u64, a: LazyArea) {
-        self.by_age.insert(stamp, a);
-        if a.reusable {
-            self.by_size.insert((a.pages, a.start, stamp));
-            self.by_start.insert(a.start, (stamp, a.pages));
+        let slot =
+            Slot { area: a, stamp, seq: 0, older: self.newest, newer: NIL, bin_prev: NIL, bin_next: NIL };
+        let i = match self.spare.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 lazy areas")
+            }
+        };
+        match self.newest {
+            NIL => self.oldest = i,
+            n => self.slots[n as usize].newer = i,
         }
+        self.newest = i;
+        self.len += 1;
         self.pages += a.pages;
+        if a.reusable {
+            self.index(i);
+        }
     }
 
-    fn remove_stamp(&mut self, stamp: u64) -> LazyArea {
-        let a = self.by_age.remove(&stamp).expect("stamp on the list");
-        if a.reusable {
-            self.by_size.remove(&(a.pages, a.start, stamp));
-            self.by_start.remove(&a.start);
+    /// Take the area in slot `i` out of free order and the indexes; the slot becomes spare.
+    fn remove_slot(&mut self, i: u32) -> LazyArea {
+        let s = self.slots[i as usize];
+        if s.area.reusable {
+            self.unindex(i);
         }
-        self.pages -= a.pages;
-        a
+        match s.older {
+            NIL => self.oldest = s.newer,
+            o => self.slots[o as usize].newer = s.newer,
+        }
+        match s.newer {
+            NIL => self.newest = s.older,
+            n => self.slots[n as usize].older = s.older,
+        }
+        self.spare.push(i);
+        self.len -= 1;
+        self.pages -= s.area.pages;
+        s.area
+    }
+
+    /// Add the reusable area in slot `i` to its size bin (or the large set) and to `by_end`.
+    fn index(&mut self, i: u32) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.slots[i as usize].seq = seq;
+        let area = self.slots[i as usize].area;
+        self.by_end.insert(area.start + area.pages, i);
+        if area.pages > BIN_PAGES {
+            self.large.insert((area.pages, !seq, i));
+            return;
+        }
+        if self.bins.is_empty() {
+            self.bins = vec![NIL; BIN_PAGES as usize];
+        }
+        let b = (area.pages - 1) as usize;
+        let head = self.bins[b];
+        self.slots[i as usize].bin_prev = NIL;
+        self.slots[i as usize].bin_next = head;
+        if head != NIL {
+            self.slots[head as usize].bin_prev = i;
+        }
+        self.bins[b] = i;
+        self.bin_words[b / 64] |= 1 << (b % 64);
+        self.bin_summary |= 1 << (b / 64);
+    }
+
+    /// Undo [`LazyList::index`] for slot `i`.
+    fn unindex(&mut self, i: u32) {
+        let Slot { area, seq, bin_prev, bin_next, .. } = self.slots[i as usize];
+        self.by_end.remove(&(area.start + area.pages));
+        if area.pages > BIN_PAGES {
+            self.large.remove(&(area.pages, !seq, i));
+            return;
+        }
+        let b = (area.pages - 1) as usize;
+        match bin_prev {
+            NIL => self.bins[b] = bin_next,
+            p => self.slots[p as usize].bin_next = bin_next,
+        }
+        if bin_next != NIL {
+            self.slots[bin_next as usize].bin_prev = bin_prev;
+        }
+        if self.bins[b] == NIL {
+            self.bin_words[b / 64] &= !(1 << (b % 64));
+            if self.bin_words[b / 64] == 0 {
+                self.bin_summary &= !(1 << (b / 64));
+            }
+        }
+    }
+
+    /// The first non-empty bin at index `b` or above.
+    fn next_bin(&self, b: usize) -> Option<usize> {
+        if b >= BIN_PAGES as usize {
+            return None;
+        }
+        let (w, bit) = (b / 64, b % 64);
+        let here = self.bin_words[w] & (u64::MAX << bit);
+        if here != 0 {
+            return Some(w * 64 + here.trailing_zeros() as usize);
+        }
+        let above = if w + 1 < 64 { self.bin_summary & (u64::MAX << (w + 1)) } else { 0 };
+        (above != 0).then(|| {
+            let w = above.trailing_zeros() as usize;
+            w * 64 + self.bin_words[w].trailing_zeros() as usize
+        })
+    }
+
+    /// The slot of the reusable area that starts at `start`.
+    fn slot_at(&self, start: u64) -> Option<u32> {
+        let (_, &i) = self.by_end.range(start + 1..).next()?;
+        (self.slots[i as usize].area.start == start).then_some(i)
     }
 
     /// The smallest reusable area of at least `pages` whose start is a multiple of
-    /// `align_pages` (the lowest start among equals), left on the list.
+    /// `align_pages`, left on the list. Among areas of one size, the one that took that size
+    /// last: the most recently freed, or the rest of a more recent split.
     pub fn best_fit(&self, pages: u64, align_pages: u64) -> Option<LazyArea> {
-        self.by_size
+        let aligned = |i: u32| self.slots[i as usize].area.start & (align_pages - 1) == 0;
+        let mut b = pages.max(1) - 1;
+        while let Some(found) = self.next_bin(b as usize) {
+            let mut i = self.bins[found];
+            while i != NIL {
+                if aligned(i) {
+                    return Some(self.slots[i as usize].area);
+                }
+                i = self.slots[i as usize].bin_next;
+            }
+            b = found as u64 + 1;
+        }
+        self.large
             .range((pages, 0, 0)..)
-            .find(|&&(_, start, _)| start & (align_pages - 1) == 0)
-            .map(|&(_, _, stamp)| self.by_age[&stamp])
+            .find(|&&(_, _, i)| aligned(i))
+            .map(|&(_, _, i)| self.slots[i as usize].area)
     }
 
     /// Hand out the first `pages` pages of the reusable area at `start`: the area leaves the
     /// list, or its rest stays in its place in free order. Returns the area as it was.
     pub fn take_front(&mut self, start: u64, pages: u64) -> LazyArea {
-        let (stamp, _) = *self.by_start.get(&start).expect("a reusable area starts there");
-        let a = self.remove_stamp(stamp);
+        let i = self.slot_at(start).expect("a reusable area starts there");
+        let a = self.slots[i as usize].area;
         assert!(pages <= a.pages, "the front fits the area");
-        if pages < a.pages {
-            self.insert(stamp, LazyArea { start: a.start + pages, pages: a.pages - pages, reusable: true });
+        if pages == a.pages {
+            return self.remove_slot(i);
         }
+        self.reshape(i, LazyArea { start: a.start + pages, pages: a.pages - pages, reusable: true });
         a
+    }
+
+    /// Give the area in slot `i` a new extent and reusability, keeping its stamp and its place
+    /// in free order.
+    fn reshape(&mut self, i: u32, to: LazyArea) {
+        let from = self.slots[i as usize].area;
+        if from.reusable {
+            self.unindex(i);
+        }
+        self.slots[i as usize].area = to;
+        self.pages = self.pages - from.pages + to.pages;
+        if to.reusable {
+            self.index(i);
+        }
     }
 
     /// The reusable areas in address order.
     pub fn by_address(&self) -> Vec<LazyArea> {
-        self.by_start.iter().map(|(&start, &(_, pages))| LazyArea { start, pages, reusable: true }).collect()
+        self.by_end.values().map(|&i| self.slots[i as usize].area).collect()
     }
 
     /// The reusable areas whose start lies in `[lo, hi)`, in address order.
     pub fn reusable_in(&self, lo: u64, hi: u64) -> Vec<LazyArea> {
-        self.by_start
-            .range(lo..hi)
-            .map(|(&start, &(_, pages))| LazyArea { start, pages, reusable: true })
+        self.by_end
+            .range(lo + 1..)
+            .map(|(_, &i)| self.slots[i as usize].area)
+            .skip_while(|a| a.start < lo)
+            .take_while(|a| a.start < hi)
             .collect()
     }
 
     /// Keep the areas for which `f` returns true, visiting them oldest first; `f` may shrink
     /// an area it keeps (its stamp stays).
     pub fn retain_mut(&mut self, mut f: impl FnMut(&mut LazyArea) -> bool) {
-        let stamps: Vec<u64> = self.by_age.keys().copied().collect();
-        for stamp in stamps {
-            let before = self.by_age[&stamp];
+        let mut i = self.oldest;
+        while i != NIL {
+            let next = self.slots[i as usize].newer;
+            let before = self.slots[i as usize].area;
             let mut a = before;
-            let keep = f(&mut a);
-            if !keep || a != before {
-                self.remove_stamp(stamp);
-                if keep {
-                    self.insert(stamp, a);
-                }
+            if !f(&mut a) {
+                self.remove_slot(i);
+            } else if a != before {
+                self.reshape(i, a);
             }
+            i = next;
         }
     }
 
     /// Check the invariants of the module documentation.
     pub fn check(&self) -> Result<(), String> {
-        let reusable: Vec<(u64, &LazyArea)> =
-            self.by_age.iter().filter(|(_, a)| a.reusable).map(|(s, a)| (*s, a)).collect();
-        if reusable.len() != self.by_size.len() || reusable.len() != self.by_start.len() {
+        let mut seen = vec![false; self.slots.len()];
+        let (mut n, mut sum, mut reusable) = (0usize, 0u64, 0usize);
+        let (mut i, mut prev, mut last_stamp) = (self.oldest, NIL, None::<u64>);
+        while i != NIL {
+            let s = self.slots.get(i as usize).ok_or_else(|| format!("lazy list: slot {i} out of range"))?;
+            if std::mem::replace(&mut seen[i as usize], true) || s.older != prev {
+                return Err(format!("lazy list: free order broken at slot {i}"));
+            }
+            if last_stamp.is_some_and(|l| l >= s.stamp) {
+                return Err(format!("lazy list: stamps out of order at {:#x}", s.area.start));
+            }
+            last_stamp = Some(s.stamp);
+            n += 1;
+            sum += s.area.pages;
+            if s.area.reusable {
+                reusable += 1;
+                if self.by_end.get(&(s.area.start + s.area.pages)) != Some(&i) {
+                    return Err(format!(
+                        "lazy list: area {:#x}+{} missing by address",
+                        s.area.start, s.area.pages
+                    ));
+                }
+                if s.area.pages > BIN_PAGES && !self.large.contains(&(s.area.pages, !s.seq, i)) {
+                    return Err(format!(
+                        "lazy list: area {:#x}+{} missing by size",
+                        s.area.start, s.area.pages
+                    ));
+                }
+            }
+            (prev, i) = (i, s.newer);
+        }
+        if prev != self.newest || n != self.len || n + self.spare.len() != self.slots.len() {
             return Err(format!(
-                "lazy list: {} reusable areas, {} by size, {} by start",
-                reusable.len(),
-                self.by_size.len(),
-                self.by_start.len()
+                "lazy list: {n} areas in free order, {} counted, {} slots, {} spare",
+                self.len,
+                self.slots.len(),
+                self.spare.len()
             ));
         }
-        for (stamp, a) in reusable {
-            if !self.by_size.contains(&(a.pages, a.start, stamp))
-                || self.by_start.get(&a.start) != Some(&(stamp, a.pages))
-            {
-                return Err(format!("lazy list: area {:#x}+{} missing from an index", a.start, a.pages));
-            }
-        }
-        let sum: u64 = self.by_age.values().map(|a| a.pages).sum();
         if sum != self.pages {
             return Err(format!("lazy list: {} pages counted, {sum} on the list", self.pages));
         }
-        let mut spans: Vec<(u64, u64)> = self.by_age.values().map(|a| (a.start, a.start + a.pages)).collect();
+        let mut binned = 0;
+        for (b, &head) in self.bins.iter().enumerate() {
+            let marked = self.bin_words[b / 64] >> (b % 64) & 1 == 1;
+            if marked != (head != NIL)
+                || (self.bin_words[b / 64] != 0) != (self.bin_summary >> (b / 64) & 1 == 1)
+            {
+                return Err(format!("lazy list: bitmap wrong for the bin of {} pages", b + 1));
+            }
+            let (mut i, mut prev) = (head, NIL);
+            while i != NIL {
+                let s = &self.slots[i as usize];
+                if !seen[i as usize] || !s.area.reusable || s.area.pages != b as u64 + 1 || s.bin_prev != prev
+                {
+                    return Err(format!("lazy list: bin of {} pages holds a wrong entry", b + 1));
+                }
+                binned += 1;
+                (prev, i) = (i, s.bin_next);
+            }
+        }
+        if binned + self.large.len() != reusable || self.by_end.len() != reusable {
+            return Err(format!(
+                "lazy list: {reusable} reusable areas, {binned} binned and {} large, {} by address",
+                self.large.len(),
+                self.by_end.len()
+            ));
+        }
+        let mut spans: Vec<(u64, u64)> = self.iter().map(|a| (a.start, a.start + a.pages)).collect();
         spans.sort_unstable();
         if let Some(w) = spans.windows(2).find(|w| w[0].1 > w[1].0) {
             return Err(format!("lazy list: areas {:#x?} and {:#x?} overlap", w[0], w[1]));
@@ -233,6 +474,173 @@ mod tests {
     }
 
     #[test]
+    fn equal_sizes_give_the_newest_and_large_areas_fit_too() {
+        let mut l = LazyList::default();
+        l.push(area(0, 20));
+        l.push(area(100, 20));
+        l.push(area(200, 20));
+        assert_eq!(l.best_fit(20, 1), Some(area(200, 20)), "the most recently freed of a size");
+        assert_eq!(l.best_fit(20, 8), Some(area(200, 20)));
+        assert_eq!(l.best_fit(20, 64), Some(area(0, 20)), "alignment walks the bin");
+        l.take_front(200, 20);
+        assert_eq!(l.best_fit(20, 1), Some(area(100, 20)));
+        // Above the bins: the large set, still smallest first and newest among equals.
+        l.push(area(10_000, 5000));
+        l.push(area(20_000, 3000));
+        l.push(area(30_000, 3000));
+        assert_eq!(l.best_fit(1500, 1), Some(area(30_000, 3000)));
+        assert_eq!(l.best_fit(1500, 32), Some(area(20_000, 3000)), "30,000 is not a multiple of 32");
+        assert_eq!(l.best_fit(3001, 1), Some(area(10_000, 5000)));
+        assert_eq!(l.best_fit(5001, 1), None);
+        // A split of a large area can move it into a bin.
+        assert_eq!(l.take_front(10_000, 4500), area(10_000, 5000));
+        assert_eq!(l.best_fit(400, 1), Some(area(14_500, 500)));
+        l.check().unwrap();
+    }
+
+    #[test]
+    fn the_bitmap_finds_bins_across_words() {
+        let mut l = LazyList::default();
+        for (i, pages) in [1u64, 63, 64, 65, 128, 129, 700, 1023, 1024].into_iter().enumerate() {
+            l.push(area(i as u64 * 10_000, pages));
+        }
+        for (want, ask) in [
+            (1, 1),
+            (63, 2),
+            (64, 64),
+            (65, 65),
+            (128, 66),
+            (129, 129),
+            (700, 130),
+            (1023, 701),
+            (1024, 1024),
+        ] {
+            assert_eq!(l.best_fit(ask, 1).map(|a| a.pages), Some(want), "a request of {ask} pages");
+        }
+        assert_eq!(l.best_fit(1025, 1), None);
+        // Emptying a bin clears its bit, and its word's summary bit with the last one.
+        for start in [20_000, 30_000] {
+            l.take_front(start, l.best_fit(64, 1).unwrap().pages);
+        }
+        assert_eq!(l.best_fit(64, 1).map(|a| a.pages), Some(128));
+        l.check().unwrap();
+    }
+
+    #[test]
+    fn slots_are_reused_and_address_ranges_are_exact() {
+        let mut l = LazyList::default();
+        for i in 0..4 {
+            l.push(area(i * 100, 50));
+        }
+        l.take_front(100, 50);
+        l.take_front(200, 50);
+        l.push(area(1000, 10));
+        l.push(area(2000, 10));
+        assert_eq!(l.slots.len(), 4, "spare slots first");
+        assert_eq!(l.iter().map(|a| a.start).collect::<Vec<_>>(), vec![0, 300, 1000, 2000]);
+        // An area that starts before `lo` is not in the range, though it ends inside it.
+        assert_eq!(l.reusable_in(10, 1000), vec![area(300, 50)]);
+        assert_eq!(l.reusable_in(0, 1001), vec![area(0, 50), area(300, 50), area(1000, 10)]);
+        l.check().unwrap();
+    }
+
+    /// Random pushes, fits, splits, whole takes, shrinks and removals against a plain vector
+    /// in free order with the same rule (smallest size, then the one that took it last): every fit, the free
+    /// order, the address order and the page count agree after every step.
+    #[test]
+    fn random_operations_match_a_plain_vector() {
+        for seed in 1..=8u64 {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut rnd = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let mut l = LazyList::default();
+            // (when the area took its size, area), in free order, oldest first.
+            let mut model: Vec<(u64, LazyArea)> = Vec::new();
+            let (mut next_start, mut seq) = (0u64, 0u64);
+            for step in 0..3000 {
+                let what = rnd(10);
+                if what < 4 || model.is_empty() {
+                    // Sizes in and above the bins, gaps between areas so that some touch.
+                    let pages = if rnd(8) == 0 { BIN_PAGES - 2 + rnd(5) } else { 1 + rnd(80) };
+                    next_start += rnd(2) * rnd(4);
+                    let a = LazyArea { start: next_start, pages, reusable: rnd(6) != 0 };
+                    next_start += pages;
+                    l.push(a);
+                    model.push((seq, a));
+                    seq += 1;
+                } else if what < 8 {
+                    let big = rnd(4) == 0;
+                    let pages = 1 + rnd(if big { BIN_PAGES + 4 } else { 90 });
+                    let align = 1u64 << rnd(4);
+                    let want = model
+                        .iter()
+                        .filter(|(_, a)| a.reusable && a.pages >= pages && a.start % align == 0)
+                        .min_by_key(|(s, a)| (a.pages, std::cmp::Reverse(*s)))
+                        .map(|(_, a)| *a);
+                    assert_eq!(
+                        l.best_fit(pages, align),
+                        want,
+                        "seed {seed} step {step}: fit of {pages}/{align}"
+                    );
+                    if let Some(a) = want {
+                        let take = if rnd(2) == 0 { a.pages } else { pages };
+                        assert_eq!(l.take_front(a.start, take), a);
+                        let k = model.iter().position(|(_, m)| *m == a).unwrap();
+                        if take == a.pages {
+                            model.remove(k);
+                        } else {
+                            model[k] = (
+                                seq,
+                                LazyArea { start: a.start + take, pages: a.pages - take, reusable: true },
+                            );
+                            seq += 1;
+                        }
+                    }
+                } else {
+                    // A purge-like pass: drop some areas, shrink the front of others.
+                    let (mut i, cut) = (0usize, rnd(3));
+                    let mut mine = Vec::new();
+                    l.retain_mut(|a| {
+                        assert_eq!(*a, model[i].1, "seed {seed} step {step}: visit order");
+                        i += 1;
+                        let keep = rnd(5) != 0;
+                        if keep && a.pages > cut {
+                            *a =
+                                LazyArea { start: a.start + cut, pages: a.pages - cut, reusable: a.reusable };
+                        }
+                        mine.push(keep.then_some(*a));
+                        keep
+                    });
+                    let mut kept = Vec::new();
+                    for ((s, before), after) in model.into_iter().zip(mine) {
+                        if let Some(a) = after {
+                            kept.push(if a == before { (s, a) } else { (seq, a) });
+                            seq += (a != before) as u64;
+                        }
+                    }
+                    model = kept;
+                }
+                assert_eq!(
+                    l.iter().copied().collect::<Vec<_>>(),
+                    model.iter().map(|m| m.1).collect::<Vec<_>>()
+                );
+                let mut by_addr: Vec<LazyArea> = model.iter().map(|m| m.1).filter(|a| a.reusable).collect();
+                by_addr.sort_by_key(|a| a.start);
+                assert_eq!(l.by_address(), by_addr);
+                assert_eq!(l.pages(), model.iter().map(|m| m.1.pages).sum::<u64>());
+                if step % 100 == 0 {
+                    l.check().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+                }
+            }
+            l.check().unwrap();
+        }
+    }
+
+    #[test]
     fn check_finds_a_broken_index() {
         let mut l = LazyList::default();
         l.push(area(0, 10));
@@ -240,7 +648,16 @@ mod tests {
         assert!(l.check().unwrap_err().contains("overlap"));
         let mut l = LazyList::default();
         l.push(area(0, 10));
-        l.by_size.clear();
+        l.by_end.clear();
         assert!(l.check().is_err());
+        let mut l = LazyList::default();
+        l.push(area(0, 10));
+        l.bin_words[0] = 0;
+        assert!(l.check().unwrap_err().contains("bitmap"));
+        let mut l = LazyList::default();
+        l.push(area(0, 10));
+        l.push(area(20, 10));
+        l.slots[1].older = NIL;
+        assert!(l.check().unwrap_err().contains("free order"));
     }
 }
