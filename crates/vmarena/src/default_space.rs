@@ -4,18 +4,18 @@
 //! [`ArenaOptions`](vmarena_engine::ArenaOptions) (for example `VMARENA_SPACE_BYTES`,
 //! `VMARENA_STRATEGY`). A malformed variable is reported once on stderr and the default used.
 //!
-//! Four arena defaults differ from [`ArenaOptions::default`] (DESIGN.md, section 14); the
+//! Three arena defaults differ from [`ArenaOptions::default`] (DESIGN.md, section 14); the
 //! environment overrides each:
 //!
 //! - the size pools stop at [`DEFAULT_SPACE_POOL_MAX_PAGES`] (64 KiB). The default space serves
 //!   the preload shim and `VmAlloc`, whose requests start at 64 KiB and come in many sizes;
 //!   above the pools a freed area can be split, joined and extended for a request of another
 //!   size, while a pool entry serves only its own size and holds its memory until a purge;
-//! - the lazy threshold is [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's, and
-//! - it does not rise while live memory is below its peak (`lazy_headroom` off). Freed large
-//!   areas are what the next large requests reuse without faults; the kernel's threshold is
-//!   sized for its own small areas, and below what xthread keeps reusing, while the headroom
-//!   let malloc-large keep more at its peak than the larger fixed threshold does;
+//! - the lazy threshold is [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's, and it rises
+//!   while live memory is below its peak (`lazy_headroom`, as for every arena), so resident
+//!   memory stays within the live peak plus that threshold. Freed large areas are what the next
+//!   large requests reuse without faults; the kernel's threshold is sized for its own small
+//!   areas, and below what xthread keeps reusing;
 //! - a lazy area up to [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] larger than a request is handed out
 //!   whole (the kernel always splits). A split installs a guard page in resident memory, a TLB
 //!   shootdown while other threads run; the shim's size classes are a quarter of a doubling
@@ -53,7 +53,7 @@ pub const DEFAULT_SPACE_LAZY_SLACK_PERCENT: u64 = 50;
 
 /// The default space's arena options: [`ArenaOptions::default`] with the pools stopping at
 /// [`DEFAULT_SPACE_POOL_MAX_PAGES`], [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's lazy
-/// threshold and no headroom above it, and [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] of slack,
+/// threshold, and [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] of slack,
 /// then the environment (a malformed variable is reported on stderr and ignored, as
 /// [`ArenaOptions::from_env`] does).
 pub fn default_space_options() -> ArenaOptions {
@@ -61,7 +61,6 @@ pub fn default_space_options() -> ArenaOptions {
     ArenaOptions {
         pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES,
         lazy_max_pages: DEFAULT_SPACE_LAZY_MAX_FACTOR * kernel.lazy_max(),
-        lazy_headroom: false,
         lazy_slack_percent: DEFAULT_SPACE_LAZY_SLACK_PERCENT,
         ..kernel
     }
@@ -78,9 +77,10 @@ pub fn existing_default_space() -> Option<&'static VmSpace> {
 mod tests {
     use super::*;
 
-    /// The four defaults that differ, where the environment leaves them alone.
+    /// The three defaults that differ, and the headroom that does not, where the environment
+    /// leaves them alone.
     #[test]
-    fn the_default_space_differs_from_the_arena_defaults_in_four_options() {
+    fn the_default_space_differs_from_the_arena_defaults_in_three_options() {
         let o = default_space_options();
         let kernel = ArenaOptions::default();
         if std::env::var_os("VMARENA_POOL_MAX_PAGES").is_none() {
@@ -92,7 +92,7 @@ mod tests {
             assert_eq!(kernel.lazy_max_pages, 0, "the arena default is the kernel's formula");
         }
         if std::env::var_os("VMARENA_LAZY_HEADROOM").is_none() {
-            assert!(!o.lazy_headroom && kernel.lazy_headroom);
+            assert!(o.lazy_headroom && kernel.lazy_headroom, "the threshold rises below the live peak");
         }
         if std::env::var_os("VMARENA_LAZY_SLACK_PERCENT").is_none() {
             assert_eq!(o.lazy_slack_percent, DEFAULT_SPACE_LAZY_SLACK_PERCENT);

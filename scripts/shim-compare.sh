@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One of the shim's benchmark programs under several settings, in interleaved runs: per
+# setting the median and range of the work time, the median task clock of the whole process
+# (perf stat, CPU seconds over all threads), the median peak RSS and the median minor faults.
+# A setting is "name|VAR=value ..." (the environment of that run; LD_PRELOAD among it).
+# Build first: cargo build --release. Needs perf (linux-perf).
+#
+#   scripts/shim-compare.sh RUNS PROGRAM [PROGRAM ARGS ...] -- SETTING ...
+#
+#   scripts/shim-compare.sh 9 vmarena-xthread --min-kib 64 --ops 50000 -- \
+#       "mimalloc|LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2" \
+#       "vmarena|LD_PRELOAD=$PWD/target/release/libvmarena_preload.so" \
+#       "no headroom|LD_PRELOAD=$PWD/target/release/libvmarena_preload.so VMARENA_LAZY_HEADROOM=0"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 4 ] || usage
+runs=$1 prog=$2
+shift 2
+args=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
+[ "${1:-}" = "--" ] || usage
+shift
+[ $# -ge 1 ] || usage
+bin=target/release/$prog
+[ -x "$bin" ] || { echo "no $bin: cargo build --release" >&2; exit 1; }
+command -v perf >/dev/null || { echo "perf is needed (apt-get install linux-perf)" >&2; exit 1; }
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for ((r = 1; r <= runs; r++)); do
+  for s in "$@"; do
+    # The setting's words are environment assignments, split on spaces.
+    # shellcheck disable=SC2086
+    line=$({ perf stat -x, -e task-clock env ${s#*|} "$bin" --idle-ms 0 "${args[@]}"; } 2>&1)
+    cpu=$(awk -F, '/task-clock/ { print $1 / 1000 }' <<<"$line")
+    work=$(field work_s <<<"$line")
+    [ -n "$work" ] || { echo "setting '${s%%|*}' printed no result: $line" >&2; exit 1; }
+    echo "${s%%|*}|$work $(field peak_rss_kib <<<"$line") $(field minor_faults <<<"$line") $cpu" >>"$out"
+  done
+  echo "run $r of $runs done" >&2
+done
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+printf '| setting | work s, median (range) | task clock s | peak RSS MiB | minor faults |\n|---|---|---|---|---|\n'
+for s in "$@"; do
+  name=${s%%|*}
+  rows=$(awk -F'|' -v n="$name" '$1 == n { print $2 }' "$out")
+  col() { cut -d' ' -f"$1" <<<"$rows"; }
+  printf '| %s | %.3f (%.3f-%.3f) | %.3f | %.0f | %.0f |\n' "$name" \
+    "$(col 1 | median)" "$(col 1 | sort -g | head -1)" "$(col 1 | sort -g | tail -1)" \
+    "$(col 4 | median)" "$(col 2 | median | awk '{ print $1 / 1024 }')" "$(col 3 | median)"
+done
