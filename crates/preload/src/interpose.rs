@@ -9,7 +9,7 @@
 
 use crate::next::{self, Next};
 use crate::stats::{count, COUNTERS as C};
-use crate::{bootstrap, in_space, space, threshold};
+use crate::{bootstrap, glibc_thresholds, in_space, space, threshold};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};
@@ -88,9 +88,12 @@ fn bad_pointer(call: &str, p: *mut c_void, e: &VmError) -> ! {
 }
 
 fn vm_free(p: *mut c_void) {
-    let r = catch_unwind(|| space().map(|s| s.vfree(p.cast())));
+    let r = catch_unwind(|| space().map(|s| s.vfree_sized(p.cast())));
     match r {
-        Ok(Some(Ok(()))) => count(&C.vm_frees, 1),
+        Ok(Some(Ok(bytes))) => {
+            count(&C.vm_frees, 1);
+            glibc_thresholds::freed(bytes);
+        }
         Ok(Some(Err(e))) => bad_pointer("free", p, &e),
         _ => bad_pointer("free", p, &VmError::NotLive(p as usize)),
     }

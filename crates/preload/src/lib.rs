@@ -24,6 +24,9 @@
 //! itself. A large request vmarena cannot serve (space exhausted) falls back to the next
 //! allocator; routing by address keeps that correct.
 //!
+//! With glibc next, every large free the shim serves moves glibc's mmap and trim thresholds as
+//! glibc itself would had it served the block ([`glibc_thresholds`]).
+//!
 //! Fork: `pthread_atfork` handlers hold every lock of the default space across `fork()`
 //! ([`fork`]), so the child can allocate and free; the purge worker restarts in the child on
 //! first need.
@@ -36,6 +39,7 @@
 
 pub mod bootstrap;
 mod fork;
+pub mod glibc_thresholds;
 pub mod interpose;
 pub mod next;
 pub mod stats;
@@ -70,6 +74,9 @@ pub(crate) fn on_ready() {
     THRESHOLD.store(opts.threshold.max(1), Relaxed);
     if opts.stats {
         stats::switch_on(opts.lock_timing);
+    }
+    if let Some(m) = next::get().and_then(|n| n.glibc_mallopt).filter(|_| opts.glibc_thresholds) {
+        glibc_thresholds::enable(m);
     }
     fork::register();
 }

@@ -44,6 +44,9 @@ pub struct Next {
     pub memalign: Option<AlignedAlloc>,
     pub valloc: Option<Malloc>,
     pub pvalloc: Option<Malloc>,
+    /// `mallopt`, when both it and `malloc` come from the C library: the next allocator is
+    /// glibc's ([`crate::glibc_thresholds`]).
+    pub glibc_mallopt: Option<crate::glibc_thresholds::Mallopt>,
 }
 
 struct Slot(UnsafeCell<Option<Next>>);
@@ -77,8 +80,10 @@ fn resolve() -> Option<&'static Next> {
     if STATE.compare_exchange(UNRESOLVED, RESOLVING, Ordering::Acquire, Ordering::Acquire).is_err() {
         return None; // being resolved, or READY since our load: the caller retries or bootstraps
     }
+    let malloc: Malloc = sym(c"malloc").unwrap_or(__libc_malloc);
+    let mallopt: Option<crate::glibc_thresholds::Mallopt> = sym(c"mallopt");
     let next = Next {
-        malloc: sym(c"malloc").unwrap_or(__libc_malloc),
+        malloc,
         free: sym(c"free").unwrap_or(__libc_free),
         calloc: sym(c"calloc").unwrap_or(__libc_calloc),
         realloc: sym(c"realloc").unwrap_or(__libc_realloc),
@@ -88,6 +93,7 @@ fn resolve() -> Option<&'static Next> {
         memalign: sym(c"memalign"),
         valloc: sym(c"valloc"),
         pvalloc: sym(c"pvalloc"),
+        glibc_mallopt: mallopt.filter(|&m| in_libc(malloc as *const c_void) && in_libc(m as *const c_void)),
     };
     // SAFETY: only the thread that won the CAS writes, before publishing READY.
     unsafe { *NEXT.0.get() = Some(next) };
@@ -95,6 +101,22 @@ fn resolve() -> Option<&'static Next> {
     crate::on_ready();
     // SAFETY: as in `get`.
     unsafe { (*NEXT.0.get()).as_ref() }
+}
+
+/// True when the code at `f` belongs to the C library (`libc.so.*`), by `dladdr`.
+fn in_libc(f: *const c_void) -> bool {
+    // SAFETY: an all-zero Dl_info is a valid value to be overwritten.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads the address and writes `info`; `dli_fname` is null or a
+    // NUL-terminated path owned by the loader for as long as the object stays loaded (the C
+    // library is never unloaded).
+    if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: see above.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    file.starts_with(b"libc.so")
 }
 
 /// The next definition of `name` after this library, as a function pointer of type `F`.

@@ -17,6 +17,8 @@ options_table! {
         stats: bool = false, "bool", "VMARENA_PRELOAD_STATS";
         /// With `stats`: also count acquisitions and time how long each lock is held.
         lock_timing: bool = false, "bool", "VMARENA_PRELOAD_LOCK_TIMING";
+        /// With glibc next: each large free raises glibc's mmap and trim thresholds as glibc's own free of that block would.
+        glibc_thresholds: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_THRESHOLDS";
     }
 }
 

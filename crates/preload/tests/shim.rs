@@ -91,6 +91,16 @@ fn the_threshold_comes_from_the_environment() {
     assert_case_ok(&case("threshold", &[("VMARENA_PRELOAD_THRESHOLD", "4096")], &[]), "threshold");
 }
 
+/// A large free through the shim moves glibc's trim threshold as glibc's own free of that
+/// block would (its heap keeps 2 MiB of freed small blocks at its top instead of trimming at
+/// 128 KiB), and the option turns that off.
+#[test]
+fn large_frees_move_glibcs_thresholds_as_its_own_frees_would() {
+    assert_case_ok(&case("glibc_thresholds", &[], &[]), "glibc_thresholds");
+    let off = [("VMARENA_PRELOAD_GLIBC_THRESHOLDS", "0")];
+    assert_case_ok(&case("glibc_thresholds", &off, &[]), "glibc_thresholds");
+}
+
 #[test]
 fn threads_that_exit_keep_their_patterns() {
     assert_case_ok(&case("threads", &[], &[]), "threads");
@@ -238,5 +248,5 @@ fn readme_lists_the_shims_options_as_declared() {
         assert!(readme.contains(&row), "README.md lacks the row\n{row}");
         seen += 1;
     }
-    assert_eq!(seen, 3, "every option of PreloadOptions was found in stats.rs");
+    assert_eq!(seen, 4, "every option of PreloadOptions was found in stats.rs");
 }

@@ -539,20 +539,29 @@ impl VmSpace {
     /// live area of this space is refused and nothing changes.
     #[inline]
     pub fn vfree(&self, p: *mut u8) -> Result<(), VmError> {
+        self.vfree_sized(p).map(|_| ())
+    }
+
+    /// [`VmSpace::vfree`] that also tells how many usable bytes the area had (what
+    /// [`VmSpace::size`] said of it; 0 for null), found on the way at no extra cost.
+    #[inline]
+    pub fn vfree_sized(&self, p: *mut u8) -> Result<usize, VmError> {
         if p.is_null() {
-            return Ok(());
+            return Ok(0);
         }
         let start = self.start_page(p as usize)?;
         // A small area into this thread's cache (only areas of the space's own memory have
         // a state word, so the kind needs no check).
-        if let Some(r) = self.arena.free_cached(start) {
-            return r.map(|_| ()).map_err(|_| VmError::NotLive(p as usize));
-        }
-        self.vfree_slow(p, start)
+        let pages = match self.arena.free_cached(start) {
+            Some(r) => r.map_err(|_| VmError::NotLive(p as usize))?.pages,
+            None => self.vfree_slow(p, start)?,
+        };
+        Ok(((pages - self.guard_pages) as usize) << self.page_shift)
     }
 
     #[inline(never)]
-    fn vfree_slow(&self, p: *mut u8, start: u64) -> Result<(), VmError> {
+    /// The area's pages, guard included.
+    fn vfree_slow(&self, p: *mut u8, start: u64) -> Result<u64, VmError> {
         let _inside = reentry::enter();
         if self.mapped_live.load(Relaxed) > 0 {
             match self.arena.lookup(start) {
@@ -561,7 +570,7 @@ impl VmSpace {
             }
         }
         // `vfree` tried the thread cache already.
-        self.arena.free_uncached(start).map(|_| ()).map_err(|_| VmError::NotLive(p as usize))
+        self.arena.free_uncached(start).map(|a| a.pages).map_err(|_| VmError::NotLive(p as usize))
     }
 
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`. Takes no

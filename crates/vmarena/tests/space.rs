@@ -33,6 +33,23 @@ fn vmalloc_family_on_real_memory() {
     }
 }
 
+/// `vfree_sized` reports what `size` said of the area, for small areas (thread caches) and
+/// large ones, and refuses what `vfree` refuses.
+#[test]
+fn vfree_sized_reports_the_usable_bytes() {
+    for st in Strategy::ALL {
+        let s = space(st);
+        for bytes in [1usize, 4096, 5000, 300 << 10, 3 << 20] {
+            let p = s.vmalloc(bytes).unwrap().as_ptr();
+            let usable = s.size(p).unwrap();
+            assert!(usable >= bytes);
+            assert_eq!(s.vfree_sized(p), Ok(usable), "{st} {bytes}");
+            assert!(s.vfree_sized(p).is_err(), "{st}: a second free is refused");
+        }
+        assert_eq!(s.vfree_sized(std::ptr::null_mut()), Ok(0));
+    }
+}
+
 #[test]
 fn vzalloc_clears_reused_dirty_memory() {
     let s = space(Strategy::Nodes);

@@ -1,7 +1,7 @@
 /* The preload shim from C: run under LD_PRELOAD=libvmarena_preload.so (crates/preload/tests/shim.rs).
  *
  * Usage: shim_test <case>, cases: routing, threshold, fork, threads, dlopen, early,
- * foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
+ * glibc_thresholds, foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -235,6 +235,40 @@ static void dlopen_case(size_t thr, const char *lib) {
     dlclose(h);
 }
 
+/* glibc's main heap after 2 MiB of blocks below the shim's threshold were allocated and freed
+ * again, newest first: the size of its top chunk (mallinfo2's keepcost), which glibc trims
+ * down to its pad whenever it passes the trim threshold. */
+static size_t top_after_small_churn(void) {
+    enum { N = 64, SZ = 32 << 10 };
+    void *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = malloc(SZ);
+        CHECK(b[i] && !is_vm(b[i]));
+        if (b[i]) memset(b[i], 1, SZ);
+    }
+    for (int i = N - 1; i >= 0; i--) free(b[i]);
+    return mallinfo2().keepcost;
+}
+
+/* A 4 MiB block freed through the shim moves glibc's trim threshold to 8 MiB, as glibc's own
+ * free of a mapped 4 MiB block would: the next 2 MiB freed at the top of its heap stay there.
+ * With VMARENA_PRELOAD_GLIBC_THRESHOLDS=0 glibc keeps trimming at 128 KiB. */
+static void glibc_thresholds_case(size_t thr) {
+    const char *opt = getenv("VMARENA_PRELOAD_GLIBC_THRESHOLDS");
+    int follows = !(opt && !strcmp(opt, "0"));
+    CHECK(thr > (32 << 10));
+    size_t before = top_after_small_churn();
+    char *big = malloc(4 << 20);
+    CHECK(big && is_vm(big));
+    if (big) memset(big, 1, 4 << 20);
+    free(big);
+    size_t after = top_after_small_churn();
+    printf("top of glibc's heap after the churn: %zu bytes before the large free, %zu after\n", before, after);
+    CHECK(before < (1 << 20));
+    if (follows) CHECK(after >= (2 << 20) - (64 << 10));
+    else CHECK(after < (1 << 20));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: shim_test <case> [lib]\n"); return 2; }
     vm_size = (size_fn)dlsym(RTLD_DEFAULT, "vmarena_size");
@@ -246,6 +280,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "threads")) threads(thr);
     else if (!strcmp(c, "fork")) fork_case(thr);
     else if (!strcmp(c, "dlopen")) dlopen_case(thr, argc > 2 ? argv[2] : "");
+    else if (!strcmp(c, "glibc_thresholds")) glibc_thresholds_case(thr);
     else if (!strcmp(c, "foreign_free")) {
         /* Not vmarena's: the next allocator decides (glibc aborts on an invalid pointer). */
         static char not_heap[64];

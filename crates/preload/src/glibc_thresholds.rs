@@ -1,0 +1,103 @@
+//! glibc's dynamic thresholds, moved as glibc would move them had it served the large blocks.
+//!
+//! glibc maps every block at or above its mmap threshold (128 KiB at start) separately, and
+//! when the program frees such a block of S bytes (S up to 32 MiB) it raises the mmap
+//! threshold to S and its trim threshold to 2 S: a program that frees large blocks will ask
+//! for them again, so glibc serves them from its heaps from then on and stops giving the tops
+//! of its heaps back to the kernel every time they pass 128 KiB. Under the shim glibc never
+//! sees those blocks, so it keeps trimming at 128 KiB: on xthread, 134 `MADV_DONTNEED` and 155
+//! `mprotect` calls a run on glibc's heaps against 58 calls in all without the shim, each made
+//! while glibc holds the lock of the arena that the other thread's frees are waiting for
+//! (DESIGN.md, section 14, "glibc's thresholds").
+//!
+//! So each large free the shim serves goes through glibc's rule: a freed area of S usable
+//! bytes, more than any before and at most 32 MiB, sets glibc's mmap threshold to S and its
+//! trim threshold to 2 S with glibc's own `mallopt`. Setting them turns glibc's own
+//! adjustment off, which loses nothing: the blocks glibc still sees are below the shim's
+//! threshold, hence below S, and glibc maps none of them either way (a large request vmarena
+//! cannot serve, which falls back to glibc, is mapped or not by S as glibc's own rule would
+//! have it).
+//!
+//! Only when the next allocator is glibc: its `malloc` and its `mallopt` both come from the C
+//! library (`dladdr`). jemalloc and mimalloc decide for themselves. `VMARENA_PRELOAD_GLIBC_THRESHOLDS=0`
+//! leaves glibc's thresholds alone.
+//!
+//! State: the size last set ([`SET_BYTES`], rising only) and a try-lock ([`SETTING`]) held
+//! while `mallopt` runs, so that two raises cannot apply out of order. A free that finds the
+//! lock taken skips the raise (the next larger free makes it); no thread ever waits, so a
+//! `fork` in the middle cannot leave the child stuck.
+#![allow(unsafe_code)]
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// glibc's `mallopt`.
+pub type Mallopt = unsafe extern "C" fn(c_int, c_int) -> c_int;
+
+/// glibc's mmap threshold at start, and so the size to pass before anything is set.
+pub const GLIBC_MMAP_THRESHOLD_BYTES: usize = 128 << 10;
+/// The largest freed block glibc raises its thresholds to (`DEFAULT_MMAP_THRESHOLD_MAX`, 64-bit).
+pub const GLIBC_MMAP_THRESHOLD_MAX_BYTES: usize = 32 << 20;
+const M_TRIM_THRESHOLD: c_int = -1;
+const M_MMAP_THRESHOLD: c_int = -3;
+
+/// The mmap threshold this module last set (glibc's own before the first).
+static SET_BYTES: AtomicUsize = AtomicUsize::new(GLIBC_MMAP_THRESHOLD_BYTES);
+/// Held while `mallopt` runs.
+static SETTING: AtomicBool = AtomicBool::new(false);
+/// Off until [`enable`] (the option on and the next allocator glibc).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// glibc's `mallopt`, stored before [`ENABLED`] turns on.
+static MALLOPT: AtomicUsize = AtomicUsize::new(0);
+
+/// Follow the shim's large frees from now on, through `mallopt`.
+pub fn enable(mallopt: Mallopt) {
+    MALLOPT.store(mallopt as usize, Ordering::Relaxed);
+    ENABLED.store(true, Ordering::Release);
+}
+
+/// True once [`enable`] ran.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Acquire)
+}
+
+/// The mmap threshold glibc has from this module (its own start value before the first raise).
+pub fn set_bytes() -> usize {
+    SET_BYTES.load(Ordering::Relaxed)
+}
+
+/// The shim freed an area of `bytes` usable bytes: apply glibc's rule (see the module doc).
+/// One relaxed load and a compare unless the area is larger than any before.
+#[inline]
+pub fn freed(bytes: usize) {
+    if bytes <= SET_BYTES.load(Ordering::Relaxed) || bytes > GLIBC_MMAP_THRESHOLD_MAX_BYTES {
+        return;
+    }
+    raise(bytes);
+}
+
+#[cold]
+fn raise(bytes: usize) {
+    if !enabled() || SETTING.swap(true, Ordering::Acquire) {
+        return;
+    }
+    if bytes > SET_BYTES.load(Ordering::Relaxed) {
+        // SAFETY: stored by `enable` from glibc's `mallopt` before ENABLED (acquire above).
+        let mallopt: Mallopt =
+            unsafe { std::mem::transmute::<usize, Mallopt>(MALLOPT.load(Ordering::Relaxed)) };
+        // Both fit in a C int: at most 32 MiB and 64 MiB. glibc's `mallopt` takes its main
+        // arena's lock and no lock of ours is held.
+        // SAFETY: glibc's `mallopt` with two of its documented parameters.
+        let ok = unsafe {
+            mallopt(M_MMAP_THRESHOLD, bytes as c_int) == 1
+                && mallopt(M_TRIM_THRESHOLD, 2 * bytes as c_int) == 1
+        };
+        if ok {
+            SET_BYTES.store(bytes, Ordering::Relaxed);
+        } else {
+            // A C library that refuses these parameters is left alone from now on.
+            ENABLED.store(false, Ordering::Relaxed);
+        }
+    }
+    SETTING.store(false, Ordering::Release);
+}
