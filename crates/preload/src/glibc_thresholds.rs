@@ -19,13 +19,18 @@
 //! have it).
 //!
 //! Only when the next allocator is glibc: its `malloc` and its `mallopt` both come from the C
-//! library (`dladdr`). jemalloc and mimalloc decide for themselves. `VMARENA_PRELOAD_GLIBC_THRESHOLDS=0`
-//! leaves glibc's thresholds alone.
+//! library (`dladdr`). jemalloc and mimalloc decide for themselves. A program that sets any of
+//! glibc's four threshold parameters itself turns glibc's own adjustment off, and so this one:
+//! through `mallopt` (the shim passes the call on and stops here), `GLIBC_TUNABLES`
+//! (`glibc.malloc.trim_threshold`, `top_pad`, `mmap_threshold`, `mmap_max`) or the older
+//! `MALLOC_TRIM_THRESHOLD_`-style variables. `VMARENA_PRELOAD_GLIBC_THRESHOLDS=0` leaves glibc's
+//! thresholds alone as well.
 //!
 //! State: the size last set ([`SET_BYTES`], rising only) and a try-lock ([`SETTING`]) held
 //! while `mallopt` runs, so that two raises cannot apply out of order. A free that finds the
-//! lock taken skips the raise (the next larger free makes it); no thread ever waits, so a
-//! `fork` in the middle cannot leave the child stuck.
+//! lock taken skips the raise (the next larger free makes it). Only the program's own
+//! `mallopt` waits for it, and not forever, so a `fork` in the middle cannot leave the child
+//! stuck.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
@@ -50,10 +55,46 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// glibc's `mallopt`, stored before [`ENABLED`] turns on.
 static MALLOPT: AtomicUsize = AtomicUsize::new(0);
 
-/// Follow the shim's large frees from now on, through `mallopt`.
+/// glibc's parameters whose setting turns its dynamic thresholds off (`M_TRIM_THRESHOLD`,
+/// `M_TOP_PAD`, `M_MMAP_THRESHOLD`, `M_MMAP_MAX`).
+pub const FIXING_PARAMS: [c_int; 4] = [-1, -2, -3, -4];
+
+/// Follow the shim's large frees from now on, through `mallopt`, unless the environment sets
+/// one of glibc's thresholds (see the module doc).
 pub fn enable(mallopt: Mallopt) {
+    if environment_fixes_thresholds(|k| std::env::var(k).ok()) {
+        return;
+    }
     MALLOPT.store(mallopt as usize, Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
+}
+
+/// Stop following, before the program sets a threshold of its own: no raise starts after
+/// this, and one under way is waited for (a bounded wait: after a `fork` the flag may be held
+/// by a thread the child does not have), so the program's value is applied last.
+pub fn disable() {
+    ENABLED.store(false, Ordering::SeqCst);
+    for _ in 0..10_000 {
+        if !SETTING.load(Ordering::SeqCst) {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// True when `var` (an environment lookup) sets one of glibc's thresholds.
+pub fn environment_fixes_thresholds(var: impl Fn(&str) -> Option<String>) -> bool {
+    const OLD: [&str; 4] =
+        ["MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_MMAP_MAX_"];
+    const TUNABLES: [&str; 4] = [
+        "glibc.malloc.trim_threshold=",
+        "glibc.malloc.top_pad=",
+        "glibc.malloc.mmap_threshold=",
+        "glibc.malloc.mmap_max=",
+    ];
+    OLD.iter().any(|k| var(k).is_some())
+        || var("GLIBC_TUNABLES")
+            .is_some_and(|t| t.split(':').any(|kv| TUNABLES.iter().any(|p| kv.starts_with(p))))
 }
 
 /// True once [`enable`] ran.
@@ -78,10 +119,11 @@ pub fn freed(bytes: usize) {
 
 #[cold]
 fn raise(bytes: usize) {
-    if !enabled() || SETTING.swap(true, Ordering::Acquire) {
+    if !enabled() || SETTING.swap(true, Ordering::SeqCst) {
         return;
     }
-    if bytes > SET_BYTES.load(Ordering::Relaxed) {
+    // Checked again under the flag: `disable` clears ENABLED before it waits for the flag.
+    if ENABLED.load(Ordering::SeqCst) && bytes > SET_BYTES.load(Ordering::Relaxed) {
         // SAFETY: stored by `enable` from glibc's `mallopt` before ENABLED (acquire above).
         let mallopt: Mallopt =
             unsafe { std::mem::transmute::<usize, Mallopt>(MALLOPT.load(Ordering::Relaxed)) };
@@ -100,4 +142,24 @@ fn raise(bytes: usize) {
         }
     }
     SETTING.store(false, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_fixes_thresholds_as_glibc_reads_it() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert!(!environment_fixes_thresholds(env(&[])));
+        assert!(!environment_fixes_thresholds(env(&[("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")])));
+        assert!(environment_fixes_thresholds(env(&[(
+            "GLIBC_TUNABLES",
+            "glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=1"
+        )])));
+        assert!(environment_fixes_thresholds(env(&[("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0")])));
+        assert!(environment_fixes_thresholds(env(&[("MALLOC_TOP_PAD_", "0")])));
+    }
 }

@@ -234,6 +234,22 @@ fn vm_realloc(n: Option<&Next>, p: *mut c_void, size: usize) -> *mut c_void {
     q
 }
 
+/// `int mallopt(int param, int value)`: passed on to the next allocator. Setting one of glibc's
+/// thresholds turns glibc's dynamic thresholds off, and so the shim's mirror of them
+/// ([`glibc_thresholds`]).
+#[no_mangle]
+pub unsafe extern "C" fn mallopt(param: c_int, value: c_int) -> c_int {
+    let Some(f) = next::get().and_then(|n| n.mallopt) else {
+        return 0;
+    };
+    // SAFETY: the next allocator's mallopt with the caller's arguments.
+    let r = unsafe { f(param, value) };
+    if r == 1 && glibc_thresholds::FIXING_PARAMS.contains(&param) {
+        glibc_thresholds::disable();
+    }
+    r
+}
+
 /// `size_t malloc_usable_size(void *p)`
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {

@@ -12,6 +12,7 @@
 //! | `posix_memalign`, `aligned_alloc`, `memalign` | as above, and the alignment is a power of two | the next allocator |
 //! | `free`, `malloc_usable_size` | the address lies in the default space | the next allocator |
 //! | `realloc` | by address, then by the new size (blocks move across when they cross the threshold) | the next allocator |
+//! | `mallopt` | never (passed on; setting a threshold ends [`glibc_thresholds`]) | the next allocator |
 //!
 //! Sizes of 9 pages to 4 MiB sent to vmarena are rounded up to a size class, four per doubling
 //! of pages (`vmarena::size_class`), so that freed areas match later requests;

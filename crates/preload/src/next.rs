@@ -44,7 +44,9 @@ pub struct Next {
     pub memalign: Option<AlignedAlloc>,
     pub valloc: Option<Malloc>,
     pub pvalloc: Option<Malloc>,
-    /// `mallopt`, when both it and `malloc` come from the C library: the next allocator is
+    /// The next `mallopt` (the program's own calls are passed on to it).
+    pub mallopt: Option<crate::glibc_thresholds::Mallopt>,
+    /// `mallopt` when both it and `malloc` come from the C library: the next allocator is
     /// glibc's ([`crate::glibc_thresholds`]).
     pub glibc_mallopt: Option<crate::glibc_thresholds::Mallopt>,
 }
@@ -93,6 +95,7 @@ fn resolve() -> Option<&'static Next> {
         memalign: sym(c"memalign"),
         valloc: sym(c"valloc"),
         pvalloc: sym(c"pvalloc"),
+        mallopt,
         glibc_mallopt: mallopt.filter(|&m| in_libc(malloc as *const c_void) && in_libc(m as *const c_void)),
     };
     // SAFETY: only the thread that won the CAS writes, before publishing READY.

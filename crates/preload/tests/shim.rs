@@ -93,12 +93,17 @@ fn the_threshold_comes_from_the_environment() {
 
 /// A large free through the shim moves glibc's trim threshold as glibc's own free of that
 /// block would (its heap keeps 2 MiB of freed small blocks at its top instead of trimming at
-/// 128 KiB), and the option turns that off.
+/// 128 KiB); the option turns that off, and so does a threshold the program sets itself, with
+/// `mallopt` or in the environment, as it turns off glibc's own adjustment.
 #[test]
 fn large_frees_move_glibcs_thresholds_as_its_own_frees_would() {
-    assert_case_ok(&case("glibc_thresholds", &[], &[]), "glibc_thresholds");
-    let off = [("VMARENA_PRELOAD_GLIBC_THRESHOLDS", "0")];
-    assert_case_ok(&case("glibc_thresholds", &off, &[]), "glibc_thresholds");
+    let t = "glibc_thresholds";
+    let mode = |m: &str| PathBuf::from(m);
+    assert_case_ok(&case(t, &[], &[&mode("follows")]), t);
+    assert_case_ok(&case(t, &[("VMARENA_PRELOAD_GLIBC_THRESHOLDS", "0")], &[&mode("kept")]), t);
+    assert_case_ok(&case(t, &[], &[&mode("mallopt")]), t);
+    assert_case_ok(&case(t, &[("GLIBC_TUNABLES", "glibc.malloc.top_pad=131072")], &[&mode("kept")]), t);
+    assert_case_ok(&case(t, &[("MALLOC_TRIM_THRESHOLD_", "131072")], &[&mode("kept")]), t);
 }
 
 #[test]

@@ -252,18 +252,21 @@ static size_t top_after_small_churn(void) {
 
 /* A 4 MiB block freed through the shim moves glibc's trim threshold to 8 MiB, as glibc's own
  * free of a mapped 4 MiB block would: the next 2 MiB freed at the top of its heap stay there.
- * With VMARENA_PRELOAD_GLIBC_THRESHOLDS=0 glibc keeps trimming at 128 KiB. */
-static void glibc_thresholds_case(size_t thr) {
-    const char *opt = getenv("VMARENA_PRELOAD_GLIBC_THRESHOLDS");
-    int follows = !(opt && !strcmp(opt, "0"));
+ * mode "follows": that; "kept": glibc keeps trimming at 128 KiB (the shim's option off, or a
+ * threshold set in the environment); "mallopt": the program sets its own trim threshold first,
+ * which glibc's own adjustment respects, and so must the shim. */
+static void glibc_thresholds_case(size_t thr, const char *mode) {
+    int follows = !strcmp(mode, "follows");
+    CHECK(follows || !strcmp(mode, "kept") || !strcmp(mode, "mallopt"));
     CHECK(thr > (32 << 10));
+    if (!strcmp(mode, "mallopt")) CHECK(mallopt(M_TRIM_THRESHOLD, 128 << 10) == 1);
     size_t before = top_after_small_churn();
     char *big = malloc(4 << 20);
     CHECK(big && is_vm(big));
     if (big) memset(big, 1, 4 << 20);
     free(big);
     size_t after = top_after_small_churn();
-    printf("top of glibc's heap after the churn: %zu bytes before the large free, %zu after\n", before, after);
+    printf("%s: top of glibc's heap after the churn: %zu bytes before the large free, %zu after\n", mode, before, after);
     CHECK(before < (1 << 20));
     if (follows) CHECK(after >= (2 << 20) - (64 << 10));
     else CHECK(after < (1 << 20));
@@ -280,7 +283,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "threads")) threads(thr);
     else if (!strcmp(c, "fork")) fork_case(thr);
     else if (!strcmp(c, "dlopen")) dlopen_case(thr, argc > 2 ? argv[2] : "");
-    else if (!strcmp(c, "glibc_thresholds")) glibc_thresholds_case(thr);
+    else if (!strcmp(c, "glibc_thresholds")) glibc_thresholds_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "foreign_free")) {
         /* Not vmarena's: the next allocator decides (glibc aborts on an invalid pointer). */
         static char not_heap[64];
