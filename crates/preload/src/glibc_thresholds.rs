@@ -12,7 +12,10 @@
 //!
 //! So each large free the shim serves goes through glibc's rule: a freed area of S usable
 //! bytes, more than any before and at most 32 MiB, sets glibc's mmap threshold to S and its
-//! trim threshold to 2 S with glibc's own `mallopt`. Setting them turns glibc's own
+//! trim threshold to 2 S with glibc's own `mallopt`. S is what `malloc_usable_size` said: the
+//! request rounded up to its size class, or up to half more where a lazy area was handed out
+//! whole, so the thresholds can end up that much above glibc's (6 MiB on xthread, whose
+//! largest request is 4 MiB; `VMARENA_PRELOAD_STATS=1` prints them). Setting them turns glibc's own
 //! adjustment off, which loses nothing: the blocks glibc still sees are below the shim's
 //! threshold, hence below S, and glibc maps none of them either way (a large request vmarena
 //! cannot serve, which falls back to glibc, is mapped or not by S as glibc's own rule would
@@ -39,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// glibc's `mallopt`.
 pub type Mallopt = unsafe extern "C" fn(c_int, c_int) -> c_int;
 
-/// glibc's mmap threshold at start, and so the size to pass before anything is set.
+/// glibc's mmap threshold at start: frees of blocks up to this size change nothing.
 pub const GLIBC_MMAP_THRESHOLD_BYTES: usize = 128 << 10;
 /// The largest freed block glibc raises its thresholds to (`DEFAULT_MMAP_THRESHOLD_MAX`, 64-bit).
 pub const GLIBC_MMAP_THRESHOLD_MAX_BYTES: usize = 32 << 20;
@@ -102,7 +105,8 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Acquire)
 }
 
-/// The mmap threshold glibc has from this module (its own start value before the first raise).
+/// The mmap threshold glibc has from this module (its own start value before the first raise),
+/// for the exit summary; the trim threshold is twice it.
 pub fn set_bytes() -> usize {
     SET_BYTES.load(Ordering::Relaxed)
 }

@@ -125,6 +125,13 @@ extern "C" fn print_at_exit() {
         let s = snapshot();
         let mut out =
             format!("vmarena preload: pid {} threshold {} bytes\n", std::process::id(), crate::threshold());
+        if crate::glibc_thresholds::enabled() {
+            let mmap = crate::glibc_thresholds::set_bytes();
+            out.push_str(&format!(
+                "vmarena preload: glibc mmap threshold {mmap} bytes, trim threshold {}\n",
+                2 * mmap
+            ));
+        }
         for (name, v) in s.values() {
             out.push_str(&format!("vmarena preload: {name:<18} {v}\n"));
         }
