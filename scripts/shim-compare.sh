@@ -25,7 +25,7 @@ shift
 bin=target/release/$prog
 [ -x "$bin" ] || { echo "no $bin: cargo build --release" >&2; exit 1; }
 command -v perf >/dev/null || { echo "perf is needed (apt-get install linux-perf)" >&2; exit 1; }
-field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+. scripts/runs.sh
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 1; r <= runs; r++)); do
@@ -40,13 +40,11 @@ for ((r = 1; r <= runs; r++)); do
   done
   echo "run $r of $runs done" >&2
 done
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '| setting | work s, median (range) | task clock s | peak RSS MiB | minor faults |\n|---|---|---|---|---|\n'
 for s in "$@"; do
   name=${s%%|*}
-  rows=$(awk -F'|' -v n="$name" '$1 == n { print $2 }' "$out")
-  col() { cut -d' ' -f"$1" <<<"$rows"; }
-  printf '| %s | %.3f (%.3f-%.3f) | %.3f | %.0f | %.0f |\n' "$name" \
-    "$(col 1 | median)" "$(col 1 | sort -g | head -1)" "$(col 1 | sort -g | tail -1)" \
-    "$(col 4 | median)" "$(col 2 | median | awk '{ print $1 / 1024 }')" "$(col 3 | median)"
+  read -r work lo hi <<<"$(spread "$out" "$name" 1)"
+  printf '| %s | %.3f (%.3f-%.3f) | %.3f | %.0f | %.0f |\n' "$name" "$work" "$lo" "$hi" \
+    "$(values "$out" "$name" 4 | median)" "$(values "$out" "$name" 2 | median | awk '{ print $1 / 1024 }')" \
+    "$(values "$out" "$name" 3 | median)"
 done

@@ -26,7 +26,7 @@ settings=(
 )
 # The TLB row's sum, 0 where the kernel has none (then the column reads 0).
 tlb() { awk '/^ *TLB:/ { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i } END { print s + 0 }' /proc/interrupts; }
-field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+. scripts/runs.sh
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 1; r <= runs; r++)); do
@@ -39,14 +39,12 @@ for ((r = 1; r <= runs; r++)); do
   done
   echo "run $r of $runs done" >&2
 done
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '| setting | time s, median (range) | peak RSS MiB, median (highest) | minor faults | TLB shootdowns |\n|---|---|---|---|---|\n'
 for s in "${settings[@]}"; do
   name=${s%%|*}
-  rows=$(grep -F "$name|" "$out" | cut -d'|' -f2)
-  col() { cut -d' ' -f"$1" <<<"$rows"; }
-  printf '| %s | %.3f (%.3f-%.3f) | %.0f (%.0f) | %.0f | %.0f |\n' "$name" \
-    "$(col 1 | median)" "$(col 1 | sort -g | head -1)" "$(col 1 | sort -g | tail -1)" \
-    "$(col 2 | median | awk '{ print $1 / 1024 }')" "$(col 2 | sort -g | tail -1 | awk '{ print $1 / 1024 }')" \
-    "$(col 3 | median)" "$(col 4 | median)"
+  read -r work lo hi <<<"$(spread "$out" "$name" 1)"
+  read -r peak _ peak_hi <<<"$(spread "$out" "$name" 2)"
+  printf '| %s | %.3f (%.3f-%.3f) | %.0f (%.0f) | %.0f | %.0f |\n' "$name" "$work" "$lo" "$hi" \
+    "$(awk '{ print $1 / 1024 }' <<<"$peak")" "$(awk '{ print $1 / 1024 }' <<<"$peak_hi")" \
+    "$(values "$out" "$name" 3 | median)" "$(values "$out" "$name" 4 | median)"
 done
