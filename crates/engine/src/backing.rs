@@ -41,10 +41,10 @@ pub trait Backing: Send + Sync + 'static {
         false
     }
     /// Move the memory of each `(from, to, pages)` (plain data ranges, disjoint, no guard in
-    /// them) to `to`; `from` then reads as zero. Returns, per move, whether it happened; a
+    /// them) to `to`; `from` then reads as zero. Returns, per move, what became of it; a
     /// refused move leaves `from` as it was and `to` reading as zero.
-    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<bool> {
-        vec![false; moves.len()]
+    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<Moved> {
+        vec![Moved::No; moves.len()]
     }
     /// Undo what moves left in the ranges `(start_page, pages)`, which are free space now (no
     /// guard, no data): a memory space makes each one ordinary memory of its reservation again.
@@ -52,6 +52,18 @@ pub trait Backing: Send + Sync + 'static {
     fn heal(&self, _ranges: &[(u64, u64)]) -> usize {
         0
     }
+}
+
+/// What became of one move of [`Backing::move_pages`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moved {
+    /// Refused: `from` is as it was, `to` reads as zero.
+    No,
+    /// Moved, and the target is a mapping of its own until [`Backing::heal`] runs over it
+    /// once it is free space again (`mremap`).
+    Remapped,
+    /// Moved within the mapping: nothing to heal (`UFFDIO_MOVE`).
+    InPlace,
 }
 
 /// No memory behind the pages.

@@ -47,7 +47,7 @@ pub use arena::{
     AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport,
     SmallArea, Step, NO_NODE, UNKNOWN_BYTES,
 };
-pub use backing::{Backing, NoBacking};
+pub use backing::{Backing, Moved, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
 #[cfg(not(loom))]
 pub use fork::ForkGuard;

@@ -25,6 +25,7 @@
 //! the mappings they added pass [`MOVE_MAX_MAPS`].
 
 use crate::arena::Shared;
+use crate::backing::Moved;
 use crate::node::{LazyArea, Node, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
@@ -115,11 +116,14 @@ impl Shared {
         let (mut moved, mut maps, mut failed) = (0, 0, 0);
         let (mut whole, mut fronts) = (Vec::new(), Vec::new());
         let (mut keep_whole, mut keep_fronts) = (Vec::new(), Vec::new());
-        for (d, ok) in donors.iter().zip(done) {
+        for (d, how) in donors.iter().zip(done) {
             let range = (d.start, d.pages);
-            if ok {
+            if how != Moved::No {
                 moved += d.data;
-                maps += 2;
+                // A remapped range is a mapping of its own, and splits the one it left.
+                if how == Moved::Remapped {
+                    maps += 2;
+                }
             } else {
                 failed += 1;
                 if d.whole {
@@ -145,7 +149,7 @@ impl Shared {
             calls += self.backing.release_free(&spill) as u64;
         }
         calls += self.merge_batch(&whole, &fronts, &spill);
-        if moved > 0 {
+        if maps > 0 {
             self.mosaics.add(start, data, maps);
         }
         let c = &self.counters;

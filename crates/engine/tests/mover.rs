@@ -18,6 +18,8 @@ struct Log {
     retired: Mutex<Vec<(u64, u64)>>,
     healed: Mutex<Vec<(u64, u64)>>,
     refuse: AtomicBool,
+    /// Moves stay within the mapping (`UFFDIO_MOVE`): nothing to heal.
+    in_place: AtomicBool,
 }
 
 struct MoveBacking(Arc<Log>);
@@ -45,9 +47,16 @@ impl Backing for MoveBacking {
     fn moves_pages(&self) -> bool {
         true
     }
-    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<bool> {
+    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<Moved> {
         self.0.moves.lock().unwrap().extend_from_slice(moves);
-        vec![!self.0.refuse.load(Relaxed); moves.len()]
+        let how = if self.0.refuse.load(Relaxed) {
+            Moved::No
+        } else if self.0.in_place.load(Relaxed) {
+            Moved::InPlace
+        } else {
+            Moved::Remapped
+        };
+        vec![how; moves.len()]
     }
     fn heal(&self, r: &[(u64, u64)]) -> usize {
         self.0.healed.lock().unwrap().extend_from_slice(r);
@@ -179,6 +188,24 @@ fn the_purge_heals_an_area_once_its_whole_range_is_free() {
     assert_eq!(*log.healed.lock().unwrap(), vec![(c.start, (1 << 20) - c.start)]);
     let st = a.stats();
     assert_eq!((st.heals, st.moved_maps), (1, 0));
+    a.check().unwrap();
+}
+
+/// A move that stays within the mapping (`UFFDIO_MOVE`) moves the same memory but adds no
+/// mapping: nothing is recorded, so the purge heals nothing.
+#[test]
+fn an_in_place_move_leaves_nothing_to_heal() {
+    let (a, log) = arena(true);
+    log.in_place.store(true, Relaxed);
+    let _donor = lazy_between(&a);
+    let c = a.alloc(&AllocRequest::pages(1000)).unwrap();
+    let st = a.stats();
+    assert!(!c.fresh && st.moved_pages > 0 && st.page_moves > 0, "the donor's memory moved in: {st:?}");
+    assert_eq!(st.moved_maps, 0);
+    a.free(c.start).unwrap();
+    a.purge();
+    assert!(log.healed.lock().unwrap().is_empty(), "no mapping of its own: nothing to heal");
+    assert_eq!(a.stats().heals, 0);
     a.check().unwrap();
 }
 

@@ -21,6 +21,7 @@ pub mod psi;
 pub mod reentry;
 pub mod release;
 pub mod reservation;
+pub mod uffd;
 pub mod word_table;
 
 pub use release::Advice;

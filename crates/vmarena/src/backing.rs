@@ -5,12 +5,16 @@
 //! area is carved from the free tree and stay while the area sits in a pool (a pool hit makes
 //! no syscall); they are removed, in one batch, when a purge returns areas to the tree.
 //! Releasing memory covers data pages only; `MADV_DONTNEED` leaves guard markers in place.
-//! Moves (`mremap`) cover data pages only too; each leaves the moved range a mapping of its own
-//! until `heal` maps its range afresh once it is free space again.
+//! Moves cover data pages only too. Where the space registered its reservation with a
+//! userfaultfd (`uffd`), a move is a `UFFDIO_MOVE`: no mmap write lock, and the mapping stays
+//! whole. Otherwise, and for whatever that refuses, it is an `mremap`, which leaves the moved
+//! range a mapping of its own until `heal` maps its range afresh once it is free space again;
+//! `heal` registers what it maps.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use vmarena_engine::Backing;
+use vmarena_engine::{Backing, Moved};
+use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, page_move, release, Advice};
 
 pub(crate) struct MemoryBacking {
@@ -21,6 +25,9 @@ pub(crate) struct MemoryBacking {
     pub enforce_guards: bool,
     pub advice: Advice,
     pub guard_calls: Arc<AtomicU64>,
+    /// The userfaultfd the whole reservation is registered with, when moves may use it (shared
+    /// with the space, which registers what `vunmap` maps back).
+    pub uffd: Option<Arc<Uffd>>,
 }
 
 impl MemoryBacking {
@@ -36,6 +43,27 @@ impl MemoryBacking {
     /// The reservation takes transparent huge pages (a fresh mapping must ask for them again).
     fn huge(&self) -> bool {
         self.granule_pages > 1
+    }
+
+    /// One move of `len` bytes (see [`Backing::move_pages`]): by the userfaultfd where it takes
+    /// it, the rest by `mremap`. If the `mremap` is refused after part moved, that part is
+    /// released, so that the target reads as zero as a refused move must leave it.
+    fn move_one(&self, from: usize, to: usize, len: usize) -> Moved {
+        let done = self.uffd.as_ref().map_or(0, |u| u.move_pages(from, to, len));
+        if done == len {
+            return Moved::InPlace;
+        }
+        if page_move::move_pages(from + done, to + done, len - done, self.huge()) {
+            return Moved::Remapped;
+        }
+        // The refused mremap mapped the target afresh: register it again.
+        if let Some(u) = &self.uffd {
+            u.register(to + done, len - done);
+        }
+        if done > 0 {
+            release::release(&[(to, done)], Advice::DontNeed);
+        }
+        Moved::No
     }
 
     fn guard_range(&self, start: u64, pages: u64) -> (usize, usize) {
@@ -89,15 +117,21 @@ impl Backing for MemoryBacking {
         true
     }
 
-    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<bool> {
+    fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<Moved> {
         let b = |p: u64| p as usize * self.page_bytes;
-        moves
-            .iter()
-            .map(|&(from, to, pages)| page_move::move_pages(b(from), b(to), b(pages), self.huge()))
-            .collect()
+        moves.iter().map(|&(from, to, pages)| self.move_one(b(from), b(to), b(pages))).collect()
     }
 
     fn heal(&self, ranges: &[(u64, u64)]) -> usize {
-        page_move::remap_fresh(&self.byte_ranges(ranges), self.huge())
+        let bytes = self.byte_ranges(ranges);
+        let mut calls = page_move::remap_fresh(&bytes, self.huge());
+        if let Some(u) = &self.uffd {
+            // A fresh mapping is not registered: register it, so moves may land there again.
+            for &(a, l) in &bytes {
+                u.register(a, l);
+            }
+            calls += bytes.len();
+        }
+        calls
     }
 }

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use vmarena_engine::{
     AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats, UNKNOWN_BYTES,
 };
+use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, reentry, Reservation};
 
 /// Why a `VmSpace` call failed. Nothing was changed.
@@ -105,6 +106,8 @@ pub struct VmSpace {
     pub(crate) guard_pages: u64,
     guards_enforced: bool,
     huge_pages: bool,
+    /// The userfaultfd the reservation is registered with for moves (see `backing.rs`).
+    uffd: Option<Arc<Uffd>>,
     opts: SpaceOptions,
     memsets: AtomicU64,
     guard_calls: Arc<AtomicU64>,
@@ -181,6 +184,12 @@ impl VmSpace {
         // table before the area is touched, so only ranges inside large areas (or never used)
         // can take a huge page. Without enforced guards that would not hold.
         let huge_pages = opts.huge_pages && guards_enforced && pool.is_none() && reservation.advise_huge();
+        // Only memory spaces move pages (frames-backed ones do not).
+        let uffd = if opts.uffd_moves && arena_opts.page_moves && pool.is_none() {
+            Uffd::new().filter(|u| u.register(reservation.base(), reservation.len_bytes())).map(Arc::new)
+        } else {
+            None
+        };
         let backing = Box::new(MemoryBacking {
             page_bytes,
             granule_pages: if huge_pages {
@@ -192,6 +201,8 @@ impl VmSpace {
             enforce_guards: guards_enforced,
             advice: opts.release.0,
             guard_calls: Arc::new(AtomicU64::new(0)),
+            // Only memory spaces move pages (frames-backed ones do not).
+            uffd: uffd.clone(),
         });
         let guard_calls = backing.guard_calls.clone();
         let lo = (reservation.base() >> page_shift) as u64;
@@ -222,6 +233,7 @@ impl VmSpace {
             guard_pages: opts.guard_pages,
             guards_enforced,
             huge_pages,
+            uffd,
             opts,
             memsets: AtomicU64::new(0),
             guard_calls,
@@ -251,6 +263,15 @@ impl VmSpace {
     /// True when guard pages fault on access (the kernel has MADV_GUARD_INSTALL).
     pub fn guards_enforced(&self) -> bool {
         self.guards_enforced
+    }
+
+    /// Register `[addr, addr + len)` of the reservation with the space's userfaultfd again
+    /// after a fresh mapping replaced it, so that it merges with the reservation and moves may
+    /// land there.
+    pub(crate) fn reregister(&self, addr: usize, len: usize) {
+        if let Some(u) = &self.uffd {
+            u.register(addr, len);
+        }
     }
 
     /// True when large areas may fault in transparent huge pages (the `huge_pages` option,

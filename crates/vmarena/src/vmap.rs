@@ -300,6 +300,7 @@ impl VmSpace {
             if let Err(e) = r {
                 // SAFETY: as above; only pages of this call's area are touched.
                 let _ = unsafe { memfd::map_anonymous_fixed(base, frames.len() * pb, self.huge_pages()) };
+                self.reregister(base, frames.len() * pb);
                 return Err(VmError::NoSpace(format!(
                     "{}: mapping run {i} of {} frames failed: {e}",
                     self.name(),
@@ -318,6 +319,7 @@ impl VmSpace {
         // other call maps or unmaps them; anonymous memory goes back over them.
         unsafe { memfd::map_anonymous_fixed(addr, pages << self.page_shift, self.huge_pages()) }
             .unwrap_or_else(|e| panic!("{}: cannot unmap frames at {addr:#x}: {e}", self.name()));
+        self.reregister(addr, pages << self.page_shift);
         self.map_calls.fetch_add(1, Relaxed);
     }
 

@@ -1,17 +1,21 @@
 //! Step Move on real memory (tier 2): an area carved from the tree takes the bytes of a lazily
-//! freed area, a zeroed allocation still reads zero, and once everything is free again the
-//! reservation is one mapping. The concurrent case is in `stress.rs`.
+//! freed area, a zeroed allocation still reads zero, and the reservation is one mapping once
+//! everything is free again (`mremap`) or all along (`UFFDIO_MOVE`). The concurrent case is in
+//! `stress.rs`.
 
 mod common;
 
 use common::{fill, verify};
 use vmarena::*;
 use vmarena_platform::page_move::mappings_over;
+use vmarena_platform::uffd::Uffd;
 
 const PAGE: usize = 4096;
 
-fn space() -> VmSpace {
-    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+/// A space whose moves are `mremap`s (`uffd_moves` off) or `UFFDIO_MOVE`s where the kernel has
+/// them.
+fn space(uffd_moves: bool) -> VmSpace {
+    let so = SpaceOptions { space_bytes: 1 << 30, uffd_moves, ..Default::default() };
     let ao = ArenaOptions { nodes: 1, purge_thread: false, decay_interval_ms: 0, ..Default::default() };
     VmSpace::new("page-moves", so, ao).unwrap()
 }
@@ -35,7 +39,7 @@ fn lazy_between(s: &VmSpace, tag: u64) -> [*mut u8; 2] {
 
 #[test]
 fn a_new_area_holds_the_moved_bytes_and_the_mappings_heal_when_all_is_free() {
-    let s = space();
+    let s = space(false);
     assert_eq!(mappings(&s), 1);
     let outer = lazy_between(&s, 0xC0FFEE);
     let c = s.vmalloc(999 * PAGE).unwrap().as_ptr();
@@ -57,17 +61,51 @@ fn a_new_area_holds_the_moved_bytes_and_the_mappings_heal_when_all_is_free() {
     assert_eq!(s.resident_bytes(), 0);
 }
 
+/// The same move by `UFFDIO_MOVE`: the bytes arrive, and the reservation never splits, so
+/// there is nothing to heal.
 #[test]
-fn a_zeroed_allocation_of_moved_memory_reads_zero() {
-    let s = space();
-    let outer = lazy_between(&s, 0xBAD);
-    let c = s.vzalloc(999 * PAGE).unwrap().as_ptr();
-    assert_eq!(s.stats(false).arena.moved_pages, 299);
-    // SAFETY: `c` is a live area of 999 pages.
-    let bytes = unsafe { std::slice::from_raw_parts(c, 999 * PAGE) };
-    assert!(bytes.iter().all(|&b| b == 0), "vzalloc cleared the moved pages");
-    for p in outer.into_iter().chain([c]) {
+fn a_move_by_userfaultfd_leaves_the_reservation_one_mapping() {
+    if Uffd::new().is_none() {
+        eprintln!("no UFFDIO_MOVE on this kernel: only the mremap moves are tested");
+        return;
+    }
+    let s = space(true);
+    let outer = lazy_between(&s, 0xFACADE);
+    let c = s.vmalloc(999 * PAGE).unwrap().as_ptr();
+    let st = s.stats(false).arena;
+    assert_eq!((st.page_moves, st.moved_pages, st.move_failures, st.moved_maps), (1, 299, 0, 0));
+    verify(c, 299 * PAGE, 0xFACADE);
+    // SAFETY: the page lies inside the live area `c`.
+    assert_eq!(unsafe { *c.add(500 * PAGE) }, 0);
+    fill(c, 999 * PAGE, 9);
+    assert_eq!(mappings(&s), 1, "a move by userfaultfd adds no mapping");
+    // The donor's range is free space reading zero, and can be carved and written again.
+    let d = s.vmalloc(299 * PAGE).unwrap().as_ptr();
+    fill(d, 299 * PAGE, 11);
+    verify(c, 999 * PAGE, 9);
+    for p in outer.into_iter().chain([c, d]) {
         s.vfree(p).unwrap();
     }
+    s.shrink();
     s.check().unwrap();
+    assert_eq!(s.stats(false).arena.heals, 0);
+    assert_eq!(mappings(&s), 1);
+    assert_eq!(s.resident_bytes(), 0);
+}
+
+#[test]
+fn a_zeroed_allocation_of_moved_memory_reads_zero() {
+    for uffd_moves in [false, true] {
+        let s = space(uffd_moves);
+        let outer = lazy_between(&s, 0xBAD);
+        let c = s.vzalloc(999 * PAGE).unwrap().as_ptr();
+        assert_eq!(s.stats(false).arena.moved_pages, 299);
+        // SAFETY: `c` is a live area of 999 pages.
+        let bytes = unsafe { std::slice::from_raw_parts(c, 999 * PAGE) };
+        assert!(bytes.iter().all(|&b| b == 0), "vzalloc cleared the moved pages ({uffd_moves})");
+        for p in outer.into_iter().chain([c]) {
+            s.vfree(p).unwrap();
+        }
+        s.check().unwrap();
+    }
 }

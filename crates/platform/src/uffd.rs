@@ -1,0 +1,231 @@
+//! Moving pages with a userfaultfd (`UFFDIO_MOVE`, Linux 6.8+) instead of `mremap`.
+//!
+//! `mremap` moves page-table entries under the process's mmap lock taken for writing, so
+//! every page fault, `madvise` and guard install of the other threads waits for it, and it
+//! leaves the moved range a mapping of its own ([`crate::page_move`]). `UFFDIO_MOVE` moves
+//! the same entries under per-mapping locks and leaves the mapping whole; the cost is that the
+//! destination must lie in a range registered with a userfaultfd. A range registered in
+//! write-protect mode only, where nothing is ever write-protected, delivers no fault events:
+//! faults are served as before and nobody needs to read the descriptor.
+//!
+//! Owns: the userfaultfd descriptor (closed on drop). The registration lasts while the
+//! mapping does; a mapping made afresh over part of it (`mmap(MAP_FIXED)`, a `mremap`
+//! destination) is not registered until [`Uffd::register`] is called for it again.
+//! [`Uffd::move_pages`] then fails and the caller falls back to `mremap`.
+//!
+//! Fork: a userfaultfd acts on the address space of the process that opened it, whoever calls
+//! it. A forked child inherits the descriptor (and not the registration), so its moves would
+//! move the parent's pages. Every call therefore checks that the caller is the process that
+//! opened it and otherwise does nothing (the child's moves are `mremap`s).
+//!
+//! The descriptor is opened with `UFFD_USER_MODE_ONLY`, which unprivileged processes may use
+//! whatever `vm.unprivileged_userfaultfd` says.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+const UFFD_API: u64 = 0xAA;
+const UFFD_FEATURE_MOVE: u64 = 1 << 16;
+const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
+const UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES: u64 = 1 << 1;
+
+#[repr(C)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct UffdioMove {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    moved: i64,
+}
+
+/// `_IOWR(0xAA, nr, T)` of `<linux/userfaultfd.h>`.
+const fn iowr<T>(nr: u64) -> libc::c_ulong {
+    ((3u64 << 30) | ((std::mem::size_of::<T>() as u64) << 16) | (0xAA << 8) | nr) as libc::c_ulong
+}
+const UFFDIO_API_IOCTL: libc::c_ulong = iowr::<UffdioApi>(0x3F);
+const UFFDIO_REGISTER: libc::c_ulong = iowr::<UffdioRegister>(0x00);
+const UFFDIO_MOVE: libc::c_ulong = iowr::<UffdioMove>(0x05);
+
+/// A userfaultfd that can move pages (see the module doc).
+#[derive(Debug)]
+pub struct Uffd {
+    fd: OwnedFd,
+    /// The process that opened it, the only one it may act for.
+    owner: u32,
+}
+
+impl Uffd {
+    /// A descriptor with `UFFDIO_MOVE`, or `None` where the kernel has no userfaultfd, refuses
+    /// one, or cannot move.
+    pub fn new() -> Option<Uffd> {
+        // SAFETY: the syscall takes flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | UFFD_USER_MODE_ONLY) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` was just returned to us and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+        let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_MOVE, ioctls: 0 };
+        // SAFETY: UFFDIO_API reads and writes the struct passed, which lives across the call.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API_IOCTL, &mut api) };
+        (r == 0 && api.features & UFFD_FEATURE_MOVE != 0).then_some(Uffd { fd, owner: std::process::id() })
+    }
+
+    /// True in the process that opened the descriptor (see the module doc on fork).
+    fn ours(&self) -> bool {
+        std::process::id() == self.owner
+    }
+
+    /// Register `[addr, addr + len)` (page-aligned, anonymous private memory the caller owns)
+    /// in write-protect mode: moves may land there, and no fault is ever reported. Returns
+    /// whether the kernel accepted it.
+    pub fn register(&self, addr: usize, len: usize) -> bool {
+        if !self.ours() {
+            return false;
+        }
+        let mut reg = UffdioRegister {
+            range: UffdioRange { start: addr as u64, len: len as u64 },
+            mode: UFFDIO_REGISTER_MODE_WP,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_REGISTER reads the range and writes `ioctls` of the struct passed; the
+        // range is the caller's own memory, whose faults this changes in nothing (no page is
+        // write-protected).
+        unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_REGISTER, &mut reg) == 0 }
+    }
+
+    /// Move the pages of `[from, from + len)` to `[to, to + len)` (page-aligned, disjoint, the
+    /// target registered and holding no page); pages missing at `from` count as moved and stay
+    /// missing. Afterwards `from` holds no page. Returns the bytes moved, from the front: all
+    /// of `len`, or fewer where the kernel stopped (an unregistered target, a page shared with
+    /// a forked process, a target that is not empty).
+    pub fn move_pages(&self, from: usize, to: usize, len: usize) -> usize {
+        if !self.ours() {
+            return 0;
+        }
+        let mut mv = UffdioMove {
+            dst: to as u64,
+            src: from as u64,
+            len: len as u64,
+            mode: UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES,
+            moved: 0,
+        };
+        // SAFETY: UFFDIO_MOVE reads the struct and writes `moved`; both ranges are the caller's
+        // own memory (contract above), and the kernel moves whole pages between them.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_MOVE, &mut mv) };
+        if r == 0 {
+            len
+        } else {
+            // On failure `moved` is the bytes moved before the error, or a negative errno.
+            usize::try_from(mv.moved).unwrap_or(0).min(len)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_move_into_a_registered_range_and_leave_the_mapping_whole() {
+        let Some(u) = Uffd::new() else {
+            eprintln!("no UFFDIO_MOVE on this kernel: nothing to test");
+            return;
+        };
+        let page = crate::page_size();
+        let r = crate::Reservation::new(64 * page, page).unwrap();
+        assert!(u.register(r.base(), r.len_bytes()));
+        let (a, b) = (r.base() + 4 * page, r.base() + 32 * page);
+        // SAFETY: both ranges lie in the reservation, which this test owns.
+        unsafe { std::ptr::write_bytes(a as *mut u8, 0x5a, 6 * page) };
+        // Eight pages of which two were never touched: holes move as holes.
+        assert_eq!(u.move_pages(a, b, 8 * page), 8 * page);
+        // SAFETY: as above.
+        let (moved, hole, left) = unsafe {
+            (
+                *((b + 5 * page + 7) as *const u8),
+                *((b + 7 * page) as *const u8),
+                *((a + 5 * page) as *const u8),
+            )
+        };
+        assert_eq!((moved, hole, left), (0x5a, 0, 0));
+        assert_eq!(crate::page_move::mappings_over(r.base(), r.len_bytes()), 1, "no mapping of its own");
+        // Faults in the registered range are served as ever (no event to read).
+        // SAFETY: as above.
+        unsafe { *((r.base() + 60 * page) as *mut u8) = 3 };
+        // A target that is not empty is refused, and nothing moves.
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(a as *mut u8, 1, page) };
+        assert_eq!(u.move_pages(a, b, page), 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { (*(a as *const u8), *(b as *const u8)) }, (1, 0x5a));
+    }
+
+    /// A forked child's call does nothing: through the inherited descriptor it would move the
+    /// parent's pages.
+    #[test]
+    fn a_forked_child_cannot_move_the_parents_pages() {
+        let Some(u) = Uffd::new() else { return };
+        let page = crate::page_size();
+        let r = crate::Reservation::new(16 * page, page).unwrap();
+        assert!(u.register(r.base(), r.len_bytes()));
+        // SAFETY: the reservation is this test's.
+        unsafe { std::ptr::write_bytes(r.base() as *mut u8, 7, page) };
+        // SAFETY: the child only makes the two calls (no allocation, no lock) and leaves with
+        // _exit; the parent waits for it.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = u.move_pages(r.base(), r.base() + 8 * page, page) == 0 && !u.register(r.base(), page);
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child's calls were refused");
+        // SAFETY: as above.
+        let (here, there) = unsafe { (*(r.base() as *const u8), *((r.base() + 8 * page) as *const u8)) };
+        assert_eq!((here, there), (7, 0), "the parent's page did not move");
+        // The parent still moves pages it touched after the fork. (The page the fork shared
+        // stays refused, here even after it was written again: the caller's mremap moves it.)
+        let fresh = r.base() + 2 * page;
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(fresh as *mut u8, 8, page) };
+        assert_eq!(u.move_pages(fresh, r.base() + 10 * page, page), page);
+        // SAFETY: as above.
+        assert_eq!(unsafe { *((r.base() + 10 * page) as *const u8) }, 8);
+    }
+
+    #[test]
+    fn an_unregistered_target_is_refused() {
+        let Some(u) = Uffd::new() else { return };
+        let page = crate::page_size();
+        let r = crate::Reservation::new(16 * page, page).unwrap();
+        // SAFETY: the reservation is this test's.
+        unsafe { std::ptr::write_bytes(r.base() as *mut u8, 9, page) };
+        assert_eq!(u.move_pages(r.base(), r.base() + 8 * page, page), 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { *(r.base() as *const u8) }, 9);
+    }
+}
