@@ -33,7 +33,7 @@ options_table! {
         shared_lazy: bool = true, "bool", "VMARENA_SHARED_LAZY";
         /// On a miss, take a resident freed area from another node before fresh pages (Nodes; areas above pool_max_pages, when shared_lazy is off).
         node_steal: bool = true, "bool", "VMARENA_NODE_STEAL";
-        /// Fill an area carved from the free tree, or the growth of a lazy run, with the resident memory of the oldest lazy areas, moved with mremap, instead of fresh pages (Nodes; 256 pages and more a call).
+        /// Fill an area carved from the free tree, or the growth of a lazy run, with the resident memory of the oldest lazy areas, moved (UFFDIO_MOVE or mremap), instead of fresh pages (Nodes; 256 pages and more a call).
         page_moves: bool = true, "bool", "VMARENA_PAGE_MOVES";
         /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).
         thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";

@@ -1,8 +1,8 @@
 //! vmarena layer 1: every OS call the project makes, and the `unsafe` they need.
 //!
 //! Owns: address-space reservations ([`Reservation`]), page release and guard markers
-//! ([`release`], [`guard`]), page moves between addresses ([`page_move`]), the current CPU and
-//! CPU count ([`cpu`]), a cycle counter and process figures for tests and the lab
+//! ([`release`], [`guard`]), page moves between addresses ([`page_move`], [`uffd`]), the
+//! current CPU and CPU count ([`cpu`]), a cycle counter and process figures for tests and the lab
 //! ([`process`]), memory-pressure notifications ([`psi`]),
 //! the thread's inside-vmarena flag ([`reentry`]), memory files for frame pools ([`memfd`]),
 //! process-wide barriers ([`membarrier`]) and lazily zero word tables ([`word_table`]).

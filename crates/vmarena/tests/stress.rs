@@ -6,7 +6,8 @@
 //! Runs for each strategy with purges on the worker thread; the invariant checker runs at the
 //! end and every page must be back in the space after the shrinker. With Nodes, areas of 4 MiB
 //! and less take the memory of lazy areas moved (step Move), so a move of the wrong range would
-//! corrupt a pattern too; after the shrinker the reservation must be one mapping again.
+//! corrupt a pattern too; after the shrinker the reservation must be one mapping again. Nodes
+//! runs with moves by `UFFDIO_MOVE` (where the kernel has it) and by `mremap`.
 
 mod common;
 
@@ -21,9 +22,10 @@ const ITERS: u64 = 1500;
 #[derive(Clone, Copy)]
 struct Owned(usize, usize, u64);
 
-/// `slack`: the arena's `lazy_slack_percent` (lazy areas handed out whole, larger than asked).
-fn run(strategy: Strategy, slack: u64) {
-    let so = SpaceOptions { space_bytes: 8 << 30, ..Default::default() };
+/// `slack`: the arena's `lazy_slack_percent` (lazy areas handed out whole, larger than asked);
+/// `uffd_moves`: moves by userfaultfd where the kernel allows (else `mremap`).
+fn run(strategy: Strategy, slack: u64, uffd_moves: bool) {
+    let so = SpaceOptions { space_bytes: 8 << 30, uffd_moves, ..Default::default() };
     let ao = ArenaOptions {
         strategy,
         lazy_max_pages: 8192,
@@ -116,21 +118,27 @@ fn run(strategy: Strategy, slack: u64) {
 
 #[test]
 fn stress_global() {
-    run(Strategy::Global, 0);
+    run(Strategy::Global, 0, true);
 }
 
 #[test]
 fn stress_split() {
-    run(Strategy::Split, 0);
+    run(Strategy::Split, 0, true);
 }
 
 #[test]
 fn stress_nodes() {
-    run(Strategy::Nodes, 0);
+    run(Strategy::Nodes, 0, true);
+}
+
+/// Nodes with every move an `mremap`, whose moved ranges are mappings of their own until healed.
+#[test]
+fn stress_nodes_mremap() {
+    run(Strategy::Nodes, 0, false);
 }
 
 /// Nodes with the default space's slack: the slack pages are filled and checked too.
 #[test]
 fn stress_nodes_slack() {
-    run(Strategy::Nodes, DEFAULT_SPACE_LAZY_SLACK_PERCENT);
+    run(Strategy::Nodes, DEFAULT_SPACE_LAZY_SLACK_PERCENT, true);
 }
