@@ -184,8 +184,9 @@ impl VmSpace {
         // table before the area is touched, so only ranges inside large areas (or never used)
         // can take a huge page. Without enforced guards that would not hold.
         let huge_pages = opts.huge_pages && guards_enforced && pool.is_none() && reservation.advise_huge();
-        // Only memory spaces move pages (frames-backed ones do not).
-        let uffd = if opts.uffd_moves && arena_opts.page_moves && pool.is_none() {
+        // Only Nodes moves pages, and only in memory spaces (not frames-backed ones).
+        let moves = arena_opts.page_moves && arena_opts.strategy == vmarena_engine::Strategy::Nodes;
+        let uffd = if opts.uffd_moves && moves && pool.is_none() {
             Uffd::new().filter(|u| u.register(reservation.base(), reservation.len_bytes())).map(Arc::new)
         } else {
             None
