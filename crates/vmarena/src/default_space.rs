@@ -4,8 +4,10 @@
 //! [`ArenaOptions`](vmarena_engine::ArenaOptions) (for example `VMARENA_SPACE_BYTES`,
 //! `VMARENA_STRATEGY`). A malformed variable is reported once on stderr and the default used.
 //!
-//! Three arena defaults differ from [`ArenaOptions::default`] (DESIGN.md, section 14); the
-//! environment overrides each:
+//! Three arena defaults differ from [`ArenaOptions::default`], and one space default from
+//! [`SpaceOptions::default`] (DESIGN.md, section 14); the environment overrides each:
+//!
+//! - no transparent huge pages (`huge_pages`, [`default_space_space_options`]);
 //!
 //! - the size pools stop at [`DEFAULT_SPACE_POOL_MAX_PAGES`] (64 KiB). The default space serves
 //!   the preload shim and `VmAlloc`, whose requests start at 64 KiB and come in many sizes;
@@ -34,7 +36,7 @@ pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
         .get_or_init(|| {
             let _inside = vmarena_platform::reentry::enter();
-            VmSpace::new("vmalloc", SpaceOptions::from_env(), default_space_options())
+            VmSpace::new("vmalloc", default_space_space_options(), default_space_options())
         })
         .as_ref()
         .map_err(|e| e.as_str())
@@ -67,6 +69,16 @@ pub fn default_space_options() -> ArenaOptions {
     .with_env_or_report()
 }
 
+/// The default space's space options: [`SpaceOptions::default`] without huge pages, then the
+/// environment (`VMARENA_HUGE_PAGES=1` asks for them). Every huge page the shim's areas made
+/// was split again within the run (by partial purges, moves and the guard pages of areas that
+/// end inside one), so they bought no lasting TLB reach, while their first touch zeroes 2 MiB
+/// at once, which on a virtual machine whose host takes free memory back costs 4.3-5.5 ms
+/// against 0.78-1.23 ms for the same memory in 4 KiB faults (DESIGN.md, section 14).
+pub fn default_space_space_options() -> SpaceOptions {
+    SpaceOptions { huge_pages: false, ..SpaceOptions::default() }.with_env_or_report()
+}
+
 /// The default space if it was created already (never creates it): for paths that only act on
 /// memory the space may have handed out (frees, size queries, purges, fork handlers).
 pub fn existing_default_space() -> Option<&'static VmSpace> {
@@ -77,10 +89,10 @@ pub fn existing_default_space() -> Option<&'static VmSpace> {
 mod tests {
     use super::*;
 
-    /// The three defaults that differ, and the headroom that does not, where the environment
-    /// leaves them alone.
+    /// The three arena defaults and the space default that differ, and the headroom that does
+    /// not, where the environment leaves them alone.
     #[test]
-    fn the_default_space_differs_from_the_arena_defaults_in_three_options() {
+    fn the_default_space_differs_from_the_defaults_in_four_options() {
         let o = default_space_options();
         let kernel = ArenaOptions::default();
         if std::env::var_os("VMARENA_POOL_MAX_PAGES").is_none() {
@@ -93,6 +105,9 @@ mod tests {
         }
         if std::env::var_os("VMARENA_LAZY_HEADROOM").is_none() {
             assert!(o.lazy_headroom && kernel.lazy_headroom, "the threshold rises below the live peak");
+        }
+        if std::env::var_os("VMARENA_HUGE_PAGES").is_none() {
+            assert!(!default_space_space_options().huge_pages && SpaceOptions::default().huge_pages);
         }
         if std::env::var_os("VMARENA_LAZY_SLACK_PERCENT").is_none() {
             assert_eq!(o.lazy_slack_percent, DEFAULT_SPACE_LAZY_SLACK_PERCENT);
