@@ -5,10 +5,9 @@
 //! threshold to S and its trim threshold to 2 S: a program that frees large blocks will ask
 //! for them again, so glibc serves them from its heaps from then on and stops giving the tops
 //! of its heaps back to the kernel every time they pass 128 KiB. Under the shim glibc never
-//! sees those blocks, so it keeps trimming at 128 KiB: on xthread, 134 `MADV_DONTNEED` and 155
-//! `mprotect` calls a run on glibc's heaps against 58 calls in all without the shim, each made
-//! while glibc holds the lock of the arena that the other thread's frees are waiting for
-//! (DESIGN.md, section 14, "glibc's thresholds").
+//! sees those blocks, so it keeps trimming at 128 KiB, each time holding the lock of the arena
+//! that the other thread's frees are waiting for (DESIGN.md, section 14, "glibc's thresholds",
+//! has the counts).
 //!
 //! So each large free the shim serves goes through glibc's rule: a freed area of S usable
 //! bytes, more than any before and at most 32 MiB, sets glibc's mmap threshold to S and its
@@ -47,7 +46,9 @@ pub const GLIBC_MMAP_THRESHOLD_BYTES: usize = 128 << 10;
 /// The largest freed block glibc raises its thresholds to (`DEFAULT_MMAP_THRESHOLD_MAX`, 64-bit).
 pub const GLIBC_MMAP_THRESHOLD_MAX_BYTES: usize = 32 << 20;
 const M_TRIM_THRESHOLD: c_int = -1;
+const M_TOP_PAD: c_int = -2;
 const M_MMAP_THRESHOLD: c_int = -3;
+const M_MMAP_MAX: c_int = -4;
 
 /// The mmap threshold this module last set (glibc's own before the first).
 static SET_BYTES: AtomicUsize = AtomicUsize::new(GLIBC_MMAP_THRESHOLD_BYTES);
@@ -60,7 +61,7 @@ static MALLOPT: AtomicUsize = AtomicUsize::new(0);
 
 /// glibc's parameters whose setting turns its dynamic thresholds off (`M_TRIM_THRESHOLD`,
 /// `M_TOP_PAD`, `M_MMAP_THRESHOLD`, `M_MMAP_MAX`).
-pub const FIXING_PARAMS: [c_int; 4] = [-1, -2, -3, -4];
+pub const FIXING_PARAMS: [c_int; 4] = [M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_MMAP_MAX];
 
 /// Follow the shim's large frees from now on, through `mallopt`, unless the environment sets
 /// one of glibc's thresholds (see the module doc).

@@ -8,7 +8,6 @@
 //! [`SpaceOptions::default`] (DESIGN.md, section 14); the environment overrides each:
 //!
 //! - no transparent huge pages (`huge_pages`, [`default_space_space_options`]);
-//!
 //! - the size pools stop at [`DEFAULT_SPACE_POOL_MAX_PAGES`] (64 KiB). The default space serves
 //!   the preload shim and `VmAlloc`, whose requests start at 64 KiB and come in many sizes;
 //!   above the pools a freed area can be split, joined and extended for a request of another

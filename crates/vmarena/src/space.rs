@@ -202,7 +202,6 @@ impl VmSpace {
             enforce_guards: guards_enforced,
             advice: opts.release.0,
             guard_calls: Arc::new(AtomicU64::new(0)),
-            // Only memory spaces move pages (frames-backed ones do not).
             uffd: uffd.clone(),
         });
         let guard_calls = backing.guard_calls.clone();
@@ -578,11 +577,11 @@ impl VmSpace {
             Some(r) => r.map_err(|_| VmError::NotLive(p as usize))?.pages,
             None => self.vfree_slow(p, start)?,
         };
-        Ok(((pages - self.guard_pages) as usize) << self.page_shift)
+        Ok(self.usable_bytes(pages))
     }
 
-    #[inline(never)]
     /// The area's pages, guard included.
+    #[inline(never)]
     fn vfree_slow(&self, p: *mut u8, start: u64) -> Result<u64, VmError> {
         let _inside = reentry::enter();
         if self.mapped_live.load(Relaxed) > 0 {
@@ -599,8 +598,12 @@ impl VmSpace {
     /// lock for a small area (its state word answers).
     pub fn size(&self, p: *const u8) -> Option<usize> {
         let start = self.start_page(p as usize).ok()?;
-        let pages = self.arena.live_pages(start)?;
-        Some(((pages - self.guard_pages) as usize) << self.page_shift)
+        Some(self.usable_bytes(self.arena.live_pages(start)?))
+    }
+
+    /// Usable bytes of an area of `pages` pages, its guard included.
+    fn usable_bytes(&self, pages: u64) -> usize {
+        ((pages - self.guard_pages) as usize) << self.page_shift
     }
 
     /// True when `p` lies inside this space's reservation (the kernel's `is_vmalloc_addr`):
