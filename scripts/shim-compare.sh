@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One of the shim's benchmark programs under several settings, in interleaved runs: per
-# setting the median and range of the work time, the median task clock of the whole process
-# (perf stat, CPU seconds over all threads), the median peak RSS and the median minor faults.
+# setting the median and range of the work time, the median CPU time during the work (user and
+# system over all threads, from the program), the median task clock of the whole process (perf
+# stat, start and exit included), the median peak RSS and the median minor faults.
 # A setting is "name|VAR=value ..." (the environment of that run; LD_PRELOAD among it).
 # Build first: cargo build --release. Needs perf (linux-perf).
 #
@@ -36,15 +37,15 @@ for ((r = 1; r <= runs; r++)); do
     cpu=$(awk -F, '/task-clock/ { print $1 / 1000 }' <<<"$line")
     work=$(field work_s <<<"$line")
     [ -n "$work" ] || { echo "setting '${s%%|*}' printed no result: $line" >&2; exit 1; }
-    echo "${s%%|*}|$work $(field peak_rss_kib <<<"$line") $(field minor_faults <<<"$line") $cpu" >>"$out"
+    echo "${s%%|*}|$work $(field peak_rss_kib <<<"$line") $(field minor_faults <<<"$line") $cpu $(field work_cpu_s <<<"$line")" >>"$out"
   done
   echo "run $r of $runs done" >&2
 done
-printf '| setting | work s, median (range) | task clock s | peak RSS MiB | minor faults |\n|---|---|---|---|---|\n'
+printf '| setting | work s, median (range) | work CPU s | task clock s | peak RSS MiB | minor faults |\n|---|---|---|---|---|---|\n'
 for s in "$@"; do
   name=${s%%|*}
   read -r work lo hi <<<"$(spread "$out" "$name" 1)"
-  printf '| %s | %.3f (%.3f-%.3f) | %.3f | %.0f | %.0f |\n' "$name" "$work" "$lo" "$hi" \
-    "$(values "$out" "$name" 4 | median)" "$(values "$out" "$name" 2 | median | awk '{ print $1 / 1024 }')" \
+  printf '| %s | %.3f (%.3f-%.3f) | %.3f | %.3f | %.0f | %.0f |\n' "$name" "$work" "$lo" "$hi" \
+    "$(values "$out" "$name" 5 | median)" "$(values "$out" "$name" 4 | median)" "$(values "$out" "$name" 2 | median | awk '{ print $1 / 1024 }')" \
     "$(values "$out" "$name" 3 | median)"
 done

@@ -3,6 +3,9 @@
 //! figures as one JSON line on stdout:
 //!
 //! - `work_s`: seconds of the timed work;
+//! - `work_cpu_s`: CPU seconds (user and system, every thread of the process, the allocator's
+//!   own threads among them) spent during the timed work: against `work_s` it shows how much of
+//!   the time the threads ran rather than slept;
 //! - `peak_rss_kib`: `VmHWM` at the end of the work;
 //! - `idle_rss_kib`: `VmRSS` after everything was freed and the process slept `--idle-ms`
 //!   (default 1000): what the allocator gives back without further calls;
@@ -66,29 +69,49 @@ fn maps() -> u64 {
     std::fs::read_to_string("/proc/self/maps").map(|s| s.lines().count() as u64).unwrap_or(0)
 }
 
-fn minor_faults() -> u64 {
+fn usage() -> libc::rusage {
     // SAFETY: getrusage fills the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru.ru_minflt as u64
+    ru
+}
+
+fn cpu_s(ru: &libc::rusage) -> f64 {
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    s(ru.ru_utime) + s(ru.ru_stime)
+}
+
+/// The moment the timed work starts: wall clock and the process's CPU time.
+pub struct Start {
+    t0: Instant,
+    cpu0_s: f64,
+}
+
+/// Start the timed work.
+pub fn start() -> Start {
+    Start { cpu0_s: cpu_s(&usage()), t0: Instant::now() }
 }
 
 /// Figures taken at the end of the work, before the idle period.
 pub struct AfterWork {
     work_s: f64,
+    work_cpu_s: f64,
     peak_rss_kib: u64,
     maps: u64,
     minor_faults: u64,
     peak_live_kib: u64,
 }
 
-/// Take the end-of-work figures for a run that started at `t0`.
-pub fn after_work(t0: Instant) -> AfterWork {
+/// Take the end-of-work figures for a run that started at `start`.
+pub fn after_work(start: Start) -> AfterWork {
+    let work_s = start.t0.elapsed().as_secs_f64();
+    let ru = usage();
     AfterWork {
-        work_s: t0.elapsed().as_secs_f64(),
+        work_s,
+        work_cpu_s: cpu_s(&ru) - start.cpu0_s,
         peak_rss_kib: status_kib("VmHWM:"),
         maps: maps(),
-        minor_faults: minor_faults(),
+        minor_faults: ru.ru_minflt as u64,
         peak_live_kib: PEAK_LIVE_BYTES.load(Ordering::Relaxed) >> 10,
     }
 }
@@ -97,8 +120,9 @@ pub fn after_work(t0: Instant) -> AfterWork {
 pub fn report(name: &str, w: AfterWork, checksum: u64) {
     std::thread::sleep(std::time::Duration::from_millis(arg("--idle-ms", 1000)));
     println!(
-        "{{\"bench\":\"{name}\",\"work_s\":{:.4},\"peak_rss_kib\":{},\"idle_rss_kib\":{},\"idle_anon_kib\":{},\"maps\":{},\"minor_faults\":{},\"peak_live_kib\":{},\"checksum\":{checksum}}}",
+        "{{\"bench\":\"{name}\",\"work_s\":{:.4},\"work_cpu_s\":{:.4},\"peak_rss_kib\":{},\"idle_rss_kib\":{},\"idle_anon_kib\":{},\"maps\":{},\"minor_faults\":{},\"peak_live_kib\":{},\"checksum\":{checksum}}}",
         w.work_s,
+        w.work_cpu_s,
         w.peak_rss_kib,
         status_kib("VmRSS:"),
         status_kib("RssAnon:"),

@@ -7,6 +7,10 @@
 //! instruction on the fast path). Threads that are not running pass a barrier at their next
 //! context switch, which the kernel orders the same way.
 //!
+//! Registration is cheap in a process with one thread and costs an RCU grace period (several
+//! milliseconds) in one with more, during which the registering thread sleeps; register early
+//! (the preload shim does so at its first `malloc`).
+//!
 //! Where the call is missing (kernels before 4.14, seccomp filters), [`register`] says so and
 //! the callers must not rely on [`barrier`].
 

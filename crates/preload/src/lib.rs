@@ -69,8 +69,15 @@ pub(crate) fn in_space(p: *const u8) -> bool {
     a >= SPACE_LO.load(Relaxed) && a < SPACE_HI.load(Relaxed)
 }
 
-/// Called once, right after the next allocator is known: options, fork handlers, exit summary.
+/// Called once, right after the next allocator is known: options, fork handlers, exit summary,
+/// and the process's `membarrier` registration, which the default space's thread caches need.
+/// That happens at the first `malloc`, while the process almost always has one thread: there
+/// the registration costs microseconds, while in a process with several threads the kernel
+/// waits for an RCU grace period (7 to 19 ms measured on the machine of BENCHMARKS.md), which
+/// would otherwise stall whichever thread made the first large allocation.
 pub(crate) fn on_ready() {
+    // A failure is remembered and reported again when the space is built without caches.
+    let _ = vmarena_platform::membarrier::register();
     let opts = PreloadOptions::from_env();
     THRESHOLD.store(opts.threshold.max(1), Relaxed);
     if opts.stats {

@@ -106,6 +106,14 @@ fn large_frees_move_glibcs_thresholds_as_its_own_frees_would() {
     assert_case_ok(&case(t, &[("MALLOC_TRIM_THRESHOLD_", "131072")], &[&mode("kept")]), t);
 }
 
+/// The shim registers the process for `membarrier` at its first `malloc`, while the process
+/// has one thread (later, with threads, registration waits for an RCU grace period): here no
+/// request reaches vmarena, yet the program finds the process registered.
+#[test]
+fn the_process_is_registered_for_barriers_before_any_large_request() {
+    assert_case_ok(&case("membarrier", &[("VMARENA_PRELOAD_THRESHOLD", "1099511627776")], &[]), "membarrier");
+}
+
 #[test]
 fn threads_that_exit_keep_their_patterns() {
     assert_case_ok(&case("threads", &[], &[]), "threads");

@@ -29,6 +29,7 @@ use crate::default_space::{default_space, existing_default_space};
 use crate::size_class::size_class_bytes;
 use crate::space::VmSpace;
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use vmarena_platform::reentry;
 
 /// Layouts of this many bytes and more go to vmarena by default (see the preload shim's
@@ -69,6 +70,7 @@ impl<A: GlobalAlloc> VmAlloc<A> {
     #[inline]
     fn space_for(&self, size: usize) -> Option<&'static VmSpace> {
         if size < self.threshold_bytes || reentry::inside() {
+            register_barriers_early();
             return None;
         }
         default_space().ok()
@@ -87,6 +89,23 @@ impl<A: GlobalAlloc> VmAlloc<A> {
         let size = size_class_bytes(layout.size(), page);
         let r = if zeroed { space.vzalloc_aligned(size, align) } else { space.vmalloc_aligned(size, align) };
         r.ok().map(|p| p.as_ptr())
+    }
+}
+
+/// Set once the process's `membarrier` registration was asked for.
+static BARRIERS_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// Register the process for `membarrier` (which the default space's thread caches need) at the
+/// first small allocation, which Rust's runtime makes before `main`, while the process has one
+/// thread: there it costs microseconds, while with several threads the kernel waits for an RCU
+/// grace period (milliseconds), stalling whichever thread made the first large allocation.
+#[inline]
+fn register_barriers_early() {
+    if !BARRIERS_ASKED.load(Relaxed) {
+        // The flag goes first: the registration may allocate (its error message), which comes
+        // back here and must not ask again.
+        BARRIERS_ASKED.store(true, Relaxed);
+        let _ = vmarena_platform::membarrier::register();
     }
 }
 

@@ -5,8 +5,7 @@
 //!
 //! `vmarena-malloc-large [--iterations 2000] [--buffers 20] [--min-mib 5] [--max-mib 25] [--idle-ms 1000]`
 
-use std::time::Instant;
-use vmarena_bench::{after_work, arg, free, malloc, report, Rng};
+use vmarena_bench::{after_work, arg, free, malloc, report, start, Rng};
 
 fn main() {
     let iterations = arg("--iterations", 2000);
@@ -15,7 +14,7 @@ fn main() {
     let mut bufs: Vec<(*mut u8, usize)> = vec![(std::ptr::null_mut(), 0); nbuf];
     let mut rng = Rng(42);
     let mut checksum = 0u64;
-    let t0 = Instant::now();
+    let t0 = start();
     for _ in 0..iterations {
         let i = (rng.next_u64() % nbuf as u64) as usize;
         let n = rng.range(lo, hi) as usize;

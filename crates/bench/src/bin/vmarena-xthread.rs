@@ -10,8 +10,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
-use vmarena_bench::{after_work, arg, free, malloc, report, Rng};
+use vmarena_bench::{after_work, arg, free, malloc, report, start, Rng};
 
 /// A block in flight between threads (the pointer is only ever used by one thread at a time).
 struct Block(*mut u8, usize, u8);
@@ -45,7 +44,7 @@ fn main() {
     let (lo, hi) = ((arg("--min-kib", 4) << 10) as f64, (arg("--max-kib", 4096) << 10) as f64);
     let mailboxes: Vec<Mutex<Vec<Block>>> = (0..threads).map(|_| Mutex::new(Vec::new())).collect();
     let done = AtomicUsize::new(0);
-    let t0 = Instant::now();
+    let t0 = start();
     let checksum: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {

@@ -1,7 +1,7 @@
 /* The preload shim from C: run under LD_PRELOAD=libvmarena_preload.so (crates/preload/tests/shim.rs).
  *
  * Usage: shim_test <case>, cases: routing, threshold, fork, threads, dlopen, early,
- * glibc_thresholds, foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
+ * glibc_thresholds, membarrier, foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -272,6 +274,16 @@ static void glibc_thresholds_case(size_t thr, const char *mode) {
     else CHECK(after < (1 << 20));
 }
 
+/* Run with a threshold above every request of this program, so that no vmarena area exists:
+ * the process is registered for private expedited barriers all the same, from the first
+ * malloc (while it had one thread), and an unregistered process would get EPERM here. */
+static void membarrier_case(void) {
+    CHECK(syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0);
+    void *p = malloc(3 << 20);
+    CHECK(p && !is_vm(p));
+    free(p);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: shim_test <case> [lib]\n"); return 2; }
     vm_size = (size_fn)dlsym(RTLD_DEFAULT, "vmarena_size");
@@ -283,6 +295,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "threads")) threads(thr);
     else if (!strcmp(c, "fork")) fork_case(thr);
     else if (!strcmp(c, "dlopen")) dlopen_case(thr, argc > 2 ? argv[2] : "");
+    else if (!strcmp(c, "membarrier")) membarrier_case();
     else if (!strcmp(c, "glibc_thresholds")) glibc_thresholds_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "foreign_free")) {
         /* Not vmarena's: the next allocator decides (glibc aborts on an invalid pointer). */
