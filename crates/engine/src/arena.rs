@@ -1121,18 +1121,19 @@ impl Shared {
         // slack of the request is handed out whole; a larger one is split: the front is
         // handed out (the caller installs its new guard), the rest stays lazy and reusable
         // with the old guard at its end.
-        let Some((l, whole)) = g
+        let Some((fit, whole)) = g
             .lazy_tree
-            .best_fit(pages, r.align_pages)
-            .map(|l| (l, self.within_slack(pages, l.pages)))
+            .best_fit_slot(pages, r.align_pages)
+            .map(|f| (f, self.within_slack(pages, f.area.pages)))
             .filter(|&(_, whole)| whole || self.opts.lazy_split)
         else {
             return self.node_join(g, r);
         };
+        let l = fit.area;
         let take = if whole { l.pages } else { pages };
         // The list keeps the order of the frees (a purge keeps the newest): the rest of a
         // split area takes the area's place.
-        g.lazy_tree.take_front(l.start, take);
+        g.lazy_tree.take_fit(fit, take);
         g.lazy_reuses += 1;
         g.slack_pages += take - pages;
         let split = l.pages > take;

@@ -42,6 +42,13 @@ pub(crate) struct LazyArea {
     pub reusable: bool,
 }
 
+/// An area [`LazyList::best_fit_slot`] found, with its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fit {
+    pub area: LazyArea,
+    slot: u32,
+}
+
 /// Sizes with a bin of their own: 1 to `BIN_PAGES` pages (4 MiB of 4 KiB pages, the top of
 /// the shim's size classes). Larger areas go to `large`.
 const BIN_PAGES: u64 = 1024;
@@ -182,11 +189,17 @@ impl LazyList {
 
     /// Add the reusable area in slot `i` to its size bin (or the large set) and to `by_end`.
     fn index(&mut self, i: u32) {
+        let area = self.slots[i as usize].area;
+        self.by_end.insert(area.start + area.pages, i);
+        self.index_size(i);
+    }
+
+    /// Add the reusable area in slot `i` to its size bin (or the large set) only.
+    fn index_size(&mut self, i: u32) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.slots[i as usize].seq = seq;
         let area = self.slots[i as usize].area;
-        self.by_end.insert(area.start + area.pages, i);
         if area.pages > BIN_PAGES {
             self.large.insert((area.pages, !seq, i));
             return;
@@ -208,8 +221,14 @@ impl LazyList {
 
     /// Undo [`LazyList::index`] for slot `i`.
     fn unindex(&mut self, i: u32) {
-        let Slot { area, seq, bin_prev, bin_next, .. } = self.slots[i as usize];
+        let area = self.slots[i as usize].area;
         self.by_end.remove(&(area.start + area.pages));
+        self.unindex_size(i);
+    }
+
+    /// Undo [`LazyList::index_size`] for slot `i`.
+    fn unindex_size(&mut self, i: u32) {
+        let Slot { area, seq, bin_prev, bin_next, .. } = self.slots[i as usize];
         if area.pages > BIN_PAGES {
             self.large.remove(&(area.pages, !seq, i));
             return;
@@ -256,29 +275,45 @@ impl LazyList {
     /// The smallest reusable area of at least `pages` whose start is a multiple of
     /// `align_pages`, left on the list. Among areas of one size, the one that took that size
     /// last: the most recently freed, or the rest of a more recent split.
+    #[cfg(test)]
     pub fn best_fit(&self, pages: u64, align_pages: u64) -> Option<LazyArea> {
+        self.best_fit_slot(pages, align_pages).map(|f| f.area)
+    }
+
+    /// [`LazyList::best_fit`], with the slot that holds the area, for [`LazyList::take_fit`].
+    pub fn best_fit_slot(&self, pages: u64, align_pages: u64) -> Option<Fit> {
         let aligned = |i: u32| self.slots[i as usize].area.start & (align_pages - 1) == 0;
+        let fit = |i: u32| Fit { area: self.slots[i as usize].area, slot: i };
         let mut b = pages.max(1) - 1;
         while let Some(found) = self.next_bin(b as usize) {
             let mut i = self.bins[found];
             while i != NIL {
                 if aligned(i) {
-                    return Some(self.slots[i as usize].area);
+                    return Some(fit(i));
                 }
                 i = self.slots[i as usize].bin_next;
             }
             b = found as u64 + 1;
         }
-        self.large
-            .range((pages, 0, 0)..)
-            .find(|&&(_, _, i)| aligned(i))
-            .map(|&(_, _, i)| self.slots[i as usize].area)
+        self.large.range((pages, 0, 0)..).find(|&&(_, _, i)| aligned(i)).map(|&(_, _, i)| fit(i))
     }
 
     /// Hand out the first `pages` pages of the reusable area at `start`: the area leaves the
     /// list, or its rest stays in its place in free order. Returns the area as it was.
     pub fn take_front(&mut self, start: u64, pages: u64) -> LazyArea {
         let i = self.slot_at(start).expect("a reusable area starts there");
+        self.take_front_of(i, pages)
+    }
+
+    /// [`LazyList::take_front`] of the area `fit` found, without looking it up again; the
+    /// list must not have changed since [`LazyList::best_fit_slot`] returned it.
+    pub fn take_fit(&mut self, fit: Fit, pages: u64) -> LazyArea {
+        let s = &self.slots[fit.slot as usize];
+        assert!(s.area == fit.area && s.area.reusable, "the fit is still on the list");
+        self.take_front_of(fit.slot, pages)
+    }
+
+    fn take_front_of(&mut self, i: u32, pages: u64) -> LazyArea {
         let a = self.slots[i as usize].area;
         assert!(pages <= a.pages, "the front fits the area");
         if pages == a.pages {
@@ -289,15 +324,21 @@ impl LazyList {
     }
 
     /// Give the area in slot `i` a new extent and reusability, keeping its stamp and its place
-    /// in free order.
+    /// in free order. A reusable area that stays reusable with the same end (the rest of a
+    /// split) keeps its `by_end` entry and changes size bins only.
     fn reshape(&mut self, i: u32, to: LazyArea) {
         let from = self.slots[i as usize].area;
-        if from.reusable {
+        let same_end = from.reusable && to.reusable && from.start + from.pages == to.start + to.pages;
+        if same_end {
+            self.unindex_size(i);
+        } else if from.reusable {
             self.unindex(i);
         }
         self.slots[i as usize].area = to;
         self.pages = self.pages - from.pages + to.pages;
-        if to.reusable {
+        if same_end {
+            self.index_size(i);
+        } else if to.reusable {
             self.index(i);
         }
     }
@@ -544,7 +585,8 @@ mod tests {
         l.check().unwrap();
     }
 
-    /// Random pushes, fits, splits, whole takes, shrinks and removals against a plain vector
+    /// Random pushes, fits, splits, whole takes (by the slot found or by start), shrinks and
+    /// removals against a plain vector
     /// in free order with the same rule (smallest size, then the one that took it last): every fit, the free
     /// order, the address order and the page count agree after every step.
     #[test]
@@ -581,14 +623,13 @@ mod tests {
                         .filter(|(_, a)| a.reusable && a.pages >= pages && a.start % align == 0)
                         .min_by_key(|(s, a)| (a.pages, std::cmp::Reverse(*s)))
                         .map(|(_, a)| *a);
-                    assert_eq!(
-                        l.best_fit(pages, align),
-                        want,
-                        "seed {seed} step {step}: fit of {pages}/{align}"
-                    );
-                    if let Some(a) = want {
+                    let fit = l.best_fit_slot(pages, align);
+                    assert_eq!(fit.map(|f| f.area), want, "seed {seed} step {step}: fit of {pages}/{align}");
+                    if let (Some(a), Some(fit)) = (want, fit) {
                         let take = if rnd(2) == 0 { a.pages } else { pages };
-                        assert_eq!(l.take_front(a.start, take), a);
+                        // By the slot found, or looked up by start.
+                        let taken = if rnd(2) == 0 { l.take_fit(fit, take) } else { l.take_front(a.start, take) };
+                        assert_eq!(taken, a);
                         let k = model.iter().position(|(_, m)| *m == a).unwrap();
                         if take == a.pages {
                             model.remove(k);
