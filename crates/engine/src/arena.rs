@@ -63,6 +63,10 @@ pub const NO_NODE: u16 = u16::MAX;
 /// Extend).
 const EXTEND_TRIES: usize = 3;
 
+/// Within `lazy_slack_pages`, a lazy area may be handed out whole when it is at most this many
+/// times the request larger (three times the request in all).
+const SMALL_SLACK_FACTOR: u64 = 2;
+
 /// Most possible starts for which a failed allocation tries step Reclaim before a full purge.
 const RECLAIM_MAX_STARTS: usize = 16;
 
@@ -1145,13 +1149,17 @@ impl Shared {
     }
 
     /// True when a lazy area of `area_pages` may serve a request of `pages` whole: it is that
-    /// size or at most `lazy_slack_percent` larger. Splitting it would install a guard page
-    /// inside resident memory, which costs a TLB shootdown while other threads run (DESIGN.md,
-    /// sections 2 and 14).
+    /// size or at most `lazy_slack_percent` larger, and at most `lazy_slack_max_pages` (when not 0)
+    /// larger. Splitting it would install a guard page inside resident memory, which costs a TLB
+    /// shootdown while other threads run (DESIGN.md, sections 2 and 14).
     #[inline]
     fn within_slack(&self, pages: u64, area_pages: u64) -> bool {
-        area_pages >= pages
-            && (area_pages - pages).saturating_mul(100) <= pages.saturating_mul(self.opts.lazy_slack_percent)
+        if area_pages < pages {
+            return false;
+        }
+        let extra = area_pages - pages;
+        extra.saturating_mul(100) <= pages.saturating_mul(self.opts.lazy_slack_percent)
+            || (extra <= self.opts.lazy_slack_pages && extra <= pages.saturating_mul(SMALL_SLACK_FACTOR))
     }
 
     /// No single lazy area fits: take a run of address-adjacent reusable lazy areas that does,

@@ -27,6 +27,8 @@ options_table! {
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
         /// A lazy area at most this share larger than a request is handed out whole, not split (0: always split, as the kernel; Nodes).
         lazy_slack_percent: u64 = 0, "percent", "VMARENA_LAZY_SLACK_PERCENT";
+        /// A lazy area at most this many pages larger than a request, and at most twice the request larger, is handed out whole too (Nodes).
+        lazy_slack_pages: u64 = 0, "pages", "VMARENA_LAZY_SLACK_PAGES";
         /// Largest area, in pages, that goes to the size pools of freed areas (at most 256, the kernel's; Nodes). Larger areas go to the lazy lists, where they can be split and joined.
         pool_max_pages: u64 = 256, "pages", "VMARENA_POOL_MAX_PAGES";
         /// Areas above pool_max_pages are allocated and freed through node 0 whatever the CPU, so that their freed memory is one lazy list that reuse, joins and extensions see whole (Nodes).

@@ -466,6 +466,44 @@ fn a_lazy_area_within_the_slack_is_handed_out_whole() {
     a.check().unwrap();
 }
 
+/// `lazy_slack_pages`: with no percentage slack, a lazy area at most that many pages and at
+/// most twice the request larger is handed out whole; a page more than either bound and it is
+/// split.
+#[test]
+fn a_lazy_area_within_the_absolute_slack_is_handed_out_whole() {
+    let o = ArenaOptions { lazy_slack_pages: 40, ..slack_opts(0) };
+    // (reuses whole, reuses split), after checking the busy record of `start`.
+    let reuses = |a: &Arena, start: u64, pages: u64| {
+        let st = a.stats();
+        assert_eq!(a.lookup(start).unwrap().pages, pages);
+        (st.lazy_reuses - st.lazy_splits, st.lazy_splits)
+    };
+    // The page bound: 100 - 60 = 40 pages is within it, 100 - 59 = 41 is not.
+    let a = Arena::new("slack-pages", 0, 1 << 20, o.clone(), Box::new(NoBacking)).unwrap();
+    let x = a.alloc(&AllocRequest::pages(100)).unwrap();
+    a.free(x.start).unwrap();
+    let z = a.alloc(&AllocRequest::pages(60)).unwrap();
+    assert_eq!((z.start, z.pages), (x.start, 100), "40 pages past the request: whole");
+    assert_eq!(reuses(&a, z.start, 100), (1, 0));
+    a.free(z.start).unwrap();
+    let y = a.alloc(&AllocRequest::pages(59)).unwrap();
+    assert_eq!((y.start, y.pages), (x.start, 59), "41 pages past the request: split");
+    assert_eq!(reuses(&a, y.start, 59), (1, 1));
+    a.free(y.start).unwrap();
+    a.check().unwrap();
+    // The factor bound: 51 - 17 = 34 pages is twice the request, 52 - 17 = 35 is more.
+    for (area, want) in [(51u64, 51u64), (52, 17)] {
+        let a = Arena::new("slack-factor", 0, 1 << 20, o.clone(), Box::new(NoBacking)).unwrap();
+        let x = a.alloc(&AllocRequest::pages(area)).unwrap();
+        a.free(x.start).unwrap();
+        let z = a.alloc(&AllocRequest::pages(17)).unwrap();
+        assert_eq!((z.start, z.pages), (x.start, want), "a lazy area of {area} pages for 17");
+        assert_eq!(a.stats().lazy_splits, (want != area) as u64);
+        a.free(z.start).unwrap();
+        a.check().unwrap();
+    }
+}
+
 /// With `lazy_split` off, an area within the slack is still handed out whole, while a larger
 /// one is not split; a join within the slack takes the last area whole too.
 #[test]

@@ -4,7 +4,7 @@
 //! [`ArenaOptions`](vmarena_engine::ArenaOptions) (for example `VMARENA_SPACE_BYTES`,
 //! `VMARENA_STRATEGY`). A malformed variable is reported once on stderr and the default used.
 //!
-//! Three arena defaults differ from [`ArenaOptions::default`], and one space default from
+//! Four arena defaults differ from [`ArenaOptions::default`], and one space default from
 //! [`SpaceOptions::default`] (DESIGN.md, section 14); the environment overrides each:
 //!
 //! - no transparent huge pages (`huge_pages`, [`default_space_space_options`]);
@@ -18,9 +18,12 @@
 //!   large requests reuse without faults; the kernel's threshold is sized for its own small
 //!   areas, and below what xthread keeps reusing;
 //! - a lazy area up to [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] larger than a request is handed out
-//!   whole (the kernel always splits). A split installs a guard page in resident memory, a TLB
-//!   shootdown while other threads run; the shim's size classes are a quarter of a doubling
-//!   apart, so most splits left a rest of one or two classes.
+//!   whole (the kernel always splits), and so is one at most [`DEFAULT_SPACE_LAZY_SLACK_PAGES`]
+//!   pages (1 MiB) and at most twice the request larger. A split installs a guard page in
+//!   resident memory, a TLB shootdown while other threads run; the shim's size classes are a
+//!   quarter of a doubling apart, so most splits left a rest of one or two classes. A split
+//!   costs the same whatever the size, while the slack holds pages in proportion to it: small
+//!   requests gain most from taking an area whole, and waste least doing so.
 
 use crate::options::SpaceOptions;
 use crate::space::VmSpace;
@@ -52,9 +55,13 @@ pub const DEFAULT_SPACE_LAZY_MAX_FACTOR: u64 = 2;
 /// handed out whole instead of split.
 pub const DEFAULT_SPACE_LAZY_SLACK_PERCENT: u64 = 50;
 
+/// The default space's absolute slack: a lazy area at most this many pages (1 MiB of 4 KiB
+/// pages) and at most twice the request larger is handed out whole too.
+pub const DEFAULT_SPACE_LAZY_SLACK_PAGES: u64 = 256;
+
 /// The default space's arena options: [`ArenaOptions::default`] with the pools stopping at
 /// [`DEFAULT_SPACE_POOL_MAX_PAGES`], [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's lazy
-/// threshold, and [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] of slack,
+/// threshold, and [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] and [`DEFAULT_SPACE_LAZY_SLACK_PAGES`] of slack,
 /// then the environment (a malformed variable is reported on stderr and ignored, as
 /// [`ArenaOptions::from_env`] does).
 pub fn default_space_options() -> ArenaOptions {
@@ -63,6 +70,7 @@ pub fn default_space_options() -> ArenaOptions {
         pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES,
         lazy_max_pages: DEFAULT_SPACE_LAZY_MAX_FACTOR * kernel.lazy_max(),
         lazy_slack_percent: DEFAULT_SPACE_LAZY_SLACK_PERCENT,
+        lazy_slack_pages: DEFAULT_SPACE_LAZY_SLACK_PAGES,
         ..kernel
     }
     .with_env_or_report()
@@ -91,7 +99,7 @@ mod tests {
     /// The three arena defaults and the space default that differ, and the headroom that does
     /// not, where the environment leaves them alone.
     #[test]
-    fn the_default_space_differs_from_the_defaults_in_four_options() {
+    fn the_default_space_differs_from_the_defaults_in_five_options() {
         let o = default_space_options();
         let kernel = ArenaOptions::default();
         if std::env::var_os("VMARENA_POOL_MAX_PAGES").is_none() {
@@ -111,6 +119,10 @@ mod tests {
         if std::env::var_os("VMARENA_LAZY_SLACK_PERCENT").is_none() {
             assert_eq!(o.lazy_slack_percent, DEFAULT_SPACE_LAZY_SLACK_PERCENT);
             assert_eq!(kernel.lazy_slack_percent, 0, "the kernel always splits");
+        }
+        if std::env::var_os("VMARENA_LAZY_SLACK_PAGES").is_none() {
+            assert_eq!(o.lazy_slack_pages, DEFAULT_SPACE_LAZY_SLACK_PAGES);
+            assert_eq!(kernel.lazy_slack_pages, 0, "the kernel always splits");
         }
     }
 }
