@@ -628,7 +628,8 @@ mod tests {
                     if let (Some(a), Some(fit)) = (want, fit) {
                         let take = if rnd(2) == 0 { a.pages } else { pages };
                         // By the slot found, or looked up by start.
-                        let taken = if rnd(2) == 0 { l.take_fit(fit, take) } else { l.take_front(a.start, take) };
+                        let taken =
+                            if rnd(2) == 0 { l.take_fit(fit, take) } else { l.take_front(a.start, take) };
                         assert_eq!(taken, a);
                         let k = model.iter().position(|(_, m)| *m == a).unwrap();
                         if take == a.pages {

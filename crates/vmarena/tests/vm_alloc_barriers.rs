@@ -12,7 +12,7 @@ const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
 
 #[test]
 fn the_process_is_registered_before_any_large_layout() {
-    let small = vec![1u8; 100];
+    let small = Box::new([1u8; 100]); // a small layout, served by the inner allocator
     assert!(vmarena::existing_default_space().is_none(), "no large layout was asked for");
     // SAFETY: membarrier takes integers only.
     let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
