@@ -1149,9 +1149,10 @@ impl Shared {
     }
 
     /// True when a lazy area of `area_pages` may serve a request of `pages` whole: it is that
-    /// size or at most `lazy_slack_percent` larger, and at most `lazy_slack_max_pages` (when not 0)
-    /// larger. Splitting it would install a guard page inside resident memory, which costs a TLB
-    /// shootdown while other threads run (DESIGN.md, sections 2 and 14).
+    /// size, or at most `lazy_slack_percent` larger, or at most `lazy_slack_pages` and at most
+    /// `SMALL_SLACK_FACTOR` times the request larger. Splitting it would install a guard page
+    /// inside resident memory, which costs a TLB shootdown while other threads run (DESIGN.md,
+    /// sections 2 and 14).
     #[inline]
     fn within_slack(&self, pages: u64, area_pages: u64) -> bool {
         if area_pages < pages {

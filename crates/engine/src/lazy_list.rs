@@ -586,9 +586,9 @@ mod tests {
     }
 
     /// Random pushes, fits, splits, whole takes (by the slot found or by start), shrinks and
-    /// removals against a plain vector
-    /// in free order with the same rule (smallest size, then the one that took it last): every fit, the free
-    /// order, the address order and the page count agree after every step.
+    /// removals against a plain vector in free order with the same rule (smallest size, then
+    /// the one that took it last): every fit, the free order, the address order and the page
+    /// count agree after every step.
     #[test]
     fn random_operations_match_a_plain_vector() {
         for seed in 1..=8u64 {

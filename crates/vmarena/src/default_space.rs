@@ -96,7 +96,7 @@ pub fn existing_default_space() -> Option<&'static VmSpace> {
 mod tests {
     use super::*;
 
-    /// The three arena defaults and the space default that differ, and the headroom that does
+    /// The four arena defaults and the space default that differ, and the headroom that does
     /// not, where the environment leaves them alone.
     #[test]
     fn the_default_space_differs_from_the_defaults_in_five_options() {
