@@ -65,8 +65,9 @@ enum Command {
     ///
     /// Workloads: malloc-large (mimalloc-bench's shape: 20 live buffers of 5-25 MiB, every byte
     /// written), xthread (rptest/larson shape, 4 KiB-4 MiB, cross-thread frees), and Python,
-    /// sort and xz on generated input. Time, peak RSS (and the benchmark programs' own live
-    /// peak), RSS after one idle second (and its anonymous part), mappings, minor faults, TLB
+    /// sort and xz on generated input. Time, CPU time (all threads, over the timed work of the
+    /// benchmark programs or the whole run of the others), peak RSS (and the benchmark
+    /// programs' own live peak), RSS after one idle second (and its anonymous part), mappings, minor faults, TLB
     /// shootdowns (machine-wide, from /proc/interrupts) and (with --syscalls) memory system
     /// calls per allocator, ratios to vmarena; every output is checked against the first
     /// allocator's.

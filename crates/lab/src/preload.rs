@@ -61,6 +61,9 @@ pub struct Outcome {
     pub workload: String,
     pub allocator: String,
     pub seconds: f64,
+    /// CPU time (user and system, all threads) over the same span as `seconds`: the timed work
+    /// for the benchmark programs, the whole process for the others.
+    pub cpu_seconds: f64,
     pub peak_rss_kib: u64,
     /// The most bytes the program held at once, as it counts them (benchmark programs only).
     pub peak_live_kib: Option<u64>,
@@ -160,6 +163,7 @@ fn make_data(dir: &Path) -> Result<(), String> {
 
 struct Raw {
     seconds: f64,
+    cpu_seconds: f64,
     maxrss_kib: u64,
     minflt: u64,
     stdout: Vec<u8>,
@@ -197,7 +201,9 @@ fn run_child(cmd: &mut Command) -> Result<Raw, String> {
     if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         return Err(format!("{cmd:?} failed (status {status:#x}): {}", String::from_utf8_lossy(&stderr)));
     }
-    Ok(Raw { seconds, maxrss_kib: ru.ru_maxrss as u64, minflt: ru.ru_minflt as u64, stdout })
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    let cpu_seconds = tv(ru.ru_utime) + tv(ru.ru_stime);
+    Ok(Raw { seconds, cpu_seconds, maxrss_kib: ru.ru_maxrss as u64, minflt: ru.ru_minflt as u64, stdout })
 }
 
 fn json_u64(line: &str, key: &str) -> Option<u64> {
@@ -276,6 +282,7 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
                     workload: w.clone(),
                     allocator: a.clone(),
                     seconds: raw.seconds,
+                    cpu_seconds: raw.cpu_seconds,
                     peak_rss_kib: raw.maxrss_kib,
                     minor_faults: raw.minflt,
                     tlb_shootdowns: tlb,
@@ -290,6 +297,7 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
                 if bench {
                     o.seconds =
                         json_f64(&line, "work_s").ok_or_else(|| format!("{w}: no report in '{line}'"))?;
+                    o.cpu_seconds = json_f64(&line, "work_cpu_s").unwrap_or(0.0);
                     o.peak_rss_kib = json_u64(&line, "peak_rss_kib").unwrap_or(0);
                     o.idle_rss_kib = json_u64(&line, "idle_rss_kib");
                     o.idle_anon_kib = json_u64(&line, "idle_anon_kib");
@@ -337,9 +345,9 @@ pub fn print(cfg: &PreloadConfig, results: &[Outcome], m: &Machine) {
         let vm = rows.iter().find(|o| o.allocator == "vmarena").map(|o| o.seconds);
         println!("\n{w}: {}", describe(w, cfg));
         let mut head =
-            "| allocator | time s | time / vmarena | peak RSS MiB | live peak MiB | idle RSS MiB | idle anon MiB | maps | minor faults | TLB IPIs |"
+            "| allocator | time s | time / vmarena | CPU s | peak RSS MiB | live peak MiB | idle RSS MiB | idle anon MiB | maps | minor faults | TLB IPIs |"
                 .to_string();
-        let mut rule = "|---|---|---|---|---|---|---|---|---|---|".to_string();
+        let mut rule = "|---|---|---|---|---|---|---|---|---|---|---|".to_string();
         if cfg.syscalls {
             for s in SYSCALLS {
                 head.push_str(&format!(" {s} |"));
@@ -351,10 +359,11 @@ pub fn print(cfg: &PreloadConfig, results: &[Outcome], m: &Machine) {
             let ratio = vm.map(|v| format!("{:.2}", o.seconds / v)).unwrap_or_else(|| "-".into());
             let opt = |v: Option<u64>| v.map(mib).unwrap_or_else(|| "-".into());
             let mut line = format!(
-                "| {} | {:.3} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {:.3} | {} | {:.3} | {} | {} | {} | {} | {} | {} | {} |",
                 o.allocator,
                 o.seconds,
                 ratio,
+                o.cpu_seconds,
                 mib(o.peak_rss_kib),
                 opt(o.peak_live_kib),
                 opt(o.idle_rss_kib),
