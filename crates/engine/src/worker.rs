@@ -12,9 +12,26 @@
 //!   addition: memory of an idle program falls back to the OS within one interval): a normal
 //!   purge, which releases all lazy memory.
 //!
+//! After a decay purge the worker calls the process's idle hook, if one was set
+//! ([`set_idle_hook`]).
+//!
 //! The thread starts on the first wake-up, not at arena creation, so an arena that never frees
 //! much never has one. After a `fork()` the child has no worker thread; the next wake-up in the
 //! child starts a new one.
+
+use std::sync::OnceLock;
+
+/// What a worker calls after it purged the memory of an idle program (see [`set_idle_hook`]).
+static IDLE_HOOK: OnceLock<fn()> = OnceLock::new();
+
+/// Have every purge worker call `hook` after a purge at the end of an idle interval that found
+/// lazy memory (the decay purge: no large free for `decay_interval_ms`), on the worker's thread
+/// with no lock held. Set once per process; false when a hook was set already. The preload
+/// shim sets glibc's `malloc_trim` here, so that the next allocator's free memory of an idle
+/// program falls with vmarena's.
+pub fn set_idle_hook(hook: fn()) -> bool {
+    IDLE_HOOK.set(hook).is_ok()
+}
 
 #[cfg(loom)]
 pub(crate) use stub::Worker;
@@ -167,6 +184,9 @@ mod thread {
                 arena.drain_caches();
                 if arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
                     arena.purge(PurgeKind::Normal);
+                    if let Some(hook) = super::IDLE_HOOK.get() {
+                        hook();
+                    }
                 }
             }
         }

@@ -26,7 +26,9 @@
 //! allocator; routing by address keeps that correct.
 //!
 //! With glibc next, every large free the shim serves moves glibc's mmap and trim thresholds as
-//! glibc itself would had it served the block ([`glibc_thresholds`]).
+//! glibc itself would had it served the block ([`glibc_thresholds`]), and when the default
+//! space gives an idle program's memory back, glibc's free memory goes back with it
+//! ([`glibc_trim`]).
 //!
 //! Fork: `pthread_atfork` handlers hold every lock of the default space across `fork()`
 //! ([`fork`]), so the child can allocate and free; the purge worker restarts in the child on
@@ -41,6 +43,7 @@
 pub mod bootstrap;
 mod fork;
 pub mod glibc_thresholds;
+pub mod glibc_trim;
 pub mod interpose;
 pub mod next;
 pub mod stats;
@@ -85,6 +88,9 @@ pub(crate) fn on_ready() {
     }
     if let Some(m) = next::get().and_then(|n| n.glibc_mallopt).filter(|_| opts.glibc_thresholds) {
         glibc_thresholds::enable(m);
+    }
+    if let Some(t) = next::get().and_then(|n| n.glibc_malloc_trim).filter(|_| opts.glibc_trim) {
+        glibc_trim::enable(t);
     }
     fork::register();
 }

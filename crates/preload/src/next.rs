@@ -49,6 +49,8 @@ pub struct Next {
     /// `mallopt` when both it and `malloc` come from the C library: the next allocator is
     /// glibc's ([`crate::glibc_thresholds`]).
     pub glibc_mallopt: Option<crate::glibc_thresholds::Mallopt>,
+    /// glibc's `malloc_trim`, when the next allocator is glibc's ([`crate::glibc_trim`]).
+    pub glibc_malloc_trim: Option<crate::glibc_trim::MallocTrim>,
 }
 
 struct Slot(UnsafeCell<Option<Next>>);
@@ -97,6 +99,8 @@ fn resolve() -> Option<&'static Next> {
         pvalloc: sym(c"pvalloc"),
         mallopt,
         glibc_mallopt: mallopt.filter(|&m| in_libc(malloc as *const c_void) && in_libc(m as *const c_void)),
+        glibc_malloc_trim: sym::<crate::glibc_trim::MallocTrim>(c"malloc_trim")
+            .filter(|&t| in_libc(malloc as *const c_void) && in_libc(t as *const c_void)),
     };
     // SAFETY: only the thread that won the CAS writes, before publishing READY.
     unsafe { *NEXT.0.get() = Some(next) };

@@ -19,6 +19,8 @@ options_table! {
         lock_timing: bool = false, "bool", "VMARENA_PRELOAD_LOCK_TIMING";
         /// With glibc next: each large free raises glibc's mmap and trim thresholds as glibc's own free of that block would.
         glibc_thresholds: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_THRESHOLDS";
+        /// With glibc next: when the default space's worker releases an idle program's memory, glibc's malloc_trim gives back glibc's free memory too.
+        glibc_trim: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_TRIM";
     }
 }
 

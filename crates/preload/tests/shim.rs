@@ -106,6 +106,15 @@ fn large_frees_move_glibcs_thresholds_as_its_own_frees_would() {
     assert_case_ok(&case(t, &[("MALLOC_TRIM_THRESHOLD_", "131072")], &[&mode("kept")]), t);
 }
 
+/// After the default space's idle purge, glibc's free memory inside its heap goes back too
+/// (`malloc_trim`); with the option off it stays.
+#[test]
+fn glibcs_free_memory_goes_back_after_an_idle_purge() {
+    let t = "glibc_trim";
+    assert_case_ok(&case(t, &[], &[&PathBuf::from("on")]), t);
+    assert_case_ok(&case(t, &[("VMARENA_PRELOAD_GLIBC_TRIM", "0")], &[&PathBuf::from("off")]), t);
+}
+
 /// The shim registers the process for `membarrier` at its first `malloc`, while the process
 /// has one thread (later, with threads, registration waits for an RCU grace period): here no
 /// request reaches vmarena, yet the program finds the process registered.
@@ -261,5 +270,5 @@ fn readme_lists_the_shims_options_as_declared() {
         assert!(readme.contains(&row), "README.md lacks the row\n{row}");
         seen += 1;
     }
-    assert_eq!(seen, 4, "every option of PreloadOptions was found in stats.rs");
+    assert_eq!(seen, 5, "every option of PreloadOptions was found in stats.rs");
 }

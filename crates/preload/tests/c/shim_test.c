@@ -1,7 +1,7 @@
 /* The preload shim from C: run under LD_PRELOAD=libvmarena_preload.so (crates/preload/tests/shim.rs).
  *
  * Usage: shim_test <case>, cases: routing, threshold, fork, threads, dlopen, early,
- * glibc_thresholds, membarrier, foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
+ * glibc_thresholds, glibc_trim, membarrier, foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -274,6 +274,49 @@ static void glibc_thresholds_case(size_t thr, const char *mode) {
     else CHECK(after < (1 << 20));
 }
 
+static long rss_anon_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "RssAnon:", 8)) kib = strtol(line + 8, NULL, 10);
+    if (f) fclose(f);
+    return kib;
+}
+
+/* glibc's free memory inside its heap goes back after the default space's idle purge:
+ * 12 MiB of small blocks freed below a block still in use (so glibc cannot trim its top),
+ * then a large free for the purge worker to find, then an idle period of three decay
+ * intervals. Mode "on": the memory goes (malloc_trim after the purge); "off" (the option
+ * off): it stays. */
+static void glibc_trim_case(size_t thr, const char *mode) {
+    int on = !strcmp(mode, "on");
+    CHECK(on || !strcmp(mode, "off"));
+    CHECK(thr > (32 << 10));
+    enum { N = 384, SMALL = 32 << 10 };
+    static char *small[N];
+    for (int i = 0; i < N; i++) {
+        small[i] = malloc(SMALL);
+        CHECK(small[i] && !is_vm(small[i]));
+        if (small[i]) memset(small[i], i, SMALL);
+    }
+    char *last = malloc(SMALL); /* above the others: keeps glibc's top in use */
+    CHECK(last && !is_vm(last));
+    char *big = malloc(1 << 20);
+    CHECK(big && is_vm(big));
+    if (big) memset(big, 1, 1 << 20);
+    for (int i = 0; i < N; i++) free(small[i]);
+    free(big);
+    long before = rss_anon_kib();
+    usleep(1500 * 1000);
+    long after = rss_anon_kib();
+    printf("%s: anonymous RSS %ld KiB after the frees, %ld KiB after the idle period\n", mode, before, after);
+    CHECK(before > (N * SMALL >> 10) - 1024);
+    if (on) CHECK(after < before - (N * SMALL >> 10) + 2048);
+    else CHECK(after > before - 2048);
+    free(last);
+}
+
 /* Run with a threshold above every request of this program, so that no vmarena area exists:
  * the process is registered for private expedited barriers all the same, from the first
  * malloc (while it had one thread), and an unregistered process would get EPERM here. */
@@ -296,6 +339,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "fork")) fork_case(thr);
     else if (!strcmp(c, "dlopen")) dlopen_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "membarrier")) membarrier_case();
+    else if (!strcmp(c, "glibc_trim")) glibc_trim_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "glibc_thresholds")) glibc_thresholds_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "foreign_free")) {
         /* Not vmarena's: the next allocator decides (glibc aborts on an invalid pointer). */
