@@ -11,7 +11,14 @@
 //!
 //! So each large free the shim serves goes through glibc's rule: a freed area of S usable
 //! bytes, more than any before and at most 32 MiB, sets glibc's mmap threshold to S and its
-//! trim threshold to 2 S with glibc's own `mallopt`. S is what `malloc_usable_size` said: the
+//! trim threshold to 2 S with glibc's own `mallopt`, the trim threshold at most eight times
+//! the shim's threshold ([`TRIM_CAP_THRESHOLDS`]; 512 KiB at the default 64 KiB). The cap is
+//! where the rule stops fitting the shim: glibc keeps up to the trim threshold free at the top
+//! of each arena so that the next block of that size needs no new pages, but under the shim no
+//! block it holds reaches the shim's threshold, so a top of 2 S (8 MiB on xthread) is memory
+//! none of its blocks can use at once, and which stays after the program stops: `malloc_trim`
+//! gives back the main arena's top, not a thread arena's, which only glibc's own free trims
+//! (DESIGN.md, section 14, "glibc's thresholds", has the measurements that set eight). S is what `malloc_usable_size` said: the
 //! request rounded up to its size class, or up to half more where a lazy area was handed out
 //! whole, so the thresholds can end up that much above glibc's (6 MiB on xthread, whose
 //! largest request is 4 MiB; `VMARENA_PRELOAD_STATS=1` prints them). Setting them turns glibc's own
@@ -41,6 +48,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// glibc's `mallopt`.
 pub type Mallopt = unsafe extern "C" fn(c_int, c_int) -> c_int;
 
+/// The trim threshold set is at most this many times the shim's routing threshold.
+pub const TRIM_CAP_THRESHOLDS: usize = 8;
 /// glibc's mmap threshold at start: frees of blocks up to this size change nothing.
 pub const GLIBC_MMAP_THRESHOLD_BYTES: usize = 128 << 10;
 /// The largest freed block glibc raises its thresholds to (`DEFAULT_MMAP_THRESHOLD_MAX`, 64-bit).
@@ -58,17 +67,21 @@ static SETTING: AtomicBool = AtomicBool::new(false);
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// glibc's `mallopt`, stored before [`ENABLED`] turns on.
 static MALLOPT: AtomicUsize = AtomicUsize::new(0);
+/// The highest trim threshold set, stored before [`ENABLED`] turns on.
+static TRIM_CAP_BYTES: AtomicUsize = AtomicUsize::new(2 * GLIBC_MMAP_THRESHOLD_MAX_BYTES);
 
 /// glibc's parameters whose setting turns its dynamic thresholds off (`M_TRIM_THRESHOLD`,
 /// `M_TOP_PAD`, `M_MMAP_THRESHOLD`, `M_MMAP_MAX`).
 pub const FIXING_PARAMS: [c_int; 4] = [M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_MMAP_MAX];
 
 /// Follow the shim's large frees from now on, through `mallopt`, unless the environment sets
-/// one of glibc's thresholds (see the module doc).
-pub fn enable(mallopt: Mallopt) {
+/// one of glibc's thresholds (see the module doc). `threshold_bytes` is the shim's routing
+/// threshold, which sets the cap of the trim threshold.
+pub fn enable(mallopt: Mallopt, threshold_bytes: usize) {
     if environment_fixes_thresholds(|k| std::env::var(k).ok()) {
         return;
     }
+    TRIM_CAP_BYTES.store(trim_cap_bytes(threshold_bytes), Ordering::Relaxed);
     MALLOPT.store(mallopt as usize, Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
 }
@@ -84,6 +97,19 @@ pub fn disable() {
         }
         std::thread::yield_now();
     }
+}
+
+/// The highest trim threshold to set under a routing threshold of `threshold_bytes`: eight
+/// times it, no lower than glibc's own start value and no higher than glibc's own highest.
+pub fn trim_cap_bytes(threshold_bytes: usize) -> usize {
+    threshold_bytes
+        .saturating_mul(TRIM_CAP_THRESHOLDS)
+        .clamp(GLIBC_MMAP_THRESHOLD_BYTES, 2 * GLIBC_MMAP_THRESHOLD_MAX_BYTES)
+}
+
+/// The trim threshold set along with an mmap threshold of `mmap_bytes`: glibc's 2 S, capped.
+pub fn trim_bytes(mmap_bytes: usize) -> usize {
+    (2 * mmap_bytes).min(TRIM_CAP_BYTES.load(Ordering::Relaxed))
 }
 
 /// True when `var` (an environment lookup) sets one of glibc's thresholds.
@@ -107,7 +133,7 @@ pub fn enabled() -> bool {
 }
 
 /// The mmap threshold glibc has from this module (its own start value before the first raise),
-/// for the exit summary; the trim threshold is twice it.
+/// for the exit summary; the trim threshold is [`trim_bytes`] of it.
 pub fn set_bytes() -> usize {
     SET_BYTES.load(Ordering::Relaxed)
 }
@@ -137,7 +163,7 @@ fn raise(bytes: usize) {
         // SAFETY: glibc's `mallopt` with two of its documented parameters.
         let ok = unsafe {
             mallopt(M_MMAP_THRESHOLD, bytes as c_int) == 1
-                && mallopt(M_TRIM_THRESHOLD, 2 * bytes as c_int) == 1
+                && mallopt(M_TRIM_THRESHOLD, trim_bytes(bytes) as c_int) == 1
         };
         if ok {
             SET_BYTES.store(bytes, Ordering::Relaxed);
@@ -166,5 +192,15 @@ mod tests {
         )])));
         assert!(environment_fixes_thresholds(env(&[("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0")])));
         assert!(environment_fixes_thresholds(env(&[("MALLOC_TOP_PAD_", "0")])));
+    }
+
+    #[test]
+    fn the_trim_cap_is_eight_thresholds_within_glibcs_own_range() {
+        assert_eq!(trim_cap_bytes(64 << 10), 512 << 10);
+        assert_eq!(trim_cap_bytes(1 << 20), 8 << 20);
+        // Never below glibc's start value, never above its highest, no overflow.
+        assert_eq!(trim_cap_bytes(4096), 128 << 10);
+        assert_eq!(trim_cap_bytes(1 << 30), 64 << 20);
+        assert_eq!(trim_cap_bytes(usize::MAX), 64 << 20);
     }
 }

@@ -17,7 +17,7 @@ options_table! {
         stats: bool = false, "bool", "VMARENA_PRELOAD_STATS";
         /// With `stats`: also count acquisitions and time how long each lock is held.
         lock_timing: bool = false, "bool", "VMARENA_PRELOAD_LOCK_TIMING";
-        /// With glibc next: each large free raises glibc's mmap and trim thresholds as glibc's own free of that block would.
+        /// With glibc next: each large free raises glibc's mmap and trim thresholds as glibc's own free of that block would, the trim threshold to eight shim thresholds at most.
         glibc_thresholds: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_THRESHOLDS";
         /// With glibc next: when the default space's worker releases an idle program's memory, glibc's malloc_trim gives back glibc's free memory too.
         glibc_trim: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_TRIM";
@@ -131,7 +131,7 @@ extern "C" fn print_at_exit() {
             let mmap = crate::glibc_thresholds::set_bytes();
             out.push_str(&format!(
                 "vmarena preload: glibc mmap threshold {mmap} bytes, trim threshold {}\n",
-                2 * mmap
+                crate::glibc_thresholds::trim_bytes(mmap)
             ));
         }
         for (name, v) in s.values() {

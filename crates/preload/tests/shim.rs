@@ -92,14 +92,23 @@ fn the_threshold_comes_from_the_environment() {
 }
 
 /// A large free through the shim moves glibc's trim threshold as glibc's own free of that
-/// block would (its heap keeps 2 MiB of freed small blocks at its top instead of trimming at
-/// 128 KiB); the option turns that off, and so does a threshold the program sets itself, with
-/// `mallopt` or in the environment, as it turns off glibc's own adjustment.
+/// block would, up to eight shim thresholds: with a 512 KiB shim threshold glibc's heap keeps
+/// 2 MiB of freed small blocks at its top instead of trimming at 128 KiB; at the default 64 KiB
+/// it trims again past 512 KiB, the value the summary reports. The option turns the mirroring
+/// off, and so does a threshold the program sets itself, with `mallopt` or in the environment,
+/// as it turns off glibc's own adjustment.
 #[test]
 fn large_frees_move_glibcs_thresholds_as_its_own_frees_would() {
     let t = "glibc_thresholds";
     let mode = |m: &str| PathBuf::from(m);
-    assert_case_ok(&case(t, &[], &[&mode("follows")]), t);
+    assert_case_ok(&case(t, &[("VMARENA_PRELOAD_THRESHOLD", "524288")], &[&mode("follows")]), t);
+    let capped = case(t, &[("VMARENA_PRELOAD_STATS", "1")], &[&mode("kept")]);
+    assert_case_ok(&capped, t);
+    let summary = String::from_utf8_lossy(&capped.stderr);
+    assert!(
+        summary.contains("glibc mmap threshold 4194304 bytes, trim threshold 524288\n"),
+        "the cap at the default threshold: {summary}"
+    );
     assert_case_ok(&case(t, &[("VMARENA_PRELOAD_GLIBC_THRESHOLDS", "0")], &[&mode("kept")]), t);
     assert_case_ok(&case(t, &[], &[&mode("mallopt")]), t);
     assert_case_ok(&case(t, &[("GLIBC_TUNABLES", "glibc.malloc.top_pad=131072")], &[&mode("kept")]), t);
