@@ -1172,30 +1172,23 @@ impl Shared {
         if !self.opts.lazy_split || g.lazy_tree.len() < 2 {
             return None;
         }
-        let order = g.lazy_tree.by_address();
-        // Runs as [from, to) in `order`, with the pages needed to cover the request.
-        let mut best: Option<(usize, usize, u64)> = None;
-        let mut from = 0;
-        while from < order.len() {
-            let first = &order[from];
-            let (mut to, mut total, mut end) = (from + 1, first.pages, first.start + first.pages);
-            while total < pages && to < order.len() && order[to].start == end {
-                total += order[to].pages;
-                end += order[to].pages;
-                to += 1;
+        // From each aligned area, the areas that follow it without a gap until they cover the
+        // request: the run with the fewest pages, the lowest start among equals.
+        let lazy = &g.lazy_tree;
+        let mut best: Option<(u64, u64)> = None;
+        for first in lazy.reusable().filter(|a| a.start & (r.align_pages - 1) == 0) {
+            let (mut total, mut members) = (first.pages, 1);
+            while total < pages {
+                let Some(next) = lazy.reusable_at(first.start + total) else { break };
+                total += next.pages;
+                members += 1;
             }
-            if total >= pages
-                && to - from >= 2
-                && first.start & (r.align_pages - 1) == 0
-                && best.is_none_or(|b| total < b.2)
-            {
-                best = Some((from, to, total));
+            if total >= pages && members >= 2 && best.is_none_or(|(s, t)| (total, first.start) < (t, s)) {
+                best = Some((first.start, total));
             }
-            from += 1;
         }
-        let (from, to, total) = best?;
-        let taken = &order[from..to];
-        let start = taken[0].start;
+        let (start, total) = best?;
+        let taken = lazy.run_from(start, start + total);
         let last = taken[taken.len() - 1];
         // The rest of the last area keeps that area's place in the list; the others leave it.
         for l in &taken[..taken.len() - 1] {
@@ -1216,15 +1209,21 @@ impl Shared {
     /// Runs of address-adjacent reusable lazy areas of a node, each smaller than `pages`, as
     /// `[start, end)`: the `max` runs with the most pages, most first.
     fn node_lazy_runs(g: &NodeState, pages: u64, max: usize) -> Vec<(u64, u64)> {
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for (s, e) in g.lazy_tree.by_address().into_iter().map(|l| (l.start, l.start + l.pages)) {
-            match runs.last_mut() {
-                Some(run) if run.1 == s => run.1 = e,
-                _ => runs.push((s, e)),
-            }
-        }
-        runs.retain(|&(s, e)| e - s < pages);
-        runs.sort_unstable_by_key(|&(s, e)| std::cmp::Reverse(e - s));
+        let lazy = &g.lazy_tree;
+        // Each run from its first area (none ends where it starts) to its end.
+        let mut runs: Vec<(u64, u64)> = lazy
+            .reusable()
+            .filter(|a| !lazy.reusable_ends_at(a.start))
+            .map(|a| {
+                let mut end = a.start + a.pages;
+                while let Some(next) = lazy.reusable_at(end) {
+                    end += next.pages;
+                }
+                (a.start, end)
+            })
+            .filter(|&(s, e)| e - s < pages)
+            .collect();
+        runs.sort_unstable_by_key(|&(s, e)| (std::cmp::Reverse(e - s), s));
         runs.truncate(max);
         runs
     }
@@ -1264,7 +1263,7 @@ impl Shared {
             })?
         };
         let mut g = nodes[me].lock_at(&site::ALLOC_NODE);
-        let members = g.lazy_tree.reusable_in(s, e);
+        let members = g.lazy_tree.run_from(s, e);
         let covered: u64 = members.iter().map(|l| l.pages).sum();
         let whole = covered == e - s && members.iter().all(|l| l.start + l.pages <= e);
         if !whole {

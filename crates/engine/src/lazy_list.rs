@@ -15,22 +15,29 @@
 //!   above [`BIN_PAGES`] pages sit in one ordered set. The fit is the smallest size that fits,
 //!   and among areas of that size the one that took it last (the most recently freed, or the
 //!   rest of a more recent split), as the pools hand out their newest entry.
-//! - Address order is an ordered map keyed by each area's end, which a split (the front handed
-//!   out, the rest left in place) does not change.
+//! - Address: two hash maps ([`PageMap`]), from each reusable area's start and from its end to
+//!   its slot. Every lookup by address is exact: the area that starts at
+//!   a page (a reuse by address, the next area of a run) or ends at one (is an area the first
+//!   of its run). The address order that joins and extensions want is a walk along a run, from
+//!   one area's end to the next one's start.
 //!
 //! Three B-trees did this before, with up to six updates for a split reuse: under callgrind
 //! they were most of the engine's instructions on xthread through the shim (DESIGN.md, section
-//! 4, Shared lazy list).
+//! 4, Shared lazy list). The address B-tree that stayed then was 28% of the instructions of
+//! the shim's large allocations and frees, and gave way to the two maps (DESIGN.md, section 4,
+//! "The lazy list's address indexes").
 //!
 //! Invariants (checked by [`LazyList::check`]):
 //! - the free-order list holds every area once, stamps rising from head to tail;
 //! - the bins and the large set hold exactly the reusable areas, each under its size; the
-//!   bitmap marks exactly the non-empty bins; `by_end` holds exactly the reusable areas;
+//!   bitmap marks exactly the non-empty bins; `by_start` and `by_end` hold exactly the
+//!   reusable areas;
 //! - `pages` is the sum of the areas' pages, `len` their number; areas do not overlap.
 //!
 //! An area whose front is handed out keeps its stamp and its place in free order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::page_map::PageMap;
+use std::collections::BTreeSet;
 
 /// A lazily freed area that is not in a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,8 +99,10 @@ pub(crate) struct LazyList {
     /// Reusable areas above `BIN_PAGES`: `(pages, !seq, slot)`, so the one that took its size
     /// last comes first, as at the head of a bin.
     large: BTreeSet<(u64, u64, u32)>,
+    /// Reusable areas by start: slot.
+    by_start: PageMap,
     /// Reusable areas by end: slot.
-    by_end: BTreeMap<u64, u32>,
+    by_end: PageMap,
     len: usize,
     pages: u64,
 }
@@ -111,7 +120,8 @@ impl Default for LazyList {
             bin_words: [0; BIN_WORDS],
             bin_summary: 0,
             large: BTreeSet::new(),
-            by_end: BTreeMap::new(),
+            by_start: PageMap::default(),
+            by_end: PageMap::default(),
             len: 0,
             pages: 0,
         }
@@ -187,9 +197,11 @@ impl LazyList {
         s.area
     }
 
-    /// Add the reusable area in slot `i` to its size bin (or the large set) and to `by_end`.
+    /// Add the reusable area in slot `i` to its size bin (or the large set) and to the
+    /// address maps.
     fn index(&mut self, i: u32) {
         let area = self.slots[i as usize].area;
+        self.by_start.insert(area.start, i);
         self.by_end.insert(area.start + area.pages, i);
         self.index_size(i);
     }
@@ -222,7 +234,8 @@ impl LazyList {
     /// Undo [`LazyList::index`] for slot `i`.
     fn unindex(&mut self, i: u32) {
         let area = self.slots[i as usize].area;
-        self.by_end.remove(&(area.start + area.pages));
+        self.by_start.remove(area.start);
+        self.by_end.remove(area.start + area.pages);
         self.unindex_size(i);
     }
 
@@ -268,8 +281,24 @@ impl LazyList {
 
     /// The slot of the reusable area that starts at `start`.
     fn slot_at(&self, start: u64) -> Option<u32> {
-        let (_, &i) = self.by_end.range(start + 1..).next()?;
-        (self.slots[i as usize].area.start == start).then_some(i)
+        self.by_start.get(start)
+    }
+
+    /// The reusable area that starts at `start`.
+    pub fn reusable_at(&self, start: u64) -> Option<LazyArea> {
+        self.slot_at(start).map(|i| self.slots[i as usize].area)
+    }
+
+    /// True when a reusable area ends at `end`: an area that starts there is not the first of
+    /// its run.
+    pub fn reusable_ends_at(&self, end: u64) -> bool {
+        self.by_end.get(end).is_some()
+    }
+
+    /// Every reusable area, in free order: a walk of the list, so its cost follows the list's
+    /// length, where a scan of the address maps would follow the most areas it ever held.
+    pub fn reusable(&self) -> impl Iterator<Item = LazyArea> + '_ {
+        self.iter().copied().filter(|a| a.reusable)
     }
 
     /// The smallest reusable area of at least `pages` whose start is a multiple of
@@ -325,35 +354,38 @@ impl LazyList {
 
     /// Give the area in slot `i` a new extent and reusability, keeping its stamp and its place
     /// in free order. A reusable area that stays reusable with the same end (the rest of a
-    /// split) keeps its `by_end` entry and changes size bins only.
+    /// split) keeps its `by_end` entry and changes its start and size bin only.
     fn reshape(&mut self, i: u32, to: LazyArea) {
         let from = self.slots[i as usize].area;
         let same_end = from.reusable && to.reusable && from.start + from.pages == to.start + to.pages;
         if same_end {
             self.unindex_size(i);
+            self.by_start.remove(from.start);
         } else if from.reusable {
             self.unindex(i);
         }
         self.slots[i as usize].area = to;
         self.pages = self.pages - from.pages + to.pages;
         if same_end {
+            self.by_start.insert(to.start, i);
             self.index_size(i);
         } else if to.reusable {
             self.index(i);
         }
     }
 
-    /// The reusable areas in address order.
+    /// The reusable areas in address order (sorted here, for tests).
+    #[cfg(test)]
     pub fn by_address(&self) -> Vec<LazyArea> {
-        self.by_end.values().map(|&i| self.slots[i as usize].area).collect()
+        let mut v: Vec<LazyArea> = self.reusable().collect();
+        v.sort_unstable_by_key(|a| a.start);
+        v
     }
 
-    /// The reusable areas whose start lies in `[lo, hi)`, in address order.
-    pub fn reusable_in(&self, lo: u64, hi: u64) -> Vec<LazyArea> {
-        self.by_end
-            .range(lo + 1..)
-            .map(|(_, &i)| self.slots[i as usize].area)
-            .skip_while(|a| a.start < lo)
+    /// The run of reusable areas from `lo`: the area that starts there, the one that starts
+    /// where it ends, and so on while they start below `hi`.
+    pub fn run_from(&self, lo: u64, hi: u64) -> Vec<LazyArea> {
+        std::iter::successors(self.reusable_at(lo), |a| self.reusable_at(a.start + a.pages))
             .take_while(|a| a.start < hi)
             .collect()
     }
@@ -393,7 +425,9 @@ impl LazyList {
             sum += s.area.pages;
             if s.area.reusable {
                 reusable += 1;
-                if self.by_end.get(&(s.area.start + s.area.pages)) != Some(&i) {
+                if self.by_start.get(s.area.start) != Some(i)
+                    || self.by_end.get(s.area.start + s.area.pages) != Some(i)
+                {
                     return Err(format!(
                         "lazy list: area {:#x}+{} missing by address",
                         s.area.start, s.area.pages
@@ -438,13 +472,19 @@ impl LazyList {
                 (prev, i) = (i, s.bin_next);
             }
         }
-        if binned + self.large.len() != reusable || self.by_end.len() != reusable {
+        if binned + self.large.len() != reusable
+            || self.by_start.len() != reusable
+            || self.by_end.len() != reusable
+        {
             return Err(format!(
-                "lazy list: {reusable} reusable areas, {binned} binned and {} large, {} by address",
+                "lazy list: {reusable} reusable areas, {binned} binned and {} large, {} by start, {} by end",
                 self.large.len(),
+                self.by_start.len(),
                 self.by_end.len()
             ));
         }
+        self.by_start.check()?;
+        self.by_end.check()?;
         let mut spans: Vec<(u64, u64)> = self.iter().map(|a| (a.start, a.start + a.pages)).collect();
         spans.sort_unstable();
         if let Some(w) = spans.windows(2).find(|w| w[0].1 > w[1].0) {
@@ -508,7 +548,8 @@ mod tests {
         });
         assert_eq!(seen, vec![300, 0, 200]);
         assert_eq!(l.by_address(), vec![area(5, 6), area(300, 10)]);
-        assert_eq!(l.reusable_in(0, 300), vec![area(5, 6)]);
+        assert_eq!(l.run_from(5, 300), vec![area(5, 6)]);
+        assert_eq!(l.run_from(0, 300), vec![], "no area starts at 0 any more");
         assert_eq!(l.best_fit(6, 1), Some(area(5, 6)));
         assert_eq!(l.pages(), 16);
         l.check().unwrap();
@@ -579,9 +620,16 @@ mod tests {
         l.push(area(2000, 10));
         assert_eq!(l.slots.len(), 4, "spare slots first");
         assert_eq!(l.iter().map(|a| a.start).collect::<Vec<_>>(), vec![0, 300, 1000, 2000]);
-        // An area that starts before `lo` is not in the range, though it ends inside it.
-        assert_eq!(l.reusable_in(10, 1000), vec![area(300, 50)]);
-        assert_eq!(l.reusable_in(0, 1001), vec![area(0, 50), area(300, 50), area(1000, 10)]);
+        // A run goes from one area's end to the next one's start, and stops at a gap or at
+        // the first area that starts at or above `hi`.
+        assert_eq!(l.run_from(0, 1000), vec![area(0, 50)]);
+        l.push(area(50, 30));
+        l.push(area(80, 20));
+        assert_eq!(l.run_from(0, 1000), vec![area(0, 50), area(50, 30), area(80, 20)]);
+        assert_eq!(l.run_from(0, 80), vec![area(0, 50), area(50, 30)]);
+        assert_eq!(l.run_from(50, 1000), vec![area(50, 30), area(80, 20)]);
+        assert!(l.reusable_ends_at(100) && l.reusable_ends_at(50) && !l.reusable_ends_at(0));
+        assert_eq!(l.run_from(10, 1000), vec![], "no area starts at 10");
         l.check().unwrap();
     }
 
@@ -673,6 +721,25 @@ mod tests {
                 let mut by_addr: Vec<LazyArea> = model.iter().map(|m| m.1).filter(|a| a.reusable).collect();
                 by_addr.sort_by_key(|a| a.start);
                 assert_eq!(l.by_address(), by_addr);
+                // The run from a reusable area's start: the areas that follow it without a gap,
+                // from the sorted list; and whether one ends where it starts.
+                if !by_addr.is_empty() {
+                    let k = rnd(by_addr.len() as u64) as usize;
+                    let lo = by_addr[k].start;
+                    let hi = lo + rnd(400);
+                    let mut want = vec![by_addr[k]];
+                    for a in &by_addr[k + 1..] {
+                        let last = want[want.len() - 1];
+                        if a.start != last.start + last.pages {
+                            break;
+                        }
+                        want.push(*a);
+                    }
+                    want.retain(|a| a.start < hi);
+                    assert_eq!(l.run_from(lo, hi), want, "seed {seed} step {step}: run from {lo}");
+                    let joined = k > 0 && by_addr[k - 1].start + by_addr[k - 1].pages == lo;
+                    assert_eq!(l.reusable_ends_at(lo), joined, "seed {seed} step {step}");
+                }
                 assert_eq!(l.pages(), model.iter().map(|m| m.1.pages).sum::<u64>());
                 if step % 100 == 0 {
                     l.check().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
@@ -691,7 +758,11 @@ mod tests {
         let mut l = LazyList::default();
         l.push(area(0, 10));
         l.by_end.clear();
-        assert!(l.check().is_err());
+        assert!(l.check().unwrap_err().contains("missing by address"));
+        let mut l = LazyList::default();
+        l.push(area(0, 10));
+        l.by_start.clear();
+        assert!(l.check().unwrap_err().contains("missing by address"));
         let mut l = LazyList::default();
         l.push(area(0, 10));
         l.bin_words[0] = 0;

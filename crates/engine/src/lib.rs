@@ -34,6 +34,7 @@ mod magazine;
 mod mover;
 mod node;
 pub mod options;
+mod page_map;
 pub mod pressure;
 mod purge;
 pub mod site;

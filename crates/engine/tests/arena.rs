@@ -786,6 +786,30 @@ fn adjacent_lazy_areas_are_joined_when_none_fits_alone() {
     assert_eq!(b.stats().lazy_joins, 0);
 }
 
+/// Of two runs of lazy areas that both cover a request, the join takes the one with fewer
+/// pages, wherever it lies.
+#[test]
+fn the_join_takes_the_run_with_the_fewest_pages() {
+    let o = ArenaOptions { nodes: 1, lazy_slack_percent: 0, ..opts(Strategy::Nodes) };
+    let a = Arena::new("join2", 0, 1 << 20, o, Box::new(NoBacking)).unwrap();
+    let sizes = [500, 520, 400, 500, 500, 400];
+    let v: Vec<_> = sizes.iter().map(|&n| a.alloc(&AllocRequest::pages(n)).unwrap()).collect();
+    for i in 1..v.len() {
+        assert_eq!(v[i].start, v[i - 1].start + sizes[i - 1], "the test needs adjacent areas");
+    }
+    // Lazy: the run of 1,020 pages at the lower address, the run of 1,000 above it; the
+    // live areas of 400 pages keep them apart and keep them from growing into free space.
+    for i in [0, 1, 3, 4] {
+        a.free(v[i].start).unwrap();
+    }
+    let j = a.alloc(&AllocRequest::pages(900)).unwrap();
+    assert_eq!(j.start, v[3].start, "the run of 1,000 pages");
+    assert!(!j.fresh);
+    let st = a.stats();
+    assert_eq!((st.lazy_joins, st.lazy_extends), (1, 0));
+    a.check().unwrap();
+}
+
 #[test]
 fn a_lazy_run_grows_into_the_free_space_around_it() {
     let rec = Arc::new(Recorder::default());
