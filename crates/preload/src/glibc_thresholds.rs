@@ -18,10 +18,12 @@
 //! block it holds reaches the shim's threshold, so a top of 2 S (8 MiB on xthread) is memory
 //! none of its blocks can use at once, and which stays after the program stops: `malloc_trim`
 //! gives back the main arena's top, not a thread arena's, which only glibc's own free trims
-//! (DESIGN.md, section 14, "glibc's thresholds", has the measurements that set eight). S is what `malloc_usable_size` said: the
-//! request rounded up to its size class, or up to half more where a lazy area was handed out
-//! whole, so the thresholds can end up that much above glibc's (6 MiB on xthread, whose
-//! largest request is 4 MiB; `VMARENA_PRELOAD_STATS=1` prints them). Setting them turns glibc's own
+//! (DESIGN.md, section 14, "glibc's thresholds", has the measurements that set eight).
+//!
+//! S is what `malloc_usable_size` said: the request rounded up to its size class, or up to half
+//! more where a lazy area was handed out whole, so the mmap threshold can end up that much
+//! above glibc's (6 MiB on xthread, whose largest request is 4 MiB; `VMARENA_PRELOAD_STATS=1`
+//! prints both thresholds). Setting them turns glibc's own
 //! adjustment off, which loses nothing: the blocks glibc still sees are below the shim's
 //! threshold, hence below S, and glibc maps none of them either way (a large request vmarena
 //! cannot serve, which falls back to glibc, is mapped or not by S as glibc's own rule would
