@@ -8,7 +8,8 @@
 //! - address order, for joins and extensions: runs of adjacent reusable areas.
 //!
 //! Layout: the areas live in a slab of slots (`u32` links, no `unsafe`); a freed slot is
-//! reused by the next push, so after warm-up pushes and takes allocate nothing.
+//! reused by the next push, so after warm-up pushes and takes allocate nothing (an idle purge
+//! may shrink the address maps, [`LazyList::compact`]).
 //! - Free order is a doubly linked list through the slots, oldest at the head.
 //! - Size order is one bin per page count up to [`BIN_PAGES`], each a doubly linked list with
 //!   the newest area at its head, and a two-level bitmap of the bins that hold any; areas
@@ -407,6 +408,15 @@ impl LazyList {
         }
     }
 
+    /// Shrink the address maps if the list has become much shorter than they were made for
+    /// ([`PageMap::compact`]). The purges that are not threshold purges call this (an idle
+    /// decay, an explicit purge, the shrinker), so that memory follows the list when the
+    /// program has stopped freeing, and never on the paths of allocation and free.
+    pub fn compact(&mut self) {
+        self.by_start.compact();
+        self.by_end.compact();
+    }
+
     /// Check the invariants of the module documentation.
     pub fn check(&self) -> Result<(), String> {
         let mut seen = vec![false; self.slots.len()];
@@ -747,6 +757,27 @@ mod tests {
             }
             l.check().unwrap();
         }
+    }
+
+    #[test]
+    fn compact_shrinks_the_address_maps_of_a_list_grown_long() {
+        let mut l = LazyList::default();
+        for i in 0..4000 {
+            l.push(area(i * 10, 5));
+        }
+        let big = l.by_start.capacity();
+        assert!(big >= 8192);
+        // Reuse takes most of them: the maps keep their size until the next purge.
+        for i in 0..3990 {
+            l.take_front(i * 10, 5);
+        }
+        assert_eq!(l.by_start.capacity(), big);
+        l.retain_mut(|_| true);
+        assert_eq!(l.by_start.capacity(), big, "only compact shrinks them");
+        l.compact();
+        assert!(l.by_start.capacity() <= 64 && l.by_end.capacity() <= 64);
+        assert_eq!(l.run_from(39_900, u64::MAX), vec![area(39_900, 5)]);
+        l.check().unwrap();
     }
 
     #[test]

@@ -3,8 +3,12 @@
 //! Open addressing with linear probing in a power-of-two table, Fibonacci hashing of the key,
 //! and deletion by shifting the entries that follow back into the hole, so there are no
 //! tombstones and a lookup stops at the first empty entry. The table doubles when it would be
-//! more than half full and never shrinks, so once a list has been as long as it gets, inserts
-//! and removals allocate nothing.
+//! more than half full; inserts and removals never shrink it, so once a list has been as long
+//! as it gets they allocate nothing. [`PageMap::compact`] halves it until it is at least a
+//! quarter full when it is under an eighth full: the lazy list calls it in the purges that are
+//! not threshold purges (idle decay, explicit purges, the shrinker), never while frees go on:
+//! called from every purge and step Move, it rebuilt the maps 548 times in a run of xthread,
+//! shrinking and growing them again, for about 3 M instructions.
 //!
 //! Owned by one [`LazyList`](crate::lazy_list::LazyList), so under its node's lock.
 //!
@@ -20,7 +24,9 @@
 //! and halves its table below an eighth full, which suits live areas; a lazy list's length
 //! swings with every purge, so it resized all the time, and each operation cost more. Under the
 //! callgrind command of DESIGN.md the whole run took 95.4 M instructions with two busy maps,
-//! 93.2 M with two that never shrink, 89.8 M with the B-tree and 85.8 M with this map.
+//! 93.2 M with two that never shrink, 88.5-89.8 M with the B-tree and 83.6-85.8 M with this
+//! map (single runs, and ranges of three or four: the run varies by about 1 M with the
+//! threads' interleaving under valgrind).
 //!
 //! Invariants (checked by [`PageMap::check`]): every key sits in the probe sequence from its
 //! home entry with no empty entry before it; `len` is the number of keys; the table is empty
@@ -50,6 +56,12 @@ impl PageMap {
     /// Number of keys.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Entries of the table.
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.entries.len()
     }
 
     /// The entry `key` hashes to, in a table of `capacity` (a power of two) entries.
@@ -127,7 +139,27 @@ impl PageMap {
     /// Double the table (or make the first one) and insert every key again.
     #[cold]
     fn grow(&mut self) {
-        let capacity = (self.entries.len() * 2).max(FIRST_CAPACITY);
+        self.rebuild((self.entries.len() * 2).max(FIRST_CAPACITY));
+    }
+
+    /// Under an eighth full: halve the table until it is at least a quarter full (or as small
+    /// as the first table), so that memory follows the keys after a purge emptied the list.
+    pub fn compact(&mut self) {
+        let cap = self.entries.len();
+        if cap > FIRST_CAPACITY && self.len * 8 < cap {
+            let mut to = cap;
+            while to > FIRST_CAPACITY && self.len * 4 < to {
+                to /= 2;
+            }
+            self.rebuild(to);
+        }
+    }
+
+    /// Move every key into a new table of `capacity` entries (a power of two, more than twice
+    /// the keys).
+    #[cold]
+    fn rebuild(&mut self, capacity: usize) {
+        debug_assert!(capacity.is_power_of_two() && self.len * 2 < capacity);
         let old = std::mem::replace(&mut self.entries, vec![VACANT; capacity]);
         self.len = 0;
         for e in old.into_iter().filter(|e| e.key != EMPTY) {
@@ -239,6 +271,32 @@ mod tests {
         }
         assert_eq!((m.len(), m.entries.len()), (0, 32));
         m.check().unwrap();
+    }
+
+    #[test]
+    fn compact_shrinks_a_sparse_table_and_keeps_its_keys() {
+        let mut m = PageMap::default();
+        for k in 0..1000u64 {
+            m.insert(k << 8, k as u32);
+        }
+        let big = m.entries.len();
+        assert_eq!(big, 2048);
+        m.compact();
+        assert_eq!(m.entries.len(), big, "half full: nothing to do");
+        for k in 0..990u64 {
+            assert_eq!(m.remove(k << 8), Some(k as u32));
+        }
+        m.compact();
+        assert_eq!(m.entries.len(), FIRST_CAPACITY * 2, "ten keys: at least a quarter full");
+        for k in 990..1000u64 {
+            assert_eq!(m.get(k << 8), Some(k as u32));
+        }
+        m.check().unwrap();
+        for k in 990..1000u64 {
+            m.remove(k << 8);
+        }
+        m.compact();
+        assert_eq!((m.len(), m.entries.len()), (0, FIRST_CAPACITY));
     }
 
     #[test]

@@ -74,6 +74,10 @@ impl Shared {
                         .unwrap_or(0) as u64;
                     let dirty = p.pools.take_dirty_keeping(pool_keep);
                     let lazy = Self::take_lazy_keeping(&mut p, keep - pool_keep);
+                    if kind != PurgeKind::Threshold {
+                        // Not while frees go on: the maps would shrink and grow again.
+                        p.lazy_tree.compact();
+                    }
                     self.sync_node(&mut p, true);
                     if full {
                         // The failure path and the shrinker take the chunks back too.
