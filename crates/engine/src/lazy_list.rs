@@ -408,6 +408,12 @@ impl LazyList {
         }
     }
 
+    /// Entries of the start map's table (for tests of when the maps shrink).
+    #[cfg(test)]
+    pub fn map_capacity(&self) -> usize {
+        self.by_start.capacity()
+    }
+
     /// Shrink the address maps if the list has become much shorter than they were made for
     /// ([`PageMap::compact`]). The purges that are not threshold purges call this (an idle
     /// decay, an explicit purge, the shrinker), so that memory follows the list when the

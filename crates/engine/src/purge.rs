@@ -296,3 +296,46 @@ impl Shared {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::arena::{AllocRequest, Arena, Kind};
+    use crate::backing::NoBacking;
+    use crate::options::ArenaOptions;
+    use crate::strategy::Strategy;
+
+    /// A lazy list that grew to 3,000 areas and was then mostly reused keeps its address maps
+    /// until a purge that is not a threshold purge (here the explicit one) shrinks them.
+    #[test]
+    fn an_explicit_purge_shrinks_the_lazy_lists_address_maps() {
+        let o = ArenaOptions {
+            strategy: Strategy::Nodes,
+            nodes: 1,
+            purge_thread: false,
+            decay_interval_ms: 0,
+            thread_cache: false,
+            lazy_max_pages: 1 << 40,
+            ..Default::default()
+        };
+        let a = Arena::new("compact", 0, 1 << 22, o, Box::new(NoBacking)).unwrap();
+        let capacity = |a: &Arena| match &a.shared.kind {
+            Kind::Nodes { nodes, .. } => nodes[0].lock().lazy_tree.map_capacity(),
+            _ => unreachable!(),
+        };
+        let areas: Vec<_> = (0..3000).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap()).collect();
+        for x in &areas {
+            a.free(x.start).unwrap();
+        }
+        let big = capacity(&a);
+        assert!(big >= 8192, "{big} entries for 3,000 areas");
+        let again: Vec<_> = (0..2990).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap()).collect();
+        assert!(again.iter().all(|x| !x.fresh), "reused from the lazy list");
+        assert_eq!(capacity(&a), big, "reuse does not shrink the maps");
+        a.purge();
+        assert!(capacity(&a) <= 64, "{} entries after the purge", capacity(&a));
+        for x in again {
+            a.free(x.start).unwrap();
+        }
+        a.check().unwrap();
+    }
+}
