@@ -24,7 +24,7 @@
 //!
 //! Three B-trees did this before, with up to six updates for a split reuse: under callgrind
 //! they were most of the engine's instructions on xthread through the shim (DESIGN.md, section
-//! 4, Shared lazy list). The address B-tree that stayed then was 28% of the instructions of
+//! 4, Shared lazy list). The address B-tree that stayed then was a fifth of the instructions of
 //! the shim's large allocations and frees, and gave way to the two maps (DESIGN.md, section 4,
 //! "The lazy list's address indexes").
 //!

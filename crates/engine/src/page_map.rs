@@ -16,7 +16,7 @@
 //! at a page, the area that ends at one), and the one walk in address order, along a run of
 //! adjacent areas, goes from one area's end to the next area's start. A B-tree paid for an
 //! order nothing needed on every free and every reuse: under callgrind its inserts and
-//! removals were 28% of the instructions of the shim's large allocations and frees on xthread
+//! removals were a fifth of the instructions of the shim's large allocations and frees on xthread
 //! (DESIGN.md, section 4, "The lazy list's address indexes").
 //!
 //! Why not the busy map's table (`vmarena_core::busy::BusyMap`), the same kind of table: it
