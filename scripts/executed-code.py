@@ -3,14 +3,16 @@
 --dump-instr=yes: the functions of the library that ran, the distinct 4 KiB pages and 64 KiB
 windows (the kernel's default fault-around span) their executed instructions lie in, and the
 bytes of those functions (their whole symbol sizes, from nm). Addresses are the library's
-link-time addresses, as callgrind records them for a shared object.
+link-time addresses, as callgrind records them for a shared object. With --ordering FILE, and
+profiles made with --demangle=no, it also writes the symbol names of the functions run in all
+the profiles given, one per line: a symbol ordering file for the linker.
 
-    scripts/executed-code.py PROFILE LIBRARY
+    scripts/executed-code.py [--ordering FILE] LIBRARY PROFILE ...
 
     VMARENA_SPACE_BYTES=4G valgrind --tool=callgrind --dump-instr=yes --trace-children=yes \\
         --callgrind-out-file=/tmp/cg.%p env LD_PRELOAD=$PWD/target/release/libvmarena_preload.so \\
         target/release/vmarena-xthread --ops 5000 --idle-ms 1500
-    scripts/executed-code.py /tmp/cg.<pid> target/release/libvmarena_preload.so
+    scripts/executed-code.py target/release/libvmarena_preload.so /tmp/cg.<pid>
 """
 import os
 import re
@@ -49,9 +51,10 @@ def executed(profile, library):
     return functions_run, addresses
 
 
-def symbol_sizes(path):
-    """Code symbols of the library by demangled name: their total size in bytes."""
-    out = subprocess.run(["nm", "-S", "-C", path], capture_output=True, text=True, check=True).stdout
+def symbol_sizes(path, demangled):
+    """Code symbols of the library by name: their total size in bytes."""
+    command = ["nm", "-S", "-C", path] if demangled else ["nm", "-S", path]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     sizes = {}
     for line in out.splitlines():
         fields = line.split(" ", 3)
@@ -61,24 +64,40 @@ def symbol_sizes(path):
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    ordering = None
+    if args[:1] == ["--ordering"] and len(args) >= 2:
+        ordering, args = args[1], args[2:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    profile, path = sys.argv[1], sys.argv[2]
-    functions_run, addresses = executed(profile, os.path.basename(path))
-    if not addresses:
-        sys.exit(f"{profile} holds no executed instruction of {os.path.basename(path)}")
-    sizes = symbol_sizes(path)
-    # Callgrind marks recursive entries and unnamed code differently from nm; those are left out.
-    known = [f for f in functions_run if f in sizes]
+    path, profiles = args[0], args[1:]
     text = subprocess.run(["size", "-A", path], capture_output=True, text=True, check=True).stdout
     size, start = next(map(int, l.split()[1:3]) for l in text.splitlines() if l.startswith(".text "))
     end = start + size - 1
-    print(f"functions run: {len(functions_run)} ({len(known)} matched to symbols)")
-    print(f"bytes of those functions: {sum(sizes[f] for f in known)} of {size} in .text")
-    print(f"4 KiB pages with executed code: {len({a >> 12 for a in addresses})}"
-          f" of the {(end >> 12) - (start >> 12) + 1} .text spans")
-    print(f"64 KiB windows with executed code: {len({a >> 16 for a in addresses})}"
-          f" of the {(end >> 16) - (start >> 16) + 1} .text spans")
+    run_anywhere = set()
+    for profile in profiles:
+        functions_run, addresses = executed(profile, os.path.basename(path))
+        if not addresses:
+            sys.exit(f"{profile} holds no executed instruction of {os.path.basename(path)}")
+        # Callgrind marks a recursive entry with a suffix ('2) that nm does not have.
+        functions_run = {f.split("'")[0] for f in functions_run}
+        run_anywhere |= functions_run
+        mangled = any(f.startswith(("_R", "_Z")) for f in functions_run)
+        sizes = symbol_sizes(path, not mangled)
+        known = [f for f in functions_run if f in sizes]
+        print(f"{profile}:")
+        print(f"  functions run: {len(functions_run)} ({len(known)} matched to symbols)")
+        print(f"  bytes of those functions: {sum(sizes[f] for f in known)} of {size} in .text")
+        print(f"  4 KiB pages with executed code: {len({a >> 12 for a in addresses})}"
+              f" of the {(end >> 12) - (start >> 12) + 1} .text spans")
+        print(f"  64 KiB windows with executed code: {len({a >> 16 for a in addresses})}"
+              f" of the {(end >> 16) - (start >> 16) + 1} .text spans")
+    if ordering:
+        # Unnamed code (callgrind names it by address) cannot be ordered by name.
+        names = sorted(f for f in run_anywhere if not f.startswith("0x"))
+        with open(ordering, "w") as out:
+            out.write("".join(n + "\n" for n in names))
+        print(f"{ordering}: {len(names)} symbols")
 
 
 if __name__ == "__main__":

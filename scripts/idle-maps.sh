@@ -49,7 +49,8 @@ for s in "$@"; do
     if [ "$now" = "$last" ]; then quiet=$((quiet + 1)); else quiet=0 last=$now; fi
   done
   awk -v n="$name" '
-    /^[0-9a-f]+-[0-9a-f]+ / { file = (NF >= 6) ? $6 : "[anonymous]" }
+    # A file by its name alone, so that two builds of one library share a row.
+    /^[0-9a-f]+-[0-9a-f]+ / { file = (NF >= 6) ? $6 : "[anonymous]"; sub(/.*\//, "", file) }
     /^Rss:/ { rss[file] += $2; total += $2 }
     /^Anonymous:/ { anon += $2 }
     END {
@@ -70,7 +71,7 @@ done
     "$dir/rows" | sort -t'|' -k1,1 -rn | cut -d'|' -f2 >"$dir/files"
   printf 'whole process\nwhole process, anonymous\n' >>"$dir/files"
   while IFS= read -r f; do
-    printf '| %s |' "$(basename "$f")"
+    printf '| %s |' "$f"
     for n in "${names[@]}"; do
       printf ' %s |' "$(awk -F'|' -v n="$n" -v f="$f" '$1 == n && $2 == f { v = $3 } END { print v + 0 }' "$dir/rows")"
     done
