@@ -16,16 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-[ $# -ge 3 ] || usage
-prog=$1
-shift
-args=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
-[ "${1:-}" = "--" ] || usage
-shift
-[ $# -ge 1 ] || usage
-bin=target/release/$prog
-[ -x "$bin" ] || { echo "no $bin: cargo build --release" >&2; exit 1; }
+. scripts/runs.sh
+program_and_settings "$@"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -33,7 +25,7 @@ trap 'rm -rf "$dir"' EXIT
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 names=()
-for s in "$@"; do
+for s in "${settings[@]}"; do
   name=${s%%|*}
   names+=("$name")
   # The setting's words are environment assignments, split on spaces.

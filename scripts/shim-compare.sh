@@ -16,21 +16,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 4 ] || usage
-runs=$1 prog=$2
-shift 2
-args=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
-[ "${1:-}" = "--" ] || usage
-shift
-[ $# -ge 1 ] || usage
-bin=target/release/$prog
-[ -x "$bin" ] || { echo "no $bin: cargo build --release" >&2; exit 1; }
-command -v perf >/dev/null || { echo "perf is needed (apt-get install linux-perf)" >&2; exit 1; }
 . scripts/runs.sh
+runs=$1
+shift
+program_and_settings "$@"
+command -v perf >/dev/null || { echo "perf is needed (apt-get install linux-perf)" >&2; exit 1; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 1; r <= runs; r++)); do
-  for s in "$@"; do
+  for s in "${settings[@]}"; do
     # The setting's words are environment assignments, split on spaces.
     # shellcheck disable=SC2086
     line=$({ perf stat -x, -e task-clock env ${s#*|} "$bin" --idle-ms 0 "${args[@]}"; } 2>&1)
@@ -42,7 +36,7 @@ for ((r = 1; r <= runs; r++)); do
   echo "run $r of $runs done" >&2
 done
 printf '| setting | work s, median (range) | work CPU s | task clock s | peak RSS MiB | minor faults |\n|---|---|---|---|---|---|\n'
-for s in "$@"; do
+for s in "${settings[@]}"; do
   name=${s%%|*}
   read -r work lo hi <<<"$(spread "$out" "$name" 1)"
   printf '| %s | %.3f (%.3f-%.3f) | %.3f | %.3f | %.0f | %.0f |\n' "$name" "$work" "$lo" "$hi" \
