@@ -34,6 +34,11 @@
 //! ([`fork`]), so the child can allocate and free; the purge worker restarts in the child on
 //! first need.
 //!
+//! The library also carries vmarena's C ABI (`vmarena_vmalloc` and the rest, from the
+//! `vmarena` crate). A preloaded library comes first in the symbol lookup, so a program linked
+//! against `libvmarena.so` gets these copies, and its `vmarena_*` calls and its large
+//! `malloc`s share one default space.
+//!
 //! A `free` or `realloc` of an address inside the default space that is not the start of a live
 //! area (a double free, an interior pointer) is a bug of the program; like glibc, the shim prints
 //! what happened and aborts rather than continue with a corrupted heap.

@@ -1,6 +1,7 @@
 //! The preload shim on real processes (tier 1 for the shim, tier 4 for real programs): the
 //! shared library is built from the current sources, a C program exercises every routed
-//! function under `LD_PRELOAD` (`tests/c/shim_test.c`), and Python, `sort` and `xz` run under
+//! function under `LD_PRELOAD` (`tests/c/shim_test.c`), a program linked against the C ABI
+//! shares the shim's space (`tests/c/one_space.c`), and Python, `sort` and `xz` run under
 //! it with their output compared with a run without it.
 
 use std::path::{Path, PathBuf};
@@ -190,6 +191,53 @@ fn pointers_vmarena_never_allocated_get_the_next_allocators_behaviour() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("vmarena preload: free(") && err.contains("not the start of a live area"), "{err}");
+}
+
+/// `tests/c/one_space.c`, linked against `libvmarena.so` (the C ABI) built from the current
+/// sources into the shim's target directory, once per test run.
+fn one_space_bin() -> &'static Path {
+    static B: OnceLock<PathBuf> = OnceLock::new();
+    B.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let target = out.join("preload-target");
+        let status = Command::new(env!("CARGO"))
+            .args(["rustc", "--quiet", "-p", "vmarena", "--lib", "--crate-type", "cdylib", "--target-dir"])
+            .arg(&target)
+            .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
+            .current_dir(root())
+            .status()
+            .expect("cargo is needed to build libvmarena.so");
+        assert!(status.success(), "building libvmarena.so failed");
+        let lib_dir = target.join("debug");
+        let bin = out.join("one_space");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let ok = Command::new(cc)
+            .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&bin)
+            .arg(root().join("crates/preload/tests/c/one_space.c"))
+            .arg(format!("-I{}", root().join("include").display()))
+            .arg(format!("-L{}", lib_dir.display()))
+            .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+            .arg("-lvmarena")
+            .status()
+            .expect("a C compiler (cc) is needed for this test");
+        assert!(ok.success(), "compiling one_space.c failed");
+        bin
+    })
+}
+
+/// The shim carries the C ABI, and a preloaded library comes first in the symbol lookup: a
+/// program linked against `libvmarena.so` gets the shim's default space for its `vmarena_*`
+/// calls, one space with its large `malloc`s. Without the shim the two stay apart (the check
+/// of the shared case fails there).
+#[test]
+fn the_c_abi_of_a_preloaded_process_is_the_shims_space() {
+    let out = run(Command::new(one_space_bin()).arg("shared"), true);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok one_space"), "{out:?}");
+    let out = run(Command::new(one_space_bin()).arg("separate"), false);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok one_space"), "{out:?}");
+    let out = run(Command::new(one_space_bin()).arg("shared"), false);
+    assert!(!out.status.success(), "the shared check passed without the shim: {out:?}");
 }
 
 /// The `vm_allocs` figures of every process's exit summary, summed.

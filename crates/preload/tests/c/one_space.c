@@ -1,0 +1,53 @@
+/* A program linked against libvmarena.so that also allocates through malloc.
+ *
+ * Under the shim the C ABI's symbols resolve to the shim's copies (a preloaded library comes
+ * first in the lookup), so both kinds of allocation share the shim's default space: the C
+ * ABI's vmarena_size knows a block that malloc handed out, and the shim's malloc_usable_size
+ * knows an area from vmarena_vmalloc. Without the shim, malloc's block is glibc's and the C
+ * ABI must not claim it.
+ *
+ *   one_space shared      (run under the shim)
+ *   one_space separate    (run without it)
+ *
+ * Prints "ok one_space" and exits 0 when the expectation of the mode holds. */
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmarena.h"
+
+#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); return 1; } while (0)
+
+int main(int argc, char **argv) {
+    if (argc != 2 || (strcmp(argv[1], "shared") && strcmp(argv[1], "separate")))
+        FAIL("usage: one_space shared|separate");
+    int shared = !strcmp(argv[1], "shared");
+    size_t n = 1 << 20;
+
+    void *p = vmarena_vmalloc(n);
+    if (!p) FAIL("vmarena_vmalloc(%zu) failed", n);
+    memset(p, 0x5a, n);
+    void *q = malloc(n);
+    if (!q) FAIL("malloc(%zu) failed", n);
+    memset(q, 0xa5, n);
+
+    size_t q_in_abi = vmarena_size(q);
+    if (shared) {
+        if (q_in_abi != malloc_usable_size(q) || q_in_abi < n)
+            FAIL("the C ABI sees malloc's block as %zu bytes, malloc_usable_size as %zu",
+                 q_in_abi, malloc_usable_size(q));
+        if (malloc_usable_size(p) != vmarena_size(p))
+            FAIL("malloc_usable_size sees vmarena_vmalloc's area as %zu bytes, the C ABI as %zu",
+                 malloc_usable_size(p), vmarena_size(p));
+    } else if (q_in_abi != 0) {
+        FAIL("the C ABI claims glibc's block (%zu bytes)", q_in_abi);
+    }
+    for (size_t i = 0; i < n; i += 4096)
+        if (((unsigned char *)p)[i] != 0x5a || ((unsigned char *)q)[i] != 0xa5)
+            FAIL("the two blocks overlap at offset %zu", i);
+    vmarena_vfree(p);
+    free(q);
+    printf("ok one_space\n");
+    return 0;
+}
