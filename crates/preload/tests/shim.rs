@@ -18,22 +18,28 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Build `libvmarena_preload.so` (a target directory of its own: the test run holds the main
-/// one) and the C programs, once per test run.
+/// Run `cargo ARGS` (a build of the current sources, at opt-level 1) into a target directory
+/// of its own (the test run holds the main one); the directory the libraries land in.
+fn cargo_build(args: &[&str]) -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-target");
+    let status = Command::new(env!("CARGO"))
+        .args(args)
+        .args(["--quiet", "--target-dir"])
+        .arg(&target)
+        .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
+        .current_dir(root())
+        .status()
+        .expect("cargo is needed to build the libraries");
+    assert!(status.success(), "cargo {args:?} failed");
+    target.join("debug")
+}
+
+/// Build `libvmarena_preload.so` and the C programs, once per test run.
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let target = out.join("preload-target");
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "vmarena-preload", "--lib", "--target-dir"])
-            .arg(&target)
-            .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
-            .current_dir(root())
-            .status()
-            .expect("cargo is needed to build the shim");
-        assert!(status.success(), "building libvmarena_preload.so failed");
-        let shim = target.join("debug/libvmarena_preload.so");
+        let shim = cargo_build(&["build", "-p", "vmarena-preload", "--lib"]).join("libvmarena_preload.so");
         assert!(shim.exists(), "{} not built", shim.display());
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let c = root().join("crates/preload/tests/c");
@@ -198,18 +204,8 @@ fn pointers_vmarena_never_allocated_get_the_next_allocators_behaviour() {
 fn one_space_bin() -> &'static Path {
     static B: OnceLock<PathBuf> = OnceLock::new();
     B.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let target = out.join("preload-target");
-        let status = Command::new(env!("CARGO"))
-            .args(["rustc", "--quiet", "-p", "vmarena", "--lib", "--crate-type", "cdylib", "--target-dir"])
-            .arg(&target)
-            .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
-            .current_dir(root())
-            .status()
-            .expect("cargo is needed to build libvmarena.so");
-        assert!(status.success(), "building libvmarena.so failed");
-        let lib_dir = target.join("debug");
-        let bin = out.join("one_space");
+        let lib_dir = cargo_build(&["rustc", "-p", "vmarena", "--lib", "--crate-type", "cdylib"]);
+        let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("one_space");
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let ok = Command::new(cc)
             .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
