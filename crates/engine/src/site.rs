@@ -1,5 +1,5 @@
 //! The engine's lock sites: one static per code path that takes an engine lock, so that lock
-//! figures can be read per call site (see [`LockSite`](crate::lock::LockSite)).
+//! figures can be read per call site (see [`LockSite`]).
 //!
 //! Paths not listed here (statistics, `vmallocinfo`, the checker) take their locks without a
 //! site; they are not on any hot path.

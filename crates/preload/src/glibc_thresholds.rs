@@ -37,7 +37,7 @@
 //! `MALLOC_TRIM_THRESHOLD_`-style variables. `VMARENA_PRELOAD_GLIBC_THRESHOLDS=0` leaves glibc's
 //! thresholds alone as well.
 //!
-//! State: the size last set ([`SET_BYTES`], rising only) and a try-lock ([`SETTING`]) held
+//! State: the size last set (`SET_BYTES`, rising only) and a try-lock (`SETTING`) held
 //! while `mallopt` runs, so that two raises cannot apply out of order. A free that finds the
 //! lock taken skips the raise (the next larger free makes it). Only the program's own
 //! `mallopt` waits for it, and not forever, so a `fork` in the middle cannot leave the child

@@ -31,7 +31,7 @@
 //! ([`glibc_trim`]).
 //!
 //! Fork: `pthread_atfork` handlers hold every lock of the default space across `fork()`
-//! ([`fork`]), so the child can allocate and free; the purge worker restarts in the child on
+//! (`fork`), so the child can allocate and free; the purge worker restarts in the child on
 //! first need.
 //!
 //! The library also carries vmarena's C ABI (`vmarena_vmalloc` and the rest, from the

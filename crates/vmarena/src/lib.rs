@@ -3,7 +3,7 @@
 //! Layers 4 and 5: [`VmSpace`], the vmalloc family over one large reservation, the
 //! process-wide [`default_space`], [`FixedPool`] (preallocated fixed-size slots with a per-CPU
 //! cache), [`FramePool`] (frames of a memory file, mapped with [`VmSpace::vmap`] and
-//! [`VmSpace::vm_map_ram`]), low-memory events ([`pressure`]), a Rust global allocator for large layouts
+//! [`VmSpace::vm_map_ram`]), low-memory events ([`pressure`](mod@pressure)), a Rust global allocator for large layouts
 //! ([`VmAlloc`]), and the C ABI of `include/vmarena.h`. The algorithms live in
 //! `vmarena-core`, the concurrency in `vmarena-engine`, the OS calls in `vmarena-platform`; this
 //! crate re-exports what a user needs.

@@ -1,7 +1,7 @@
 //! Mapping caller's frames into a space: `vmap`/`vunmap`, `vm_map_ram`/`vm_unmap_ram` with the
 //! kernel's per-CPU vmap blocks, and `vmalloc_to_frame`.
 //!
-//! Owns: [`VmapBlocks`], the per-CPU blocks that small `vm_map_ram` requests (up to
+//! Owns: `VmapBlocks`, the per-CPU blocks that small `vm_map_ram` requests (up to
 //! [`VMAP_MAX_ALLOC_PAGES`] pages) are carved from, as the kernel's `vb_alloc`/`vb_free` do:
 //!
 //! ```text
@@ -19,7 +19,7 @@
 //!
 //! Mappings: each run of consecutive frames is one `mmap(MAP_SHARED | MAP_FIXED)` of the pool's
 //! memory file; unmapping puts anonymous memory back over the pages (one call), so the
-//! reservation's mappings merge again. The space's [`FrameMap`](crate::frame_map::FrameMap)
+//! reservation's mappings merge again. The space's `FrameMap`
 //! records which frames are where.
 //!
 //! Lazy unmapping (the kernel's deferred TLB flush of vmap blocks): `vm_unmap_ram` of a slot
