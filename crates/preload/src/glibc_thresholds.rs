@@ -69,21 +69,17 @@ static SETTING: AtomicBool = AtomicBool::new(false);
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// glibc's `mallopt`, stored before [`ENABLED`] turns on.
 static MALLOPT: AtomicUsize = AtomicUsize::new(0);
-/// The highest trim threshold set, stored before [`ENABLED`] turns on.
-static TRIM_CAP_BYTES: AtomicUsize = AtomicUsize::new(2 * GLIBC_MMAP_THRESHOLD_MAX_BYTES);
 
 /// glibc's parameters whose setting turns its dynamic thresholds off (`M_TRIM_THRESHOLD`,
 /// `M_TOP_PAD`, `M_MMAP_THRESHOLD`, `M_MMAP_MAX`).
 pub const FIXING_PARAMS: [c_int; 4] = [M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_MMAP_MAX];
 
 /// Follow the shim's large frees from now on, through `mallopt`, unless the environment sets
-/// one of glibc's thresholds (see the module doc). `threshold_bytes` is the shim's routing
-/// threshold, which sets the cap of the trim threshold.
-pub fn enable(mallopt: Mallopt, threshold_bytes: usize) {
+/// one of glibc's thresholds (see the module doc).
+pub fn enable(mallopt: Mallopt) {
     if environment_fixes_thresholds(|k| std::env::var(k).ok()) {
         return;
     }
-    TRIM_CAP_BYTES.store(trim_cap_bytes(threshold_bytes), Ordering::Relaxed);
     MALLOPT.store(mallopt as usize, Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
 }
@@ -109,9 +105,10 @@ pub fn trim_cap_bytes(threshold_bytes: usize) -> usize {
         .clamp(GLIBC_MMAP_THRESHOLD_BYTES, 2 * GLIBC_MMAP_THRESHOLD_MAX_BYTES)
 }
 
-/// The trim threshold set along with an mmap threshold of `mmap_bytes`: glibc's 2 S, capped.
+/// The trim threshold set along with an mmap threshold of `mmap_bytes`: glibc's 2 S, capped
+/// by the shim's routing threshold.
 pub fn trim_bytes(mmap_bytes: usize) -> usize {
-    (2 * mmap_bytes).min(TRIM_CAP_BYTES.load(Ordering::Relaxed))
+    (2 * mmap_bytes).min(trim_cap_bytes(crate::threshold()))
 }
 
 /// True when `var` (an environment lookup) sets one of glibc's thresholds.

@@ -92,7 +92,7 @@ pub(crate) fn on_ready() {
         stats::switch_on(opts.lock_timing);
     }
     if let Some(m) = next::get().and_then(|n| n.glibc_mallopt).filter(|_| opts.glibc_thresholds) {
-        glibc_thresholds::enable(m, threshold());
+        glibc_thresholds::enable(m);
     }
     if let Some(t) = next::get().and_then(|n| n.glibc_malloc_trim).filter(|_| opts.glibc_trim) {
         glibc_trim::enable(t);
