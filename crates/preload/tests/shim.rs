@@ -34,32 +34,33 @@ fn cargo_build(args: &[&str]) -> PathBuf {
     target.join("debug")
 }
 
+/// Compile `tests/c/SOURCE` into `OUTPUT` in the test's scratch directory with `flags`
+/// (libraries among them, which come after the source).
+fn compile(source: &str, output: &str, flags: &[&str]) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(output);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let ok = Command::new(cc)
+        .arg("-o")
+        .arg(&out)
+        .arg(root().join("crates/preload/tests/c").join(source))
+        .args(flags)
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(ok.success(), "compiling {source} failed");
+    out
+}
+
+/// The flags of the test programs.
+const PROGRAM_FLAGS: [&str; 5] = ["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"];
+
 /// Build `libvmarena_preload.so` and the C programs, once per test run.
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
         let shim = cargo_build(&["build", "-p", "vmarena-preload", "--lib"]).join("libvmarena_preload.so");
         assert!(shim.exists(), "{} not built", shim.display());
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let c = root().join("crates/preload/tests/c");
-        let test_bin = out.join("shim_test");
-        let ok = Command::new(&cc)
-            .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&test_bin)
-            .arg(c.join("shim_test.c"))
-            .arg("-lpthread")
-            .status()
-            .expect("a C compiler (cc) is needed for this test");
-        assert!(ok.success(), "compiling shim_test.c failed");
-        let dl_lib = out.join("libshim_dl_test.so");
-        let ok = Command::new(&cc)
-            .args(["-O1", "-shared", "-fPIC", "-o"])
-            .arg(&dl_lib)
-            .arg(c.join("dl_lib.c"))
-            .status()
-            .unwrap();
-        assert!(ok.success(), "compiling dl_lib.c failed");
+        let test_bin = compile("shim_test.c", "shim_test", &[&PROGRAM_FLAGS[..], &["-lpthread"]].concat());
+        let dl_lib = compile("dl_lib.c", "libshim_dl_test.so", &["-O1", "-shared", "-fPIC"]);
         Built { shim, test_bin, dl_lib }
     })
 }
@@ -205,20 +206,11 @@ fn one_space_bin() -> &'static Path {
     static B: OnceLock<PathBuf> = OnceLock::new();
     B.get_or_init(|| {
         let lib_dir = cargo_build(&["rustc", "-p", "vmarena", "--lib", "--crate-type", "cdylib"]);
-        let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("one_space");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let ok = Command::new(cc)
-            .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&bin)
-            .arg(root().join("crates/preload/tests/c/one_space.c"))
-            .arg(format!("-I{}", root().join("include").display()))
-            .arg(format!("-L{}", lib_dir.display()))
-            .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-            .arg("-lvmarena")
-            .status()
-            .expect("a C compiler (cc) is needed for this test");
-        assert!(ok.success(), "compiling one_space.c failed");
-        bin
+        let include = format!("-I{}", root().join("include").display());
+        let (search, rpath) =
+            (format!("-L{}", lib_dir.display()), format!("-Wl,-rpath,{}", lib_dir.display()));
+        let flags = [&PROGRAM_FLAGS[..], &[&include, &search, &rpath, "-lvmarena"]].concat();
+        compile("one_space.c", "one_space", &flags)
     })
 }
 
@@ -228,10 +220,8 @@ fn one_space_bin() -> &'static Path {
 /// of the shared case fails there).
 #[test]
 fn the_c_abi_of_a_preloaded_process_is_the_shims_space() {
-    let out = run(Command::new(one_space_bin()).arg("shared"), true);
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok one_space"), "{out:?}");
-    let out = run(Command::new(one_space_bin()).arg("separate"), false);
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok one_space"), "{out:?}");
+    assert_case_ok(&run(Command::new(one_space_bin()).arg("shared"), true), "one_space");
+    assert_case_ok(&run(Command::new(one_space_bin()).arg("separate"), false), "one_space");
     let out = run(Command::new(one_space_bin()).arg("shared"), false);
     assert!(!out.status.success(), "the shared check passed without the shim: {out:?}");
 }
