@@ -104,6 +104,9 @@ pub enum AreaKind {
     VmMapRam,
     /// A per-CPU block that `vm_map_ram` carves small mappings from.
     VmapBlock,
+    /// A slot of a fixed pool: the space's memory, owned by the pool for its whole life (only
+    /// the pool frees it).
+    FixedSlot,
 }
 
 /// A small area as its state word describes it ([`Arena::small_area`]).

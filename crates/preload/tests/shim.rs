@@ -8,57 +8,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+mod common;
+use common::{compile, root, shim, vmarena_link_flags, PROGRAM_FLAGS};
+
 struct Built {
     shim: PathBuf,
     test_bin: PathBuf,
     dl_lib: PathBuf,
 }
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Run `cargo ARGS` (a build of the current sources, at opt-level 1) into a target directory
-/// of its own (the test run holds the main one); the directory the libraries land in.
-fn cargo_build(args: &[&str]) -> PathBuf {
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-target");
-    let status = Command::new(env!("CARGO"))
-        .args(args)
-        .args(["--quiet", "--target-dir"])
-        .arg(&target)
-        .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
-        .current_dir(root())
-        .status()
-        .expect("cargo is needed to build the libraries");
-    assert!(status.success(), "cargo {args:?} failed");
-    target.join("debug")
-}
-
-/// Compile `tests/c/SOURCE` into `OUTPUT` in the test's scratch directory with `flags`
-/// (libraries among them, which come after the source).
-fn compile(source: &str, output: &str, flags: &[&str]) -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(output);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let ok = Command::new(cc)
-        .arg("-o")
-        .arg(&out)
-        .arg(root().join("crates/preload/tests/c").join(source))
-        .args(flags)
-        .status()
-        .expect("a C compiler (cc) is needed for this test");
-    assert!(ok.success(), "compiling {source} failed");
-    out
-}
-
-/// The flags of the test programs.
-const PROGRAM_FLAGS: [&str; 5] = ["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"];
-
 /// Build `libvmarena_preload.so` and the C programs, once per test run.
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
-        let shim = cargo_build(&["build", "-p", "vmarena-preload", "--lib"]).join("libvmarena_preload.so");
-        assert!(shim.exists(), "{} not built", shim.display());
+        let shim = shim().clone();
         let test_bin = compile("shim_test.c", "shim_test", &[&PROGRAM_FLAGS[..], &["-lpthread"]].concat());
         let dl_lib = compile("dl_lib.c", "libshim_dl_test.so", &["-O1", "-shared", "-fPIC"]);
         Built { shim, test_bin, dl_lib }
@@ -205,11 +168,8 @@ fn pointers_vmarena_never_allocated_get_the_next_allocators_behaviour() {
 fn one_space_bin() -> &'static Path {
     static B: OnceLock<PathBuf> = OnceLock::new();
     B.get_or_init(|| {
-        let lib_dir = cargo_build(&["rustc", "-p", "vmarena", "--lib", "--crate-type", "cdylib"]);
-        let include = format!("-I{}", root().join("include").display());
-        let (search, rpath) =
-            (format!("-L{}", lib_dir.display()), format!("-Wl,-rpath,{}", lib_dir.display()));
-        let flags = [&PROGRAM_FLAGS[..], &[&include, &search, &rpath, "-lvmarena"]].concat();
+        let link = vmarena_link_flags();
+        let flags: Vec<&str> = PROGRAM_FLAGS.iter().copied().chain(link.iter().map(String::as_str)).collect();
         compile("one_space.c", "one_space", &flags)
     })
 }

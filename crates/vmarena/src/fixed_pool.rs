@@ -10,6 +10,9 @@
 //! memory (`put_release = free | dontneed`), which is what FreeBSD did before it moved to
 //! releasing on low memory only; both policies can be measured (`vmarena fixed`).
 //!
+//! The slots are areas of kind `FixedSlot`: `vfree`, `vrealloc` and `vunmap` refuse them
+//! (`WrongKind`), so no slot can have a second owner.
+//!
 //! Slot `i` is the `i`-th area in address order, so a pointer maps to its slot by binary search.
 //! A `put` of anything that is not the start of a slot held by a caller is refused and nothing
 //! changes.
@@ -150,11 +153,11 @@ impl<'s> FixedPool<'s> {
                 .map_err(VmError::Invalid)?;
         let mut addrs = Vec::with_capacity(slots as usize);
         for _ in 0..slots {
-            match space.vmalloc(rounded) {
+            match space.alloc_fixed_slot(rounded) {
                 Ok(p) => addrs.push(p.as_ptr() as usize),
                 Err(e) => {
                     for a in addrs {
-                        space.vfree(a as *mut u8).expect("allocated above");
+                        space.free_fixed_slot(a as *mut u8).expect("allocated above");
                     }
                     return Err(e);
                 }
@@ -258,7 +261,7 @@ impl Drop for FixedPool<'_> {
     fn drop(&mut self) {
         let (free, _held) = self.inner.cache.close();
         for s in free {
-            let _ = self.space.vfree(self.inner.addrs[s as usize] as *mut u8);
+            let _ = self.space.free_fixed_slot(self.inner.addrs[s as usize] as *mut u8);
         }
     }
 }

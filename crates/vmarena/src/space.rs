@@ -28,7 +28,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vmarena_engine::{
-    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats, UNKNOWN_BYTES,
+    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats,
 };
 use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, reentry, Reservation};
@@ -85,7 +85,7 @@ impl fmt::Display for VmError {
             VmError::NotHeld(p) => write!(f, "{p:#x} is not the start of a slot held from this pool"),
             VmError::Invalid(m) | VmError::NoFrames(m) => f.write_str(m),
             VmError::WrongKind(p) => {
-                write!(f, "{p:#x} maps caller's frames: unmap it with vunmap or vm_unmap_ram, not vfree")
+                write!(f, "{p:#x} is not an area of this call's kind (frames mapped by vmap or vm_map_ram, or a fixed pool's slot): release it with the call that matches how it was made")
             }
             VmError::WouldBlock => {
                 write!(f, "no room without purging, and the request may not block")
@@ -117,6 +117,9 @@ pub struct VmSpace {
     /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks): while there are none,
     /// `vfree` does not look up an area's kind.
     pub(crate) mapped_live: AtomicU64,
+    /// Live areas that fixed pools own: while there are none (and no mapped ones), `vfree`
+    /// does not look up an area's kind.
+    pub(crate) fixed_live: AtomicU64,
     pub(crate) map_calls: AtomicU64,
 }
 
@@ -241,6 +244,7 @@ impl VmSpace {
             frames,
             blocks: crate::vmap::VmapBlocks::new(lingering_max),
             mapped_live: AtomicU64::new(0),
+            fixed_live: AtomicU64::new(0),
             map_calls: AtomicU64::new(0),
         })
     }
@@ -411,7 +415,7 @@ impl VmSpace {
         // `alloc_inner` tried the thread cache for every request it could serve.
         let a = self.arena.alloc_uncached(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
         let addr = (a.start as usize) << self.page_shift;
-        if kind == AreaKind::Vmalloc {
+        if matches!(kind, AreaKind::Vmalloc | AreaKind::FixedSlot) {
             if let Some(fb) = &self.frames {
                 self.back_with_frames(fb, a.start, a.pages - self.guard_pages)?;
             }
@@ -494,7 +498,8 @@ impl VmSpace {
 
     /// Resize an area, keeping its contents up to the smaller size. `None` allocates. Grows and
     /// shrinks within the area's pages happen in place; otherwise a new area is allocated, the
-    /// contents copied and the old area freed. On error the old area is untouched.
+    /// area's whole usable size (what [`VmSpace::size`] reports, also after a shrink in place)
+    /// copied and the old area freed. On error the old area is untouched.
     #[track_caller]
     pub fn vrealloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Result<NonNull<u8>, VmError> {
         let _inside = reentry::enter();
@@ -507,15 +512,15 @@ impl VmSpace {
         // A small area answers from its state word and stays in place without a lock; any
         // other area is looked up in the busy map.
         let small = self.arena.small_area(start);
-        let (pages, mut requested_bytes) = match small {
+        let pages = match small {
             Some(a) if a.free => return Err(VmError::NotLive(addr)),
-            Some(a) => (a.pages, UNKNOWN_BYTES),
+            Some(a) => a.pages,
             None => {
                 let area = self.arena.lookup(start).ok_or(VmError::NotLive(addr))?;
                 if area.tag.kind != AreaKind::Vmalloc {
                     return Err(VmError::WrongKind(addr));
                 }
-                (area.pages, area.tag.requested_bytes)
+                area.pages
             }
         };
         let usable = ((pages - self.guard_pages) as usize) << self.page_shift;
@@ -529,14 +534,10 @@ impl VmSpace {
             };
             return if still_live { Ok(p) } else { Err(VmError::NotLive(addr)) };
         }
-        // Moving: the contents up to the requested size, which a small area's record holds
-        // only while nothing has made it stale (then the whole area is copied).
-        if small.is_some_and(|a| a.record_current) {
-            let area = self.arena.lookup(start).ok_or(VmError::NotLive(addr))?;
-            requested_bytes = area.tag.requested_bytes;
-        }
+        // Moving: every usable byte, not only the latest request's. `size` reports the whole
+        // area, so a caller may have written up to its end after a shrink in place.
         let q = self.alloc_inner(bytes, 1, false, false, caller, AreaKind::Vmalloc)?;
-        let keep = (requested_bytes as usize).min(usable).min(bytes);
+        let keep = usable.min(bytes);
         // SAFETY: `p` is a live area of at least `keep` bytes, `q` a fresh one of at least
         // `bytes`; two live areas never overlap.
         unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), q.as_ptr(), keep) };
@@ -580,11 +581,33 @@ impl VmSpace {
         Ok(self.usable_bytes(pages))
     }
 
+    /// A slot for a fixed pool: an area of the space's memory that only [`VmSpace::free_fixed_slot`]
+    /// frees (`vfree`, `vrealloc` and `vunmap` refuse it).
+    pub(crate) fn alloc_fixed_slot(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        let p = self.alloc_slow(bytes, 1, false, false, Location::caller(), AreaKind::FixedSlot)?;
+        self.fixed_live.fetch_add(1, Relaxed);
+        Ok(p)
+    }
+
+    /// Free a slot made by [`VmSpace::alloc_fixed_slot`].
+    pub(crate) fn free_fixed_slot(&self, p: *mut u8) -> Result<(), VmError> {
+        let _inside = reentry::enter();
+        let start = self.start_page(p as usize)?;
+        match self.arena.lookup(start) {
+            Some(a) if a.tag.kind == AreaKind::FixedSlot => {}
+            Some(_) => return Err(VmError::WrongKind(p as usize)),
+            None => return Err(VmError::NotLive(p as usize)),
+        }
+        self.arena.free_uncached(start).map_err(|_| VmError::NotLive(p as usize))?;
+        self.fixed_live.fetch_sub(1, Relaxed);
+        Ok(())
+    }
+
     /// The area's pages, guard included.
     #[inline(never)]
     fn vfree_slow(&self, p: *mut u8, start: u64) -> Result<u64, VmError> {
         let _inside = reentry::enter();
-        if self.mapped_live.load(Relaxed) > 0 {
+        if self.mapped_live.load(Relaxed) > 0 || self.fixed_live.load(Relaxed) > 0 {
             match self.arena.lookup(start) {
                 Some(a) if a.tag.kind != AreaKind::Vmalloc => return Err(VmError::WrongKind(p as usize)),
                 _ => {}

@@ -36,6 +36,7 @@ pub(crate) fn format(arena: &Arena, page_shift: u32, guard_pages: u64) -> String
                 AreaKind::Vmalloc => "vmalloc",
                 AreaKind::Vmap => "vmap",
                 AreaKind::VmMapRam | AreaKind::VmapBlock => "vm_map_ram",
+                AreaKind::FixedSlot => "fixed_slot",
             };
             let _ = writeln!(out, " pages={} {kind}", a.pages - guard_pages);
         }

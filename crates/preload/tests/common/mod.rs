@@ -1,0 +1,74 @@
+//! What the shim's tests share: builds of the current sources into a target directory of the
+//! tests' own, and C programs compiled from `tests/c`.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Run `cargo ARGS` (a build of the current sources, at opt-level 1) into a target directory
+/// of its own (the test run holds the main one); the directory the libraries land in.
+pub fn cargo_build(args: &[&str]) -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-target");
+    let status = Command::new(env!("CARGO"))
+        .args(args)
+        .args(["--quiet", "--target-dir"])
+        .arg(&target)
+        .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
+        .current_dir(root())
+        .status()
+        .expect("cargo is needed to build the libraries");
+    assert!(status.success(), "cargo {args:?} failed");
+    target.join("debug")
+}
+
+/// Compile `tests/c/SOURCE` into `OUTPUT` in the test's scratch directory with `flags`
+/// (libraries among them, which come after the source).
+pub fn compile(source: &str, output: &str, flags: &[&str]) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(output);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let ok = Command::new(cc)
+        .arg("-o")
+        .arg(&out)
+        .arg(root().join("crates/preload/tests/c").join(source))
+        .args(flags)
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(ok.success(), "compiling {source} failed");
+    out
+}
+
+/// The flags of the test programs.
+pub const PROGRAM_FLAGS: [&str; 5] = ["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"];
+
+/// `libvmarena.so` (the C ABI) built from the current sources; the directory it is in.
+pub fn libvmarena_dir() -> &'static PathBuf {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| cargo_build(&["rustc", "-p", "vmarena", "--lib", "--crate-type", "cdylib"]))
+}
+
+/// `libvmarena_preload.so` built from the current sources.
+pub fn shim() -> &'static PathBuf {
+    static S: OnceLock<PathBuf> = OnceLock::new();
+    S.get_or_init(|| {
+        let shim = cargo_build(&["build", "-p", "vmarena-preload", "--lib"]).join("libvmarena_preload.so");
+        assert!(shim.exists(), "{} not built", shim.display());
+        shim
+    })
+}
+
+/// The flags that link a program against `libvmarena.so` (header, search path, run path).
+pub fn vmarena_link_flags() -> Vec<String> {
+    let lib_dir = libvmarena_dir();
+    vec![
+        format!("-I{}", root().join("include").display()),
+        format!("-L{}", lib_dir.display()),
+        format!("-Wl,-rpath,{}", lib_dir.display()),
+        "-lvmarena".into(),
+    ]
+}
