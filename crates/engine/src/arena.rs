@@ -412,6 +412,8 @@ impl Arena {
         {
             let s: Arc<dyn crate::pressure::Reclaim> = shared.clone();
             crate::pressure::register(Arc::downgrade(&s));
+            let f: Arc<dyn crate::fork::ForkLocks> = shared.clone();
+            crate::fork::register(crate::fork::Rank::Arena, Arc::downgrade(&f));
         }
         Ok(Arena { shared })
     }

@@ -187,6 +187,14 @@ impl FixedCache {
         (slot, path)
     }
 
+    /// The reclaim mutex, then the list mutex, held (for a `fork()`: see `fork`).
+    #[cfg(not(loom))]
+    pub fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
+        let r = self.reclaim_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let l = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        vec![Box::new(r), Box::new(l)]
+    }
+
     /// Take a free slot without blocking, or `None` when every slot is held.
     pub fn try_get(&self) -> Option<(u32, GetPath)> {
         self.get_inner(Wait::Never)

@@ -1,51 +1,130 @@
-//! Fork safety: every lock of an arena held across `fork()`, so the child finds none of them
-//! taken by a thread it does not have.
+//! Fork safety: every lock of every arena, fixed cache and frame allocator of the process held
+//! across `fork()`, so the child finds none of them taken by a thread it does not have.
 //!
 //! `fork()` copies only the calling thread. A lock that another thread held at that moment
 //! stays held in the child for ever, and the child's next allocation would spin on it. The
 //! remedy is the one glibc applies to its own arenas: before the fork the forking thread takes
 //! every lock (the `prepare` handler of `pthread_atfork`), and after it releases them in the
 //! parent and in the child (the `parent` and `child` handlers). In between no other thread is
-//! inside the arena, so its structures are consistent in both processes.
+//! inside vmarena, so its structures are consistent in both processes.
 //!
-//! Lock order (DESIGN.md, "Locks"): the low-memory registry, the purge mutex, the `StatLock`s
-//! in the checker's order (nodes by index, then the free lock; Global: the one lock; Split:
-//! free, then busy), the worker's state mutex last. Every other path holds at most one
-//! `StatLock` at a time and takes the purge mutex and the registry before any `StatLock`, and
-//! takes nothing while holding the worker's mutex, so this order cannot deadlock with them.
+//! Owns: the process-wide registry of lock holders ([`ForkLocks`]), as weak references by
+//! rank, under one mutex (std's; registration is not on any hot path). The front end registers
+//! the handlers (the `vmarena` crate does it when it is loaded).
+//!
+//! Lock order, which [`lock_everything_for_fork`] follows and every other path respects:
+//!
+//! 1. the registry mutex, then the low-memory registry;
+//! 2. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry,
+//!    the purge mutex, the `StatLock`s in the checker's order (nodes by index, then the free
+//!    lock; Global: the one lock; Split: free, then busy), the worker's state mutex last;
+//! 3. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
+//! 4. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
+//!    then the zone.
+//!
+//! Every other path holds at most one `StatLock` of an arena at a time, takes the purge mutex
+//! and the registries before any of them, and takes nothing while holding the worker's mutex.
+//! No path holds locks of two arenas at once. A purge may free frames (rank 4) under its purge
+//! mutex (rank 2), never the reverse; a fixed cache releases memory with `madvise` only.
 //!
 //! The purge worker does not exist in the child; the worker notices the new process id and
 //! starts a new thread on its next wake-up (see `worker`).
+//!
+//! `unsafe`: one lifetime widening. The process-wide guard keeps the holders' `Arc`s next to
+//! the guards that borrow from them, and drops the guards first.
+#![allow(unsafe_code)]
 
-use crate::arena::{Arena, Kind};
+use crate::arena::{Arena, Kind, Shared};
 use crate::lock::with_nesting_allowed;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Anything held until dropped (a lock guard of any type).
-pub(crate) trait Held {}
+pub trait Held {}
 impl<T> Held for T {}
 
-/// Every lock of one arena, held. Dropping it releases them (in the parent, or in the child,
-/// where the forking thread is the only thread and holds them all).
-#[must_use = "the locks are released when the guard drops"]
-pub struct ForkGuard<'a> {
-    // Dropped in reverse order of acquisition: fields drop first to last, so `held` is stored
-    // last-taken first.
-    held: Vec<Box<dyn Held + 'a>>,
+/// Where a lock holder sits in the lock order (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rank {
+    /// An arena's locks.
+    Arena,
+    /// A fixed cache's locks.
+    FixedCache,
+    /// A frame allocator's locks.
+    Frames,
 }
 
-impl Arena {
-    /// Take every lock of the arena, for a `fork()` (see the module documentation). Call it
-    /// from the `prepare` handler of `pthread_atfork`, drop the guard in both `parent` and
-    /// `child`. The thread must hold no lock of this arena.
-    pub fn lock_for_fork(&self) -> ForkGuard<'_> {
-        let sh = &self.shared;
-        let mut held: Vec<Box<dyn Held + '_>> = Vec::with_capacity(8 + sh.nr_nodes);
-        held.push(Box::new(crate::pressure::lock_registry()));
-        if let Some(c) = &sh.cache {
+/// Something whose locks a `fork()` must find free: it takes them all, in its own order.
+pub trait ForkLocks: Send + Sync {
+    /// Take every lock (the caller holds the ones of earlier ranks), returned as guards that
+    /// release them when dropped, last-taken first.
+    fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>>;
+}
+
+type Entry = (Rank, Weak<dyn ForkLocks>);
+
+static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+fn registry() -> MutexGuard<'static, Vec<Entry>> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Have every later `fork()` handler take `holder`'s locks, for as long as it lives.
+pub fn register(rank: Rank, holder: Weak<dyn ForkLocks>) {
+    let mut g = registry();
+    g.retain(|(_, w)| w.strong_count() > 0);
+    g.push((rank, holder));
+}
+
+/// Every lock vmarena has in this process, held (see [`lock_everything_for_fork`]).
+#[must_use = "the locks are released when the guard drops"]
+pub struct ProcessForkGuard {
+    // Fields drop in declaration order: the guards (last-taken first), then the holders they
+    // borrow from, then the registries.
+    held: Vec<Box<dyn Held + 'static>>,
+    _holders: Vec<Arc<dyn ForkLocks>>,
+    _pressure: Box<dyn Held + 'static>,
+    _registry: MutexGuard<'static, Vec<Entry>>,
+}
+
+/// Take every registered lock in the order of the module documentation: the `prepare` handler
+/// of `pthread_atfork`. Drop the guard in both the `parent` and the `child` handler. The thread
+/// must hold no vmarena lock.
+pub fn lock_everything_for_fork() -> ProcessForkGuard {
+    let registry = registry();
+    let pressure: Box<dyn Held + 'static> = Box::new(crate::pressure::lock_registry());
+    let mut live: Vec<(Rank, Arc<dyn ForkLocks>)> =
+        registry.iter().filter_map(|(r, w)| w.upgrade().map(|a| (*r, a))).collect();
+    // Stable: creation order within a rank.
+    live.sort_by_key(|(r, _)| *r);
+    let holders: Vec<Arc<dyn ForkLocks>> = live.into_iter().map(|(_, a)| a).collect();
+    let mut held: Vec<Box<dyn Held + 'static>> = Vec::new();
+    for h in &holders {
+        for g in h.lock_for_fork() {
+            // SAFETY: the guard borrows from the holder behind `h`, an `Arc` that the returned
+            // guard keeps in `_holders`, which drops after `held` (field order), so the borrow
+            // never outlives its referent. The lifetime is only widened, not the type changed.
+            held.push(unsafe { std::mem::transmute::<Box<dyn Held + '_>, Box<dyn Held + 'static>>(g) });
+        }
+    }
+    held.reverse();
+    ProcessForkGuard { held, _holders: holders, _pressure: pressure, _registry: registry }
+}
+
+impl Drop for ProcessForkGuard {
+    fn drop(&mut self) {
+        // Release the last-taken first; the nesting allowance covers the debug lock counter.
+        with_nesting_allowed(|| self.held.clear());
+    }
+}
+
+impl ForkLocks for Shared {
+    fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
+        let mut held: Vec<Box<dyn Held + '_>> = Vec::with_capacity(8 + self.nr_nodes);
+        if let Some(c) = &self.cache {
             held.push(c.lock_for_fork());
         }
-        held.push(Box::new(sh.purge_lock.lock().unwrap_or_else(|e| e.into_inner())));
-        with_nesting_allowed(|| match &sh.kind {
+        held.push(Box::new(self.purge_lock.lock().unwrap_or_else(|e| e.into_inner())));
+        with_nesting_allowed(|| match &self.kind {
             Kind::Global(g) => held.push(Box::new(g.lock())),
             Kind::Split { free, busy } => {
                 held.push(Box::new(free.lock()));
@@ -58,15 +137,33 @@ impl Arena {
                 held.push(Box::new(free.lock()));
             }
         });
-        held.push(sh.worker.lock_for_fork());
+        held.push(self.worker.lock_for_fork());
+        held
+    }
+}
+
+/// Every lock of one arena, held (for a program that forks and uses one arena only; a
+/// process-wide handler uses [`lock_everything_for_fork`]).
+#[must_use = "the locks are released when the guard drops"]
+pub struct ForkGuard<'a> {
+    held: Vec<Box<dyn Held + 'a>>,
+    _pressure: Box<dyn Held + 'static>,
+}
+
+impl Arena {
+    /// Take every lock of the arena, for a `fork()`. Call it from the `prepare` handler of
+    /// `pthread_atfork`, drop the guard in both `parent` and `child`. The thread must hold no
+    /// lock of this arena.
+    pub fn lock_for_fork(&self) -> ForkGuard<'_> {
+        let pressure: Box<dyn Held + 'static> = Box::new(crate::pressure::lock_registry());
+        let mut held = ForkLocks::lock_for_fork(&*self.shared);
         held.reverse();
-        ForkGuard { held }
+        ForkGuard { held, _pressure: pressure }
     }
 }
 
 impl Drop for ForkGuard<'_> {
     fn drop(&mut self) {
-        // Release the last-taken first; the nesting allowance covers the debug lock counter.
         with_nesting_allowed(|| self.held.clear());
     }
 }

@@ -167,6 +167,24 @@ pub struct FrameAllocator {
     c: Counters,
 }
 
+#[cfg(not(loom))]
+impl crate::fork::ForkLocks for FrameAllocator {
+    /// Every CPU's page list, every CPU's batch queue, then the zone (the order of `fork`).
+    fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
+        let mut held: Vec<Box<dyn crate::fork::Held + '_>> = Vec::with_capacity(2 * self.cpus.len() + 1);
+        with_nesting_allowed(|| {
+            for c in self.cpus.iter() {
+                held.push(Box::new(c.pcp.lock()));
+            }
+            for c in self.cpus.iter() {
+                held.push(Box::new(c.queue.lock()));
+            }
+            held.push(Box::new(self.zone.lock()));
+        });
+        held
+    }
+}
+
 impl FrameAllocator {
     /// An allocator of `frames` frames (1 to 2^31), all free.
     pub fn new(name: &str, frames: u64, opts: FrameOptions) -> Result<FrameAllocator, String> {

@@ -8,8 +8,9 @@
 //! three.
 //!
 //! The engine never touches memory: a [`Backing`] says what pages stand for. This crate holds
-//! no `unsafe` except the lock primitive in [`lock`] and the caller packed into the thread
-//! caches' state words (`area_state`).
+//! no `unsafe` except the lock primitive in [`lock`], the caller packed into the thread
+//! caches' state words (`area_state`) and the lifetime of the process-wide fork guard
+//! ([`fork`]).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -51,7 +52,7 @@ pub use arena::{
 pub use backing::{Backing, Moved, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
 #[cfg(not(loom))]
-pub use fork::ForkGuard;
+pub use fork::{ForkGuard, ForkLocks, ProcessForkGuard};
 pub use frame_allocator::{FrameAllocator, FrameError};
 pub use frame_options::{FrameOptions, FrameStats};
 pub use lock::{LockStats, StatLock};

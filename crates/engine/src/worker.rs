@@ -102,8 +102,7 @@ mod thread {
                 }
                 let weak = Arc::downgrade(arena);
                 let me = self.clone();
-                let spawned =
-                    std::thread::Builder::new().name("vmarena-purge".into()).spawn(move || run(me, weak));
+                let spawned = vmarena_platform::helper_thread::spawn("vmarena-purge", move || run(me, weak));
                 match spawned {
                     Ok(h) => {
                         st.thread = Some(h);
@@ -148,8 +147,7 @@ mod thread {
     }
 
     fn run(w: Arc<Worker>, weak: Weak<Shared>) {
-        // Everything this thread allocates is vmarena's own (see `reentry`).
-        vmarena_platform::reentry::mark_thread();
+        // `helper_thread::spawn` raised the inside-vmarena flag for good and blocked signals.
         loop {
             let Some(arena) = weak.upgrade() else { return };
             let interval = arena.decay_interval_ms();

@@ -5,8 +5,8 @@
 //! `__rseq_offset`). Where glibc did not register rseq (older glibc, another libc, or
 //! `GLIBC_TUNABLES=glibc.pthread.rseq=0`), `sched_getcpu()` answers (a vDSO call).
 
+use crate::fork_once::ForkOnce;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::OnceLock;
 
 /// Offset of the rseq area from the thread pointer; `NO_RSEQ` when unusable; `UNKNOWN` before
 /// the first call.
@@ -92,7 +92,7 @@ pub fn sched_getcpu() -> usize {
 
 /// Online CPUs, as the kernel counts `num_online_cpus()` (at least 1). Cached.
 pub fn count() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
+    static N: ForkOnce<usize> = ForkOnce::new();
     *N.get_or_init(|| {
         // SAFETY: sysconf has no preconditions.
         let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
@@ -106,7 +106,7 @@ pub fn count() -> usize {
 
 /// Highest CPU number plus one, for sizing per-CPU tables (at least `count()`).
 pub fn possible() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
+    static N: ForkOnce<usize> = ForkOnce::new();
     *N.get_or_init(|| {
         // SAFETY: sysconf has no preconditions.
         let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };

@@ -5,7 +5,7 @@
 //! markers in place; `MADV_GUARD_REMOVE` clears them. Support is probed once; on older kernels
 //! guards are only gaps (the address is reserved but readable and writable).
 
-use std::sync::OnceLock;
+use crate::fork_once::ForkOnce;
 
 /// `MADV_GUARD_INSTALL` (not yet in every libc).
 pub const MADV_GUARD_INSTALL: i32 = 102;
@@ -14,7 +14,7 @@ pub const MADV_GUARD_REMOVE: i32 = 103;
 
 /// True when the running kernel enforces guard markers.
 pub fn supported() -> bool {
-    static S: OnceLock<bool> = OnceLock::new();
+    static S: ForkOnce<bool> = ForkOnce::new();
     *S.get_or_init(|| {
         let page = crate::page_size();
         let Ok(r) = crate::Reservation::new(2 * page, page) else {

@@ -4,7 +4,8 @@
 //! ([`release`], [`guard`]), page moves between addresses ([`page_move`], [`uffd`]), the
 //! current CPU and CPU count ([`cpu`]), a cycle counter and process figures for tests and the lab
 //! ([`process`]), memory-pressure notifications ([`psi`]),
-//! the thread's inside-vmarena flag ([`reentry`]), memory files for frame pools ([`memfd`]),
+//! the thread's inside-vmarena flag ([`reentry`]), once-computed values that survive a fork
+//! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]), memory files for frame pools ([`memfd`]),
 //! process-wide barriers ([`membarrier`]) and lazily zero word tables ([`word_table`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
 //! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
@@ -12,7 +13,9 @@
 //! Linux only (x86_64 and aarch64 are what it is built and tested on).
 
 pub mod cpu;
+pub mod fork_once;
 pub mod guard;
+pub mod helper_thread;
 pub mod membarrier;
 pub mod memfd;
 pub mod page_move;
@@ -30,8 +33,7 @@ pub use word_table::WordTable;
 
 /// The system page size in bytes (4096 on the machines this is built for).
 pub fn page_size() -> usize {
-    use std::sync::OnceLock;
-    static PAGE: OnceLock<usize> = OnceLock::new();
+    static PAGE: fork_once::ForkOnce<usize> = fork_once::ForkOnce::new();
     // SAFETY: sysconf has no preconditions.
     *PAGE.get_or_init(|| unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize })
 }
@@ -39,8 +41,7 @@ pub fn page_size() -> usize {
 /// The size of a transparent huge page in bytes (`hpage_pmd_size` in sysfs; 2 MiB when the
 /// file cannot be read, as on x86_64).
 pub fn huge_page_size() -> usize {
-    use std::sync::OnceLock;
-    static HUGE: OnceLock<usize> = OnceLock::new();
+    static HUGE: fork_once::ForkOnce<usize> = fork_once::ForkOnce::new();
     *HUGE.get_or_init(|| {
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
             .ok()

@@ -14,7 +14,7 @@
 //! Where the call is missing (kernels before 4.14, seccomp filters), [`register`] says so and
 //! the callers must not rely on [`barrier`].
 
-use std::sync::OnceLock;
+use crate::fork_once::ForkOnce;
 
 const CMD_QUERY: libc::c_long = 0;
 const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
@@ -28,7 +28,7 @@ fn membarrier(cmd: libc::c_long) -> libc::c_long {
 /// Register the process for private expedited barriers (once; later calls return the first
 /// answer). `Err` names why barriers are unavailable.
 pub fn register() -> Result<(), String> {
-    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    static REGISTERED: ForkOnce<Result<(), String>> = ForkOnce::new();
     REGISTERED
         .get_or_init(|| {
             let cmds = membarrier(CMD_QUERY);

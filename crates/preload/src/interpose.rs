@@ -21,7 +21,17 @@ fn page() -> usize {
 }
 
 /// A block from vmarena, or `None` when it cannot serve (the caller falls back).
+///
+/// A request made while this thread runs vmarena code is never served: the standard library
+/// allocates some of its own memory (a new thread's handle, thread-local destructor lists)
+/// with the C library's `malloc`, which is this library's, not with the global allocator.
+/// Served by vmarena, such a request made while the default space is being built would wait
+/// for that very construction.
 fn vm_alloc(size: usize, align: usize, zeroed: bool) -> Option<*mut c_void> {
+    if vmarena_platform::reentry::inside() {
+        count(&C.fallbacks, 1);
+        return None;
+    }
     let r = catch_unwind(|| {
         let s = space()?;
         // Every area is page aligned; a smaller alignment (or none, 0) asks for nothing more.

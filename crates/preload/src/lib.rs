@@ -30,9 +30,9 @@
 //! space gives an idle program's memory back, glibc's free memory goes back with it
 //! ([`glibc_trim`]).
 //!
-//! Fork: `pthread_atfork` handlers hold every lock of the default space across `fork()`
-//! (`fork`), so the child can allocate and free; the purge worker restarts in the child on
-//! first need.
+//! Fork: the `vmarena` crate's own `pthread_atfork` handlers (`vmarena::fork`, registered when
+//! this library is loaded) hold every vmarena lock across `fork()`, so the child can allocate
+//! and free; the purge worker restarts in the child on first need.
 //!
 //! The library also carries vmarena's C ABI (`vmarena_vmalloc` and the rest, from the
 //! `vmarena` crate). A preloaded library comes first in the symbol lookup, so a program linked
@@ -46,7 +46,6 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
-mod fork;
 pub mod glibc_thresholds;
 pub mod glibc_trim;
 pub mod interpose;
@@ -77,7 +76,7 @@ pub(crate) fn in_space(p: *const u8) -> bool {
     a >= SPACE_LO.load(Relaxed) && a < SPACE_HI.load(Relaxed)
 }
 
-/// Called once, right after the next allocator is known: options, fork handlers, exit summary,
+/// Called once, right after the next allocator is known: options, the exit summary,
 /// and the process's `membarrier` registration, which the default space's thread caches need.
 /// That happens at the first `malloc`, while the process almost always has one thread: there
 /// the registration costs microseconds, while in a process with several threads the kernel
@@ -97,7 +96,6 @@ pub(crate) fn on_ready() {
     if let Some(t) = next::get().and_then(|n| n.glibc_malloc_trim).filter(|_| opts.glibc_trim) {
         glibc_trim::enable(t);
     }
-    fork::register();
 }
 
 /// The default space, created on first use, with its bounds published for `in_space`.

@@ -78,3 +78,47 @@ fn a_fixed_slot_or_mapped_frames_refuse_the_wrong_release_call() {
 fn every_byte_the_size_functions_report_survives_a_resize() {
     both("resize", &[]);
 }
+
+/// Forks while three threads allocate, free and purge: every child allocates, writes and
+/// frees with an alarm as watchdog. Without handlers of its own, `libvmarena.so` left node
+/// locks held in children (the shim had handlers; the C ABI alone did not).
+#[test]
+fn children_forked_during_allocation_can_allocate() {
+    both("fork_alloc", &["200"]);
+}
+
+/// A thread makes the first call (the default space is being built) while another forks: the
+/// child's first call must not wait for a construction no thread of its own is doing.
+#[test]
+fn children_forked_during_the_first_call_can_allocate() {
+    both("fork_first_use", &["200"]);
+}
+
+/// A program that blocks SIGTERM and SIGUSR1 and waits for them with `sigtimedwait` gets every
+/// one, and vmarena's helper threads block every signal.
+#[test]
+fn signals_meant_for_the_program_reach_it() {
+    both("signals", &[]);
+}
+
+/// Shim thresholds from 1 byte up: real programs start, run and exit (the standard library's
+/// own `malloc` calls inside vmarena, such as a new thread's handle or a thread-local
+/// destructor list, go to the next allocator), with and without the low-memory monitor.
+#[test]
+fn every_shim_threshold_runs_real_programs() {
+    let programs: [&[&str]; 4] =
+        [&["ls", "/"], &["env", "true"], &["sort", "/etc/passwd"], &["python3", "-c", "pass"]];
+    for threshold in ["1", "8", "100", "300", "4096"] {
+        for psi in ["0", "1"] {
+            for p in programs {
+                let mut c = Command::new(p[0]);
+                c.args(&p[1..])
+                    .env("LD_PRELOAD", shim())
+                    .env("VMARENA_PRELOAD_THRESHOLD", threshold)
+                    .env("VMARENA_PSI", psi);
+                let out = run_limited(&mut c, Duration::from_secs(60));
+                assert!(out.status.success(), "{p:?} threshold {threshold} psi {psi}: {out:?}");
+            }
+        }
+    }
+}

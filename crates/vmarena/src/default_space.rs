@@ -27,16 +27,19 @@
 
 use crate::options::SpaceOptions;
 use crate::space::VmSpace;
-use std::sync::OnceLock;
 use vmarena_engine::ArenaOptions;
+use vmarena_platform::fork_once::ForkOnce;
 
-static DEFAULT: OnceLock<Result<VmSpace, String>> = OnceLock::new();
+/// A `ForkOnce`, not a `OnceLock`: a thread of the parent may have been building the space when
+/// another one forked, and the child then builds its own (`crate::fork`).
+static DEFAULT: ForkOnce<Result<VmSpace, String>> = ForkOnce::new();
 
 /// The default space, or the reason it could not be created (for example when the address
 /// space cannot be reserved).
 pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
         .get_or_init(|| {
+            crate::fork::register();
             let _inside = vmarena_platform::reentry::enter();
             VmSpace::new("vmalloc", default_space_space_options(), default_space_options())
         })

@@ -109,6 +109,12 @@ impl Inner {
     }
 }
 
+impl vmarena_engine::ForkLocks for Inner {
+    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
+        self.cache.lock_for_fork()
+    }
+}
+
 impl vmarena_engine::pressure::Reclaim for Inner {
     fn reclaim_name(&self) -> String {
         format!("fixed pool {}", self.name)
@@ -132,6 +138,7 @@ impl<'s> FixedPool<'s> {
     /// Fails (allocating nothing) on a slot size of 0 or one that overflows, on more than
     /// 2^32 - 2 slots, or when the space has no room.
     pub fn new(space: &'s VmSpace, name: &str, opts: &FixedOptions) -> Result<FixedPool<'s>, VmError> {
+        crate::fork::register();
         let slot_bytes = usize::try_from(opts.slot_bytes).map_err(|_| VmError::Overflow(usize::MAX))?;
         let page = vmarena_platform::page_size();
         if slot_bytes == 0 {
@@ -175,6 +182,8 @@ impl<'s> FixedPool<'s> {
         });
         let r: Arc<dyn vmarena_engine::pressure::Reclaim> = inner.clone();
         vmarena_engine::pressure::register(Arc::downgrade(&r));
+        let f: Arc<dyn vmarena_engine::ForkLocks> = inner.clone();
+        vmarena_engine::fork::register(vmarena_engine::fork::Rank::FixedCache, Arc::downgrade(&f));
         crate::pressure::start_monitor();
         Ok(FixedPool { space, inner })
     }

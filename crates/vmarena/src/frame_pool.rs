@@ -57,9 +57,16 @@ pub struct FramePool {
     inner: Arc<Inner>,
 }
 
+impl vmarena_engine::ForkLocks for Inner {
+    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
+        vmarena_engine::ForkLocks::lock_for_fork(&self.alloc)
+    }
+}
+
 impl FramePool {
     /// A pool of `bytes` (rounded down to frames; 1 frame to 8 TiB) named `name`.
     pub fn new(name: &str, bytes: u64, opts: FrameOptions) -> Result<FramePool, String> {
+        crate::fork::register();
         let page = vmarena_platform::page_size() as u64;
         let frames = bytes / page;
         let alloc = FrameAllocator::new(name, frames, opts)?;
@@ -68,6 +75,8 @@ impl FramePool {
         let inner = Arc::new(Inner { file, alloc });
         let r: Arc<dyn vmarena_engine::pressure::Reclaim> = inner.clone();
         vmarena_engine::pressure::register(Arc::downgrade(&r));
+        let f: Arc<dyn vmarena_engine::ForkLocks> = inner.clone();
+        vmarena_engine::fork::register(vmarena_engine::fork::Rank::Frames, Arc::downgrade(&f));
         Ok(FramePool { inner })
     }
 

@@ -25,6 +25,7 @@ mod backing;
 pub mod capi;
 mod default_space;
 pub mod fixed_pool;
+pub mod fork;
 mod frame_backing;
 mod frame_map;
 pub mod frame_pool;

@@ -16,9 +16,9 @@
 //! weak references). It is not restarted in a child after `fork()`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
 use vmarena_engine::options_table;
 use vmarena_engine::pressure::PressureReport;
+use vmarena_platform::fork_once::ForkOnce;
 use vmarena_platform::psi::PsiTrigger;
 
 options_table! {
@@ -49,7 +49,7 @@ pub enum MonitorStatus {
     Unavailable(String),
 }
 
-static MONITOR: OnceLock<MonitorStatus> = OnceLock::new();
+static MONITOR: ForkOnce<MonitorStatus> = ForkOnce::new();
 static PSI_EVENTS: AtomicU64 = AtomicU64::new(0);
 
 /// Start the PSI monitor unless it was started (or found unavailable) before.
@@ -65,17 +65,14 @@ pub fn start_monitor() -> &'static MonitorStatus {
         };
         let status =
             MonitorStatus::Watching { path: t.path().display().to_string(), trigger: t.line().to_string() };
-        let spawned = std::thread::Builder::new().name("vmarena-psi".into()).spawn(move || {
-            vmarena_platform::reentry::mark_thread();
-            loop {
-                match t.wait(-1) {
-                    Ok(true) => {
-                        PSI_EVENTS.fetch_add(1, Relaxed);
-                        vmarena_engine::pressure::signal();
-                    }
-                    Ok(false) => {}
-                    Err(_) => return,
+        let spawned = vmarena_platform::helper_thread::spawn("vmarena-psi", move || loop {
+            match t.wait(-1) {
+                Ok(true) => {
+                    PSI_EVENTS.fetch_add(1, Relaxed);
+                    vmarena_engine::pressure::signal();
                 }
+                Ok(false) => {}
+                Err(_) => return,
             }
         });
         match spawned {

@@ -171,6 +171,7 @@ impl VmSpace {
         arena_opts: ArenaOptions,
         pool: Option<crate::FramePool>,
     ) -> Result<VmSpace, String> {
+        crate::fork::register();
         let _inside = reentry::enter();
         let page_bytes = vmarena_platform::page_size();
         let page_shift = page_bytes.trailing_zeros();
