@@ -103,13 +103,25 @@ pub struct Buddy {
 impl Buddy {
     /// A zone of `frames` frames (at most 2^32 - 2), all free.
     pub fn new(frames: u32) -> Buddy {
+        Self::try_new(frames).expect("memory for the zone's frame lists")
+    }
+
+    /// [`Buddy::new`], or an error when the per-frame lists cannot be allocated (the size comes
+    /// from a caller; nothing is allocated then).
+    pub fn try_new(frames: u32) -> Result<Buddy, std::collections::TryReserveError> {
         assert!(frames < NONE, "a zone holds at most 2^32 - 2 frames");
         let n = frames as usize;
+        fn filled<T: Clone>(n: usize, v: T) -> Result<Vec<T>, std::collections::TryReserveError> {
+            let mut x = Vec::new();
+            x.try_reserve_exact(n)?;
+            x.resize(n, v);
+            Ok(x)
+        }
         let mut b = Buddy {
             frames,
-            next: vec![NONE; n],
-            prev: vec![NONE; n],
-            state: vec![NOT_HEAD; n],
+            next: filled(n, NONE)?,
+            prev: filled(n, NONE)?,
+            state: filled(n, NOT_HEAD)?,
             heads: [NONE; NR_ORDERS],
             nr_free: [0; NR_ORDERS],
             free_frames: 0,
@@ -130,7 +142,7 @@ impl Buddy {
         for &(pfn, o) in blocks.iter().rev() {
             b.push_free(pfn, o);
         }
-        b
+        Ok(b)
     }
 
     /// Frames in the zone.

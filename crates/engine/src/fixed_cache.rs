@@ -147,6 +147,18 @@ impl FixedCache {
             return Err(format!("slot count {slots} is out of range (1 to {})", EMPTY - 1));
         }
         let cpus = cpus.max(1);
+        // The slot count comes from a caller: the per-slot tables are allocated fallibly.
+        let n = slots as usize;
+        let nomem = |_| format!("cannot allocate the tables of {slots} slots");
+        let mut free = Vec::new();
+        free.try_reserve_exact(n).map_err(nomem)?;
+        free.extend((0..slots).rev());
+        let mut held = Vec::new();
+        held.try_reserve_exact(n).map_err(nomem)?;
+        held.extend((0..slots).map(|_| AtomicBool::new(false)));
+        let mut gen = Vec::new();
+        gen.try_reserve_exact(n).map_err(nomem)?;
+        gen.extend((0..slots).map(|_| AtomicU64::new(0)));
         Ok(FixedCache {
             cpus: (0..cpus)
                 .map(|_| {
@@ -158,11 +170,11 @@ impl FixedCache {
                 })
                 .collect(),
             // Popped from the end: slot 0 first.
-            list: Mutex::new(ListState { free: (0..slots).rev().collect(), ..Default::default() }),
+            list: Mutex::new(ListState { free, ..Default::default() }),
             wake: Condvar::new(),
             waiters: AtomicU32::new(0),
-            held: (0..slots).map(|_| AtomicBool::new(false)).collect(),
-            gen: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            held: held.into(),
+            gen: gen.into(),
             global_gen: AtomicU64::new(0),
             releases: AtomicU64::new(0),
             reclaims: AtomicU64::new(0),

@@ -191,7 +191,13 @@ impl FrameAllocator {
         if frames == 0 || frames > 1 << 31 {
             return Err(format!("{name}: {frames} frames is out of range (1 to 2^31)"));
         }
-        let buddy = Buddy::new(frames as u32);
+        // The sizes come from the caller: every per-frame table is allocated fallibly.
+        let no_memory = |what: &str| format!("{name}: cannot allocate the {what} of {frames} frames");
+        // The largest table first, before anything is written: a size that cannot be had fails
+        // at once, without touching the smaller tables.
+        let mut desc = Vec::new();
+        desc.try_reserve_exact(frames as usize).map_err(|_| no_memory("descriptors"))?;
+        let buddy = Buddy::try_new(frames as u32).map_err(|_| no_memory("buddy lists"))?;
         let ncpu = if opts.cpus == 0 { vmarena_platform::cpu::count().max(1) } else { opts.cpus };
         let mut cfg = PcpConfig::for_zone(frames, buddy.watermarks().low, ncpu as u64);
         if opts.pcp_batch > 0 {
@@ -221,9 +227,12 @@ impl FrameAllocator {
                 })
             })
             .collect();
-        let desc = (0..frames)
-            .map(|_| FrameDesc { state: AtomicU64::new(KERNEL), head: AtomicU64::new(0), _rest: [0; 6] })
-            .collect();
+        desc.extend((0..frames).map(|_| FrameDesc {
+            state: AtomicU64::new(KERNEL),
+            head: AtomicU64::new(0),
+            _rest: [0; 6],
+        }));
+        let desc = desc.into_boxed_slice();
         Ok(FrameAllocator {
             name: name.to_string(),
             rule: if opts.batch_half_full { BatchRule::HalfFullTrylock } else { BatchRule::FullBlock },

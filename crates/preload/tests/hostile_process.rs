@@ -122,3 +122,10 @@ fn every_shim_threshold_runs_real_programs() {
         }
     }
 }
+
+/// Sizes the header allows whose bookkeeping cannot be allocated: NULL with ENOMEM (or
+/// EINVAL), never an abort.
+#[test]
+fn sizes_whose_bookkeeping_cannot_be_allocated_fail_cleanly() {
+    both("absurd_sizes", &[]);
+}

@@ -514,7 +514,8 @@ pub unsafe extern "C" fn vmarena_frames_destroy(pool: *mut FramesHandle) -> libc
 }
 
 fn frames_slice<'a>(frames: *const u32, count: usize) -> Option<&'a [u32]> {
-    if frames.is_null() || count == 0 {
+    // No slice may span more than isize::MAX bytes; no space has that many pages anyway.
+    if frames.is_null() || count == 0 || count > isize::MAX as usize / std::mem::size_of::<u32>() {
         set_errno(libc::EINVAL);
         return None;
     }

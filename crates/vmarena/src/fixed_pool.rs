@@ -158,7 +158,10 @@ impl<'s> FixedPool<'s> {
         let cache =
             FixedCache::new(u32::try_from(slots).unwrap_or(u32::MAX), vmarena_platform::cpu::possible())
                 .map_err(VmError::Invalid)?;
-        let mut addrs = Vec::with_capacity(slots as usize);
+        let mut addrs = Vec::new();
+        addrs.try_reserve_exact(slots as usize).map_err(|_| {
+            VmError::NoSpace(format!("fixed pool {name}: cannot allocate the addresses of {slots} slots"))
+        })?;
         for _ in 0..slots {
             match space.alloc_fixed_slot(rounded) {
                 Ok(p) => addrs.push(p.as_ptr() as usize),
