@@ -5,7 +5,8 @@
 //! current CPU and CPU count ([`cpu`]), a cycle counter and process figures for tests and the lab
 //! ([`process`]), memory-pressure notifications ([`psi`]),
 //! the thread's inside-vmarena flag ([`reentry`]), once-computed values that survive a fork
-//! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]), memory files for frame pools ([`memfd`]),
+//! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]),
+//! descriptors kept out of the program's way and checked before use ([`kept_fd`]), memory files for frame pools ([`memfd`]),
 //! process-wide barriers ([`membarrier`]) and lazily zero word tables ([`word_table`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
 //! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
@@ -16,6 +17,7 @@ pub mod cpu;
 pub mod fork_once;
 pub mod guard;
 pub mod helper_thread;
+pub mod kept_fd;
 pub mod membarrier;
 pub mod memfd;
 pub mod page_move;

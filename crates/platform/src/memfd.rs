@@ -7,12 +7,11 @@
 //! back to the system with `fallocate(PUNCH_HOLE)`; a punched frame reads as zero.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct MemFile {
-    fd: OwnedFd,
+    fd: crate::kept_fd::KeptFd,
     len_bytes: usize,
 }
 
@@ -25,19 +24,24 @@ impl MemFile {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = crate::kept_fd::KeptFd::adopt(fd)?;
         let len = libc::off_t::try_from(len_bytes).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
         // SAFETY: plain syscall on our descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
+        if unsafe { libc::ftruncate(fd.raw(), len) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(MemFile { fd, len_bytes })
     }
 
-    /// The descriptor (for sharing the frames with another process).
+    /// The descriptor (for sharing the frames with another process); -1 once the program
+    /// closed it or put a file of its own at its number.
     pub fn fd(&self) -> i32 {
-        self.fd.as_raw_fd()
+        self.fd.get().unwrap_or(-1)
+    }
+
+    /// The descriptor if it is still this file's, else EBADF (see `kept_fd`).
+    fn live_fd(&self) -> io::Result<i32> {
+        self.fd.get().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
     }
 
     /// Size in bytes.
@@ -55,13 +59,14 @@ impl MemFile {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         // SAFETY: the caller owns the range (contract above); the file range is inside the file.
+        let fd = self.live_fd()?;
         let p = unsafe {
             libc::mmap(
                 addr as *mut libc::c_void,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_FIXED,
-                self.fd.as_raw_fd(),
+                fd,
                 offset as libc::off_t,
             )
         };
@@ -74,9 +79,10 @@ impl MemFile {
     /// Give the memory of `len` bytes at `offset` back to the system; they read as zero after.
     pub fn punch_hole(&self, offset: usize, len: usize) -> io::Result<()> {
         // SAFETY: plain syscall on our descriptor.
+        let fd = self.live_fd()?;
         let r = unsafe {
             libc::fallocate(
-                self.fd.as_raw_fd(),
+                fd,
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 offset as libc::off_t,
                 len as libc::off_t,

@@ -14,12 +14,12 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::IntoRawFd;
 use std::path::PathBuf;
 
 /// An armed memory-pressure trigger.
 pub struct PsiTrigger {
-    fd: OwnedFd,
+    fd: crate::kept_fd::KeptFd,
     path: PathBuf,
     line: String,
 }
@@ -46,6 +46,7 @@ impl PsiTrigger {
         let line = format!("some {stall_us} {window_us}");
         let mut why = Vec::new();
         for path in candidates() {
+            // Close-on-exec (std's default), then moved out of the program's way (`kept_fd`).
             let f = OpenOptions::new().read(true).write(true).open(&path);
             let mut f = match f {
                 Ok(f) => f,
@@ -59,7 +60,11 @@ impl PsiTrigger {
             let mut bytes = line.clone().into_bytes();
             bytes.push(0);
             match f.write_all(&bytes) {
-                Ok(_) => return Ok(PsiTrigger { fd: f.into(), path, line }),
+                Ok(_) => {
+                    let fd = crate::kept_fd::KeptFd::adopt(f.into_raw_fd())
+                        .map_err(|e| format!("{}: keeping the descriptor: {e}", path.display()))?;
+                    return Ok(PsiTrigger { fd, path, line });
+                }
                 Err(e) => why.push(format!("{}: writing '{line}': {e}", path.display())),
             }
         }
@@ -80,7 +85,9 @@ impl PsiTrigger {
     /// (`Ok(false)`; negative waits forever). An error means the trigger is gone (for
     /// example, its cgroup was removed).
     pub fn wait(&self, timeout_ms: i32) -> Result<bool, String> {
-        let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
+        let gone = || format!("{}: the trigger's descriptor was closed by the program", self.path.display());
+        let fd = self.fd.get().ok_or_else(gone)?;
+        let mut p = libc::pollfd { fd, events: libc::POLLPRI, revents: 0 };
         loop {
             // SAFETY: `p` is one valid pollfd for the duration of the call.
             let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
@@ -90,6 +97,10 @@ impl PsiTrigger {
                     continue;
                 }
                 return Err(format!("poll on {}: {e}", self.path.display()));
+            }
+            // Woken on a number the program may have reused meanwhile: only our file counts.
+            if self.fd.get() != Some(fd) {
+                return Err(gone());
             }
             if n == 0 {
                 return Ok(false);

@@ -49,24 +49,35 @@ fn batch_slot(advice: i32) -> &'static AtomicU8 {
         _ => 3,
     }]
 }
-/// (pid, pidfd) of the process that opened the pidfd; re-opened after a fork.
-static PIDFD: Mutex<(i32, i32)> = Mutex::new((0, -1));
+/// (pid, pidfd) of the process that opened the pidfd; re-opened after a fork, and when the
+/// program closed it or reused its number (`kept_fd`).
+static PIDFD: Mutex<Option<(i32, crate::kept_fd::KeptFd)>> = Mutex::new(None);
 
 fn self_pidfd() -> Option<i32> {
-    let mut g = PIDFD.lock().unwrap_or_else(|e| e.into_inner());
+    // Never waits: a fork while another thread held the mutex leaves it held in the child,
+    // which then releases without batching rather than hang.
+    let mut g = PIDFD.try_lock().ok()?;
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    if g.0 != pid || g.1 < 0 {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-        if fd < 0 {
-            return None;
-        }
-        // A descriptor inherited from the parent refers to the parent: leave it alone (it is
-        // closed by whoever owns it); just stop using it.
-        *g = (pid, fd);
+    if let Some(fd) = g.as_ref().filter(|(p, _)| *p == pid).and_then(|(_, k)| k.get()) {
+        return Some(fd);
     }
-    Some(g.1)
+    if let Some((p, old)) = g.take() {
+        // A descriptor inherited from the parent refers to the parent; one the program
+        // replaced is the program's. Neither is closed here.
+        if p != pid || old.get().is_none() {
+            std::mem::forget(old);
+        }
+    }
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return None;
+    }
+    let k = crate::kept_fd::KeptFd::adopt(fd).ok()?;
+    let raw = k.raw();
+    *g = Some((pid, k));
+    Some(raw)
 }
 
 /// Release `ranges` (`(addr, len_bytes)` pairs, page aligned, inside memory the caller owns

@@ -22,8 +22,6 @@
 //! whatever `vm.unprivileged_userfaultfd` says.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 const UFFD_API: u64 = 0xAA;
 const UFFD_FEATURE_MOVE: u64 = 1 << 16;
@@ -70,7 +68,7 @@ const UFFDIO_MOVE: libc::c_ulong = iowr::<UffdioMove>(0x05);
 /// A userfaultfd that can move pages (see the module doc).
 #[derive(Debug)]
 pub struct Uffd {
-    fd: OwnedFd,
+    fd: crate::kept_fd::KeptFd,
     /// The process that opened it, the only one it may act for.
     owner: u32,
 }
@@ -84,11 +82,10 @@ impl Uffd {
         if fd < 0 {
             return None;
         }
-        // SAFETY: `fd` was just returned to us and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+        let fd = crate::kept_fd::KeptFd::adopt(fd as libc::c_int).ok()?;
         let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_MOVE, ioctls: 0 };
         // SAFETY: UFFDIO_API reads and writes the struct passed, which lives across the call.
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API_IOCTL, &mut api) };
+        let r = unsafe { libc::ioctl(fd.raw(), UFFDIO_API_IOCTL, &mut api) };
         (r == 0 && api.features & UFFD_FEATURE_MOVE != 0).then_some(Uffd { fd, owner: std::process::id() })
     }
 
@@ -101,9 +98,9 @@ impl Uffd {
     /// in write-protect mode: moves may land there, and no fault is ever reported. Returns
     /// whether the kernel accepted it.
     pub fn register(&self, addr: usize, len: usize) -> bool {
-        if !self.ours() {
+        let Some(fd) = self.fd.get().filter(|_| self.ours()) else {
             return false;
-        }
+        };
         let mut reg = UffdioRegister {
             range: UffdioRange { start: addr as u64, len: len as u64 },
             mode: UFFDIO_REGISTER_MODE_WP,
@@ -112,7 +109,7 @@ impl Uffd {
         // SAFETY: UFFDIO_REGISTER reads the range and writes `ioctls` of the struct passed; the
         // range is the caller's own memory, whose faults this changes in nothing (no page is
         // write-protected).
-        unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_REGISTER, &mut reg) == 0 }
+        unsafe { libc::ioctl(fd, UFFDIO_REGISTER, &mut reg) == 0 }
     }
 
     /// Move the pages of `[from, from + len)` to `[to, to + len)` (page-aligned, disjoint, the
@@ -121,9 +118,10 @@ impl Uffd {
     /// of `len`, or fewer where the kernel stopped (an unregistered target, a page shared with
     /// a forked process, a target that is not empty).
     pub fn move_pages(&self, from: usize, to: usize, len: usize) -> usize {
-        if !self.ours() {
+        // Gone (closed or replaced by the program): nothing moves, the caller uses mremap.
+        let Some(fd) = self.fd.get().filter(|_| self.ours()) else {
             return 0;
-        }
+        };
         let mut mv = UffdioMove {
             dst: to as u64,
             src: from as u64,
@@ -133,7 +131,7 @@ impl Uffd {
         };
         // SAFETY: UFFDIO_MOVE reads the struct and writes `moved`; both ranges are the caller's
         // own memory (contract above), and the kernel moves whole pages between them.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_MOVE, &mut mv) };
+        let r = unsafe { libc::ioctl(fd, UFFDIO_MOVE, &mut mv) };
         if r == 0 {
             len
         } else {

@@ -129,3 +129,41 @@ fn every_shim_threshold_runs_real_programs() {
 fn sizes_whose_bookkeeping_cannot_be_allocated_fail_cleanly() {
     both("absurd_sizes", &[]);
 }
+
+/// Started with stdin and stdout closed: vmarena's descriptors (userfaultfd, PSI trigger, frame
+/// pool file) do not take 0 and 1.
+#[test]
+fn descriptors_stay_out_of_closed_standard_numbers() {
+    for preload in [false, true] {
+        let mut c = Command::new(hostile_bin());
+        c.arg("closed_stdio").env("VMARENA_SPACE_BYTES", "16G").stdin(Stdio::null());
+        if preload {
+            c.env("LD_PRELOAD", shim());
+        }
+        // Close 0 and 1 in the child before exec (stderr stays for the report).
+        use std::os::unix::process::CommandExt;
+        // SAFETY: close(2) is async-signal-safe, as pre_exec requires.
+        unsafe {
+            c.pre_exec(|| {
+                libc::close(0);
+                libc::close(1);
+                Ok(())
+            })
+        };
+        let out = c.stderr(Stdio::piped()).output().expect("the program starts");
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("ok closed_stdio"));
+    }
+}
+
+/// The program closes every descriptor above 2 and opens its own files at those numbers:
+/// vmarena stops using what it had (moves, monitor, batched release, frame mapping) and never
+/// touches or closes the program's files.
+#[test]
+fn descriptors_closed_by_the_program_are_never_used_again() {
+    let dir = std::env::temp_dir().join(format!("vmarena-closefrom-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    both("closefrom", &[d]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
