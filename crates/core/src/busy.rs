@@ -175,7 +175,27 @@ impl<T: Copy + Default> BusyMap<T> {
     /// Remove the record of the area starting at `start`.
     #[inline]
     pub fn remove(&mut self, start: u64) -> Option<BusyArea<T>> {
-        let mut hole = self.find(start.wrapping_add(1))?;
+        let hole = self.find(start.wrapping_add(1))?;
+        Some(self.remove_at(hole))
+    }
+
+    /// Remove the record of the area starting at `start` if `accept` says yes: `None` when
+    /// there is none, `Some(Err(record))` when `accept` refused it (nothing changes).
+    #[inline]
+    pub fn remove_if(
+        &mut self,
+        start: u64,
+        accept: impl FnOnce(&BusyArea<T>) -> bool,
+    ) -> Option<Result<BusyArea<T>, BusyArea<T>>> {
+        let hole = self.find(start.wrapping_add(1))?;
+        if !accept(self.val(hole)) {
+            return Some(Err(*self.val(hole)));
+        }
+        Some(Ok(self.remove_at(hole)))
+    }
+
+    #[inline]
+    fn remove_at(&mut self, mut hole: usize) -> BusyArea<T> {
         let area = *self.val(hole);
         self.len -= 1;
         self.pages -= area.pages;
@@ -200,7 +220,7 @@ impl<T: Copy + Default> BusyMap<T> {
         if self.slots > MIN_SLOTS && self.len * 8 < self.slots {
             self.resize(self.slots / 2);
         }
-        Some(area)
+        area
     }
 
     /// The record of the area starting at `start`.

@@ -592,8 +592,21 @@ impl Arena {
     /// a thread cache.
     #[inline(always)]
     pub fn free_uncached(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        self.free_uncached_as(start, None)
+    }
+
+    /// [`Arena::free_uncached`] of an area of `kind` only: an area of another kind is refused
+    /// ([`FreeError::WrongKind`]) under the same lock that would have removed it, so the check
+    /// costs no second lookup.
+    #[inline(always)]
+    pub fn free_uncached_of(&self, start: u64, kind: AreaKind) -> Result<BusyArea<AreaTag>, FreeError> {
+        self.free_uncached_as(start, Some(kind))
+    }
+
+    #[inline(always)]
+    fn free_uncached_as(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
         let sh = &*self.shared;
-        let r = sh.free(start);
+        let r = sh.free(start, kind);
         match r {
             Err(_) => {
                 sh.counters.bad_frees.fetch_add(1, Relaxed);
@@ -1320,12 +1333,19 @@ impl Shared {
     }
 
     #[inline]
-    pub(crate) fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
-        let not_live = FreeError::NotLive { start };
+    pub(crate) fn free(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+        // The record is removed only when its kind is the one asked for (any, for `None`).
+        let take = |busy: &mut vmarena_core::BusyMap<AreaTag>| match busy
+            .remove_if(start, |a| kind.is_none_or(|k| a.tag.kind == k))
+        {
+            None => Err(FreeError::NotLive { start }),
+            Some(Err(a)) => Err(FreeError::WrongKind { start, kind: a.tag.kind }),
+            Some(Ok(a)) => Ok(a),
+        };
         match &self.kind {
             Kind::Global(g) => {
                 let mut g = g.lock_at(&site::FREE_GLOBAL);
-                let a = g.bl.busy.remove(start).ok_or(not_live)?;
+                let a = take(&mut g.bl.busy)?;
                 g.bl.lazy.push((start, a.pages));
                 g.bl.lazy_pages += a.pages;
                 g.bl.frees += 1;
@@ -1335,7 +1355,7 @@ impl Shared {
             }
             Kind::Split { busy, .. } => {
                 let mut b = busy.lock_at(&site::FREE_BUSY);
-                let a = b.busy.remove(start).ok_or(not_live)?;
+                let a = take(&mut b.busy)?;
                 b.lazy.push((start, a.pages));
                 b.lazy_pages += a.pages;
                 b.frees += 1;
@@ -1346,7 +1366,7 @@ impl Shared {
             Kind::Nodes { nodes, .. } => {
                 let shard = self.shard_of(start);
                 let mut g = nodes[shard].lock_at(&site::FREE_SHARD_NODE);
-                let a = g.busy.remove(start).ok_or(not_live)?;
+                let a = take(&mut g.busy)?;
                 if let Some(c) = &self.cache {
                     c.states.clear(start, a.pages);
                 }

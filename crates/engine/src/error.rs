@@ -99,6 +99,13 @@ pub enum FreeError {
         /// The page given.
         start: u64,
     },
+    /// `start` is a live area of another kind than the free asked for.
+    WrongKind {
+        /// The page given.
+        start: u64,
+        /// What the area holds.
+        kind: crate::AreaKind,
+    },
 }
 
 impl fmt::Display for FreeError {
@@ -106,6 +113,12 @@ impl fmt::Display for FreeError {
         match self {
             FreeError::NotLive { start } => {
                 write!(f, "page {start:#x} is not the start of a live area")
+            }
+            FreeError::WrongKind { start, kind } => {
+                write!(
+                    f,
+                    "page {start:#x} starts a live area of kind {kind:?}, which this free does not release"
+                )
             }
         }
     }

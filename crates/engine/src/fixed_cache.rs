@@ -140,6 +140,16 @@ pub struct FixedCache {
     reclaim_lock: Mutex<()>,
 }
 
+#[cfg(not(loom))]
+impl crate::fork::ForkLocks for FixedCache {
+    /// The reclaim mutex, then the list mutex (the order of `fork`).
+    fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
+        let r = self.reclaim_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let l = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        vec![Box::new(r), Box::new(l)]
+    }
+}
+
 impl FixedCache {
     /// A cache of `slots` slots (all free, on the list) with `cpus` CPU entries.
     pub fn new(slots: u32, cpus: usize) -> Result<FixedCache, String> {
@@ -197,14 +207,6 @@ impl FixedCache {
         let was = self.held[slot as usize].swap(true, Ordering::Relaxed);
         debug_assert!(!was, "slot {slot} handed out twice");
         (slot, path)
-    }
-
-    /// The reclaim mutex, then the list mutex, held (for a `fork()`: see `fork`).
-    #[cfg(not(loom))]
-    pub fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
-        let r = self.reclaim_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let l = self.list.lock().unwrap_or_else(|p| p.into_inner());
-        vec![Box::new(r), Box::new(l)]
     }
 
     /// Take a free slot without blocking, or `None` when every slot is held.

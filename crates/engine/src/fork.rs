@@ -34,7 +34,7 @@
 //! the guards that borrow from them, and drops the guards first.
 #![allow(unsafe_code)]
 
-use crate::arena::{Arena, Kind, Shared};
+use crate::arena::{Kind, Shared};
 use crate::lock::with_nesting_allowed;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -139,31 +139,5 @@ impl ForkLocks for Shared {
         });
         held.push(self.worker.lock_for_fork());
         held
-    }
-}
-
-/// Every lock of one arena, held (for a program that forks and uses one arena only; a
-/// process-wide handler uses [`lock_everything_for_fork`]).
-#[must_use = "the locks are released when the guard drops"]
-pub struct ForkGuard<'a> {
-    held: Vec<Box<dyn Held + 'a>>,
-    _pressure: Box<dyn Held + 'static>,
-}
-
-impl Arena {
-    /// Take every lock of the arena, for a `fork()`. Call it from the `prepare` handler of
-    /// `pthread_atfork`, drop the guard in both `parent` and `child`. The thread must hold no
-    /// lock of this arena.
-    pub fn lock_for_fork(&self) -> ForkGuard<'_> {
-        let pressure: Box<dyn Held + 'static> = Box::new(crate::pressure::lock_registry());
-        let mut held = ForkLocks::lock_for_fork(&*self.shared);
-        held.reverse();
-        ForkGuard { held, _pressure: pressure }
-    }
-}
-
-impl Drop for ForkGuard<'_> {
-    fn drop(&mut self) {
-        with_nesting_allowed(|| self.held.clear());
     }
 }

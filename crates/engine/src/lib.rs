@@ -52,7 +52,7 @@ pub use arena::{
 pub use backing::{Backing, Moved, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
 #[cfg(not(loom))]
-pub use fork::{ForkGuard, ForkLocks, ProcessForkGuard};
+pub use fork::{ForkLocks, ProcessForkGuard};
 pub use frame_allocator::{FrameAllocator, FrameError};
 pub use frame_options::{FrameOptions, FrameStats};
 pub use lock::{LockStats, StatLock};

@@ -36,7 +36,7 @@
 use crate::area_state::{AreaStates, Claim};
 use crate::arena::Shared;
 use crate::handshake::{heavy_fence, Enter, Handshake};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -342,20 +342,6 @@ fn give_back(e: Entry) {
 
 thread_local! {
     static OWNED: RefCell<Owned> = const { RefCell::new(Owned(Vec::new())) };
-    /// `OWNED` has been touched on this thread (its destructor is registered). No destructor of
-    /// its own, so reading it never allocates.
-    static OWNED_LIVE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The first touch of `OWNED` on a thread, with the re-entry flag raised: registering its
-/// destructor makes the C library allocate (`__cxa_thread_atexit_impl`), and where vmarena
-/// serves `malloc` (the preload shim with a small threshold) that allocation must go to the
-/// inner allocator, or it would come back here before the registration is done, for ever.
-#[cold]
-fn touch_owned() {
-    let _inside = vmarena_platform::reentry::enter();
-    let _ = OWNED.try_with(|_| ());
-    OWNED_LIVE.with(|l| l.set(true));
 }
 
 /// Outcome of a free through the thread cache.
@@ -420,9 +406,6 @@ impl ThreadCaches {
     /// when thread-local storage is gone (thread exit) or re-entered.
     #[inline]
     fn with_magazine<R>(&self, arena: &Arc<Shared>, f: impl FnOnce(&Magazine) -> R) -> Option<R> {
-        if !OWNED_LIVE.with(Cell::get) {
-            touch_owned();
-        }
         OWNED
             .try_with(|o| {
                 let mut owned = o.try_borrow().ok()?;
@@ -543,7 +526,7 @@ impl ThreadCaches {
     /// free from outside can race with it).
     fn give_areas(&self, arena: &Shared, areas: &[(u64, u64)]) {
         for &(start, _) in areas {
-            if let Err(e) = arena.free(start) {
+            if let Err(e) = arena.free(start, None) {
                 panic!("{}: cached area {start:#x} was not busy: {e}", arena.name);
             }
         }

@@ -103,10 +103,15 @@ fn bad_input_is_refused_and_changes_nothing() {
         assert_eq!(a.free(live.start + 1), Err(FreeError::NotLive { start: live.start + 1 }), "interior");
         assert_eq!(a.free(freed.start), Err(FreeError::NotLive { start: freed.start }), "double free");
         assert_eq!(a.free(5 << 20), Err(FreeError::NotLive { start: 5 << 20 }), "foreign");
+        assert_eq!(
+            a.free_uncached_of(live.start, AreaKind::FixedSlot),
+            Err(FreeError::WrongKind { start: live.start, kind: AreaKind::Vmalloc }),
+            "a free of another kind"
+        );
         let after = (a.stats(), a.areas());
         assert_eq!(before.1, after.1, "{s}: areas unchanged");
         let mut b = before.0.clone();
-        b.bad_frees += 3;
+        b.bad_frees += 4;
         assert_eq!(b, after.0, "{s}: only the refusal counter moved");
         a.check().unwrap();
     }

@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};
 use vmarena::{size_class_bytes, VmError};
-use vmarena_platform::set_errno;
+use vmarena_platform::{reentry, set_errno};
 
 fn page() -> usize {
     vmarena_platform::page_size()
@@ -22,16 +22,19 @@ fn page() -> usize {
 
 /// A block from vmarena, or `None` when it cannot serve (the caller falls back).
 ///
-/// A request made while this thread runs vmarena code is never served: the standard library
-/// allocates some of its own memory (a new thread's handle, thread-local destructor lists)
-/// with the C library's `malloc`, which is this library's, not with the global allocator.
-/// Served by vmarena, such a request made while the default space is being built would wait
-/// for that very construction.
+/// A request made while this thread runs vmarena code is never served. Some memory is
+/// allocated with the C library's `malloc`, which is this library's, and not with the Rust
+/// global allocator: the standard library's for a new thread's handle, the C library's for the
+/// destructor list of a thread-local (on the first touch of the thread cache's). Served by
+/// vmarena, such a request would wait for the construction of the default space it is part of,
+/// or come back to the thread-local being registered, for ever. So every call into vmarena
+/// from here raises the inside-vmarena flag.
 fn vm_alloc(size: usize, align: usize, zeroed: bool) -> Option<*mut c_void> {
-    if vmarena_platform::reentry::inside() {
+    if reentry::inside() {
         count(&C.fallbacks, 1);
         return None;
     }
+    let _inside = reentry::enter();
     let r = catch_unwind(|| {
         let s = space()?;
         // Every area is page aligned; a smaller alignment (or none, 0) asks for nothing more.
@@ -98,6 +101,7 @@ fn bad_pointer(call: &str, p: *mut c_void, e: &VmError) -> ! {
 }
 
 fn vm_free(p: *mut c_void) {
+    let _inside = reentry::enter();
     let r = catch_unwind(|| space().map(|s| s.vfree_sized(p.cast())));
     match r {
         Ok(Some(Ok(bytes))) => {
@@ -208,6 +212,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 }
 
 fn vm_realloc(n: Option<&Next>, p: *mut c_void, size: usize) -> *mut c_void {
+    let _inside = reentry::enter();
     let Some(s) = space() else { bad_pointer("realloc", p, &VmError::NotLive(p as usize)) };
     if size == 0 {
         // glibc frees and returns NULL for realloc(p, 0).

@@ -111,7 +111,7 @@ impl Inner {
 
 impl vmarena_engine::ForkLocks for Inner {
     fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
-        self.cache.lock_for_fork()
+        vmarena_engine::ForkLocks::lock_for_fork(&self.cache)
     }
 }
 

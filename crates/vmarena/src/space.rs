@@ -28,7 +28,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vmarena_engine::{
-    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, LockStats,
+    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, FreeError, LockStats,
 };
 use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, reentry, Reservation};
@@ -114,12 +114,8 @@ pub struct VmSpace {
     pub(crate) frame_map: Arc<crate::frame_map::FrameMap>,
     frames: Option<Arc<crate::frame_backing::FrameBacking>>,
     pub(crate) blocks: crate::vmap::VmapBlocks,
-    /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks): while there are none,
-    /// `vfree` does not look up an area's kind.
+    /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks).
     pub(crate) mapped_live: AtomicU64,
-    /// Live areas that fixed pools own: while there are none (and no mapped ones), `vfree`
-    /// does not look up an area's kind.
-    pub(crate) fixed_live: AtomicU64,
     pub(crate) map_calls: AtomicU64,
 }
 
@@ -143,6 +139,14 @@ pub struct SpaceStats {
     /// Mappings `vm_unmap_ram` left in place in live vmap blocks (restored when the block is
     /// released, or by `vm_unmap_aliases`).
     pub map_ram_lingering: u64,
+}
+
+/// The space's error for a free the arena refused at `p`.
+fn free_error(p: *mut u8, e: FreeError) -> VmError {
+    match e {
+        FreeError::NotLive { .. } => VmError::NotLive(p as usize),
+        FreeError::WrongKind { .. } => VmError::WrongKind(p as usize),
+    }
 }
 
 impl VmSpace {
@@ -245,7 +249,6 @@ impl VmSpace {
             frames,
             blocks: crate::vmap::VmapBlocks::new(lingering_max),
             mapped_live: AtomicU64::new(0),
-            fixed_live: AtomicU64::new(0),
             map_calls: AtomicU64::new(0),
         })
     }
@@ -585,37 +588,23 @@ impl VmSpace {
     /// A slot for a fixed pool: an area of the space's memory that only [`VmSpace::free_fixed_slot`]
     /// frees (`vfree`, `vrealloc` and `vunmap` refuse it).
     pub(crate) fn alloc_fixed_slot(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
-        let p = self.alloc_slow(bytes, 1, false, false, Location::caller(), AreaKind::FixedSlot)?;
-        self.fixed_live.fetch_add(1, Relaxed);
-        Ok(p)
+        self.alloc_slow(bytes, 1, false, false, Location::caller(), AreaKind::FixedSlot)
     }
 
     /// Free a slot made by [`VmSpace::alloc_fixed_slot`].
     pub(crate) fn free_fixed_slot(&self, p: *mut u8) -> Result<(), VmError> {
         let _inside = reentry::enter();
         let start = self.start_page(p as usize)?;
-        match self.arena.lookup(start) {
-            Some(a) if a.tag.kind == AreaKind::FixedSlot => {}
-            Some(_) => return Err(VmError::WrongKind(p as usize)),
-            None => return Err(VmError::NotLive(p as usize)),
-        }
-        self.arena.free_uncached(start).map_err(|_| VmError::NotLive(p as usize))?;
-        self.fixed_live.fetch_sub(1, Relaxed);
-        Ok(())
+        self.arena.free_uncached_of(start, AreaKind::FixedSlot).map(|_| ()).map_err(|e| free_error(p, e))
     }
 
     /// The area's pages, guard included.
     #[inline(never)]
     fn vfree_slow(&self, p: *mut u8, start: u64) -> Result<u64, VmError> {
         let _inside = reentry::enter();
-        if self.mapped_live.load(Relaxed) > 0 || self.fixed_live.load(Relaxed) > 0 {
-            match self.arena.lookup(start) {
-                Some(a) if a.tag.kind != AreaKind::Vmalloc => return Err(VmError::WrongKind(p as usize)),
-                _ => {}
-            }
-        }
-        // `vfree` tried the thread cache already.
-        self.arena.free_uncached(start).map(|a| a.pages).map_err(|_| VmError::NotLive(p as usize))
+        // `vfree` tried the thread cache already. The kind is checked under the lock that
+        // removes the record: no second lookup.
+        self.arena.free_uncached_of(start, AreaKind::Vmalloc).map(|a| a.pages).map_err(|e| free_error(p, e))
     }
 
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`. Takes no

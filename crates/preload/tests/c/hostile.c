@@ -203,10 +203,8 @@ static void signals(void) {
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGUSR1);
-    CHECK(pthread_sigmask(SIG_BLOCK, &set, NULL) == 0);
-    /* Unblock them in this thread only around the vmarena calls, as a thread pool that starts
-     * its workers with signals open would: vmarena's helper threads must not inherit that. */
-    CHECK(pthread_sigmask(SIG_UNBLOCK, &set, NULL) == 0);
+    /* vmarena starts its helper threads from this thread while its signals are open: they
+     * must not inherit that mask. */
     void *big = malloc(64 << 20);
     void *v = vmarena_vmalloc(64 << 20);
     CHECK(big && v);
