@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Installs what vmarena needs on a fresh Debian machine with the Rust toolchain: a C compiler
-# (for the C ABI and shim tests and the peers' allocators), strace (for the lab's --syscalls),
-# xz and python3 (real programs run under the shim in its tests), Debian's jemalloc and mimalloc
-# shared libraries (preloaded by `vmarena preload`) and the rustfmt/clippy components. Safe to
+# Installs what vmarena needs on a fresh Debian machine with the Rust toolchain: C and C++
+# compilers (for the C ABI and shim tests and the peers' allocators), strace (for the lab's --syscalls),
+# xz and python3 (real programs run under the shim in its tests), Debian's jemalloc, mimalloc and
+# tcmalloc shared libraries (preloaded by `vmarena preload`) and the rustfmt/clippy components. Safe to
 # run again.
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v strace >/dev/null 2>&1 || need+=(strace)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need+=(libjemalloc2)
 [ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need+=(libmimalloc2.0)
+[ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] || need+=(libtcmalloc-minimal4)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -29,7 +29,7 @@ fn page() -> usize {
 /// vmarena, such a request would wait for the construction of the default space it is part of,
 /// or come back to the thread-local being registered, for ever. So every call into vmarena
 /// from here raises the inside-vmarena flag.
-fn vm_alloc(size: usize, align: usize, zeroed: bool) -> Option<*mut c_void> {
+pub(crate) fn vm_alloc(size: usize, align: usize, zeroed: bool) -> Option<*mut c_void> {
     if reentry::inside() {
         count(&C.fallbacks, 1);
         return None;
@@ -100,7 +100,7 @@ fn bad_pointer(call: &str, p: *mut c_void, e: &VmError) -> ! {
     std::process::abort()
 }
 
-fn vm_free(p: *mut c_void) {
+pub(crate) fn vm_free(p: *mut c_void) {
     let _inside = reentry::enter();
     let r = catch_unwind(|| space().map(|s| s.vfree_sized(p.cast())));
     match r {

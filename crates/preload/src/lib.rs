@@ -13,6 +13,8 @@
 //! | `free`, `malloc_usable_size` | the address lies in the default space | the next allocator |
 //! | `realloc` | by address, then by the new size (blocks move across when they cross the threshold) | the next allocator |
 //! | `mallopt` | never (passed on; setting a threshold ends [`glibc_thresholds`]) | the next allocator |
+//! | C++ `operator new` (every form) | as `malloc` | the next definition of the same form ([`cpp_operators`]) |
+//! | C++ `operator delete` (every form) | as `free` | the next definition of the same form |
 //!
 //! Sizes of 9 pages to 4 MiB sent to vmarena are rounded up to a size class, four per doubling
 //! of pages (`vmarena::size_class`), so that freed areas match later requests;
@@ -46,6 +48,7 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
+pub mod cpp_operators;
 pub mod glibc_thresholds;
 pub mod glibc_trim;
 pub mod interpose;

@@ -47,6 +47,14 @@ stats_table! {
         next_frees, "calls";
         /// Allocations served by the bootstrap heap (before the next allocator was found).
         bootstrap_allocs, "calls";
+        /// C++ `new` calls served by vmarena (counted in `vm_allocs` too).
+        cpp_vm_news, "calls";
+        /// C++ `delete` calls of vmarena areas (counted in `vm_frees` too).
+        cpp_vm_deletes, "calls";
+        /// C++ `new` calls passed to the next definition of their form.
+        cpp_next_news, "calls";
+        /// C++ `delete` calls passed to the next definition of their form.
+        cpp_next_deletes, "calls";
     }
 }
 
@@ -81,6 +89,10 @@ pub(crate) struct Counters {
     pub next_allocs: AtomicU64,
     pub next_frees: AtomicU64,
     pub bootstrap_allocs: AtomicU64,
+    pub cpp_vm_news: AtomicU64,
+    pub cpp_vm_deletes: AtomicU64,
+    pub cpp_next_news: AtomicU64,
+    pub cpp_next_deletes: AtomicU64,
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
@@ -94,6 +106,10 @@ pub(crate) static COUNTERS: Counters = Counters {
     next_allocs: AtomicU64::new(0),
     next_frees: AtomicU64::new(0),
     bootstrap_allocs: AtomicU64::new(0),
+    cpp_vm_news: AtomicU64::new(0),
+    cpp_vm_deletes: AtomicU64::new(0),
+    cpp_next_news: AtomicU64::new(0),
+    cpp_next_deletes: AtomicU64::new(0),
 };
 
 /// Add `n` to a counter when statistics are on.
@@ -118,6 +134,10 @@ pub fn snapshot() -> PreloadStats {
         next_allocs: c.next_allocs.load(Relaxed),
         next_frees: c.next_frees.load(Relaxed),
         bootstrap_allocs: c.bootstrap_allocs.load(Relaxed),
+        cpp_vm_news: c.cpp_vm_news.load(Relaxed),
+        cpp_vm_deletes: c.cpp_vm_deletes.load(Relaxed),
+        cpp_next_news: c.cpp_next_news.load(Relaxed),
+        cpp_next_deletes: c.cpp_next_deletes.load(Relaxed),
     }
 }
 

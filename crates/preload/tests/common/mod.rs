@@ -28,17 +28,22 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
 }
 
 /// Compile `tests/c/SOURCE` into `OUTPUT` in the test's scratch directory with `flags`
-/// (libraries among them, which come after the source).
+/// (libraries among them, which come after the source): with `$CC` (default `cc`), or with
+/// `$CXX` (default `c++`) for a `.cpp` source.
 pub fn compile(source: &str, output: &str, flags: &[&str]) -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(output);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let ok = Command::new(cc)
+    let cc = if source.ends_with(".cpp") {
+        std::env::var("CXX").unwrap_or_else(|_| "c++".into())
+    } else {
+        std::env::var("CC").unwrap_or_else(|_| "cc".into())
+    };
+    let ok = Command::new(&cc)
         .arg("-o")
         .arg(&out)
         .arg(root().join("crates/preload/tests/c").join(source))
         .args(flags)
         .status()
-        .expect("a C compiler (cc) is needed for this test");
+        .unwrap_or_else(|e| panic!("{cc}: {e} (scripts/setup.sh installs the compilers)"));
     assert!(ok.success(), "compiling {source} failed");
     out
 }
