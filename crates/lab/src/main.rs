@@ -6,10 +6,12 @@
 
 mod fixed;
 mod frames;
+mod fuzz;
 mod lock_model;
 mod machine;
 mod pair;
 mod preload;
+mod python_tests;
 mod test_vmalloc;
 
 use clap::{Parser, Subcommand};
@@ -72,6 +74,18 @@ enum Command {
     /// calls per allocator, ratios to vmarena; every output is checked against the first
     /// allocator's.
     Preload(preload::PreloadConfig),
+    /// Random sequences of C ABI calls, valid and invalid, checked against a shadow model.
+    ///
+    /// Areas, fixed pool slots, frames and their mappings, with sizes of 0, sizes that
+    /// overflow, bad alignments, interior, foreign and stale pointers, the wrong release
+    /// function, pool, order or count among them, and areas handed between threads; under the
+    /// shim (mode shim) the malloc family too. Each run lasts --seconds; every failed check
+    /// is printed with the seed, and the command exits 1.
+    Fuzz(fuzz::FuzzConfig),
+    /// CPython's regression tests (python3 -m test, a memory-heavy selection) without the
+    /// shim and under it, at the default threshold and at 1 byte, every test case's outcome
+    /// compared; any difference is listed and makes the command exit 1.
+    PythonTests(python_tests::PythonTestsConfig),
 }
 
 fn main() {
@@ -116,6 +130,22 @@ fn main() {
                 }
             }
         }
+        Command::PythonTests(cfg) => match python_tests::main(&cfg, &m) {
+            Ok(true) => {}
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("vmarena python-tests: {e}");
+                std::process::exit(2);
+            }
+        },
+        Command::Fuzz(cfg) => match fuzz::main(&cfg, &m) {
+            Ok(true) => {}
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("vmarena fuzz: {e}");
+                std::process::exit(2);
+            }
+        },
         Command::Preload(cfg) => {
             if let Err(e) = preload::main(&cfg, &m) {
                 eprintln!("vmarena preload: {e}");

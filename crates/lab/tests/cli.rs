@@ -59,6 +59,15 @@ fn bad_arguments_are_refused_with_a_clear_message() {
     let out = vmarena(&["pair", "--threads", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("must be positive"));
+    let out = vmarena(&["fuzz", "--threads", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--threads 1 to 64"));
+    let out = vmarena(&["fuzz", "--modes", "kernel"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mode 'kernel'"));
+    let out = vmarena(&["python-tests", "--thresholds", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("threshold '0'"));
 }
 
 #[test]
