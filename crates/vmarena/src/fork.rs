@@ -2,7 +2,7 @@
 //! every form of the library itself (`libvmarena.so`, `libvmarena.a`, the preload shim, the
 //! Rust crate).
 //!
-//! Registration happens when the library is loaded (a constructor in `.init_array`), and again,
+//! Registration happens when the library is loaded (the constructor of [`crate::load`]), and again,
 //! as a no-op, before any space or pool is built (for a program linked with the Rust crate,
 //! where a linker may leave the constructor out). So the handlers exist before the first lock
 //! or the first space, and a fork during the first call finds them.
@@ -59,12 +59,3 @@ pub fn register() {
     // SAFETY: registers three plain functions; they take no arguments and catch panics.
     unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
 }
-
-extern "C" fn register_at_load() {
-    register();
-}
-
-/// The constructor: the loader calls it when the library is loaded.
-#[used]
-#[link_section = ".init_array"]
-static REGISTER_AT_LOAD: extern "C" fn() = register_at_load;

@@ -29,6 +29,7 @@ pub mod fork;
 mod frame_backing;
 mod frame_map;
 pub mod frame_pool;
+pub mod load;
 pub mod options;
 pub mod pressure;
 pub mod rcu;

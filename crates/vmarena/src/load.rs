@@ -1,0 +1,31 @@
+//! What the library does when the loader loads it, before the program's first call: register
+//! the `fork()` handlers ([`crate::fork`]) and the process's `membarrier` registration, and grow
+//! the descriptor table to where vmarena keeps its descriptors
+//! (`vmarena_platform::kept_fd::grow_table`).
+//!
+//! Owns: one constructor in `.init_array`, which every form of the library carries
+//! (`libvmarena.so`, `libvmarena.a` and the preload shim; a Rust program linking the crate gets
+//! it where the linker keeps the object, and [`crate::VmSpace`] repeats both registrations,
+//! as no-ops when done).
+//!
+//! Why here: both the `membarrier` registration and the growth of a descriptor table shared by
+//! several threads wait for an RCU grace period in the kernel, and a default space built on the
+//! first call of a worker thread paid both (7.5 ms and 12.7 ms). For `membarrier`: the default space's thread caches need the process registered for
+//! private expedited barriers (`vmarena_platform::membarrier`), and the kernel makes the
+//! registration wait for an RCU grace period once the process has several threads: 7.5 ms
+//! measured from a worker thread of a program linked with `libvmarena.so` (DESIGN.md, section
+//! 5), against a fraction of a millisecond at load, when a program has one thread. A library
+//! opened later with `dlopen` in a threaded process pays the wait once, in `dlopen`, and not in
+//! a request. A kernel without the call (or a seccomp filter) fails the registration; the
+//! failure is remembered, and the caches are built without barriers.
+
+extern "C" fn at_load() {
+    crate::fork::register();
+    let _ = vmarena_platform::membarrier::register();
+    vmarena_platform::kept_fd::grow_table();
+}
+
+/// The constructor: the loader calls it when the library is loaded.
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
