@@ -2,19 +2,18 @@
 //! for as long as asked; under the shim too, with the `malloc` family mixed in.
 //!
 //! The program is `crates/preload/tests/c/fuzz.c` (the test suite runs it for a few seconds;
-//! its header says what it calls and checks). The lab writes it and `include/vmarena.h` to a
-//! scratch folder, compiles it with `cc` against the `libvmarena.so` beside this binary and runs
+//! its header says what it calls and checks). The lab compiles it ([`crate::cc`]) against the `libvmarena.so` beside this binary and runs
 //! it once per mode (C ABI alone, or under `libvmarena_preload.so`) and thread count, each for
 //! `--seconds`. Every run prints its seed; a mismatch prints the first ones with it and makes
 //! the command fail.
 
+use crate::cc;
 use crate::machine::{write_output, Machine};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 const SOURCE: &str = include_str!("../../preload/tests/c/fuzz.c");
-const HEADER: &str = include_str!("../../../include/vmarena.h");
 
 /// Options of `vmarena fuzz`.
 #[derive(clap::Args, Clone, Debug)]
@@ -78,47 +77,11 @@ pub fn parse(stdout: &str) -> Option<FuzzRun> {
     None
 }
 
-fn lib_dir(cfg: &FuzzConfig) -> Result<PathBuf, String> {
-    if let Some(d) = &cfg.lib_dir {
-        return Ok(d.clone());
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
-}
-
-/// Write and compile the program; its path.
-fn build(scratch: &Path, libs: &Path) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
-    let src = scratch.join("fuzz.c");
-    std::fs::write(&src, SOURCE).map_err(|e| format!("{}: {e}", src.display()))?;
-    std::fs::write(scratch.join("vmarena.h"), HEADER).map_err(|e| format!("{}: {e}", scratch.display()))?;
-    let bin = scratch.join("fuzz");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=gnu11", "-O1", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .arg(format!("-I{}", scratch.display()))
-        .arg(format!("-L{}", libs.display()))
-        .arg(format!("-Wl,-rpath,{}", libs.display()))
-        .args(["-lvmarena", "-lpthread"])
-        .status()
-        .map_err(|e| format!("{cc}: {e} (scripts/setup.sh installs a C compiler)"))?;
-    if !status.success() {
-        return Err(format!("compiling {} failed", src.display()));
-    }
-    Ok(bin)
-}
-
 pub fn run(cfg: &FuzzConfig) -> Result<Vec<FuzzRun>, String> {
-    let libs = lib_dir(cfg)?;
-    for lib in ["libvmarena.so", "libvmarena_preload.so"] {
-        if !libs.join(lib).exists() {
-            return Err(format!("{} not found: build with cargo build --release", libs.join(lib).display()));
-        }
-    }
-    let scratch = std::env::temp_dir().join(format!("vmarena-fuzz-{}", std::process::id()));
-    let bin = build(&scratch, &libs)?;
+    let libs = cc::lib_dir(&cfg.lib_dir)?;
+    cc::require(&libs, &["libvmarena.so", "libvmarena_preload.so"])?;
+    let scratch = cc::scratch("fuzz")?;
+    let bin = cc::compile(&scratch, "fuzz", SOURCE, "fuzz", &["-O1"], Some(&libs))?;
     let mut seed = cfg.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1)
     });

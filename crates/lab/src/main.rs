@@ -4,6 +4,8 @@
 //! Results go to stdout as tables; progress goes to stderr; `--json FILE` writes every
 //! parameter, the machine and every figure.
 
+mod cc;
+mod first_call;
 mod fixed;
 mod frames;
 mod fuzz;
@@ -82,6 +84,13 @@ enum Command {
     /// shim (mode shim) the malloc family too. Each run lasts --seconds; every failed check
     /// is printed with the seed, and the command exits 1.
     Fuzz(fuzz::FuzzConfig),
+    /// The first allocation of a thread in a process that already has threads, per contender.
+    ///
+    /// vmarena's C ABI (vmarena_vmalloc, the default space built on this call), malloc under
+    /// the shim, and malloc under glibc, jemalloc, mimalloc and tcmalloc: fresh processes,
+    /// contenders alternating; the median, min and max of the first call and the median second
+    /// call, in ms.
+    FirstCall(first_call::FirstCallConfig),
     /// CPython's regression tests (python3 -m test, a memory-heavy selection) without the
     /// shim and under it, at the default threshold and at 1 byte, every test case's outcome
     /// compared; any difference is listed and makes the command exit 1.
@@ -128,6 +137,12 @@ fn main() {
                     eprintln!("vmarena frames: cannot write {e}");
                     std::process::exit(1);
                 }
+            }
+        }
+        Command::FirstCall(cfg) => {
+            if let Err(e) = first_call::main(&cfg, &m) {
+                eprintln!("vmarena first-call: {e}");
+                std::process::exit(2);
             }
         }
         Command::PythonTests(cfg) => match python_tests::main(&cfg, &m) {

@@ -65,6 +65,13 @@ fn bad_arguments_are_refused_with_a_clear_message() {
     let out = vmarena(&["fuzz", "--modes", "kernel"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mode 'kernel'"));
+    let out = vmarena(&["first-call", "--contenders", "bogus", "--lib-dir", env!("CARGO_MANIFEST_DIR")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown contender 'bogus'") || err.contains("not found"), "{err}");
+    let out = vmarena(&["first-call", "--runs", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--runs and --size must be positive"));
     let out = vmarena(&["python-tests", "--thresholds", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("threshold '0'"));

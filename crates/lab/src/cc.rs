@@ -1,0 +1,71 @@
+//! The lab's C programs: written from sources embedded in the binary (with `include/vmarena.h`)
+//! into a scratch folder and compiled there with `$CC` (default `cc`), so that a built lab runs
+//! them without the source tree.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The header every program may include as "vmarena.h".
+pub const HEADER: &str = include_str!("../../../include/vmarena.h");
+
+/// Where `libvmarena.so` and `libvmarena_preload.so` are: `dir`, or beside the lab binary.
+pub fn lib_dir(dir: &Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(d) = dir {
+        return Ok(d.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
+}
+
+/// Check that each of `libs` is in `dir`.
+pub fn require(dir: &Path, libs: &[&str]) -> Result<(), String> {
+    for lib in libs {
+        if !dir.join(lib).exists() {
+            return Err(format!("{} not found: build with cargo build --release", dir.join(lib).display()));
+        }
+    }
+    Ok(())
+}
+
+/// A scratch folder of this process (removed by the caller).
+pub fn scratch(what: &str) -> Result<PathBuf, String> {
+    let d = std::env::temp_dir().join(format!("vmarena-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    Ok(d)
+}
+
+/// Compile `source` (the text of `name`.c) into `scratch/output` with `flags` after it; with
+/// `link_vmarena`, against the `libvmarena.so` of `libs` (run path set).
+pub fn compile(
+    scratch: &Path,
+    name: &str,
+    source: &str,
+    output: &str,
+    flags: &[&str],
+    libs: Option<&Path>,
+) -> Result<PathBuf, String> {
+    let src = scratch.join(format!("{name}.c"));
+    std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+    std::fs::write(scratch.join("vmarena.h"), HEADER).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let bin = scratch.join(output);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=gnu11", "-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg(format!("-I{}", scratch.display()))
+        .args(flags);
+    if let Some(libs) = libs {
+        cmd.arg(format!("-L{}", libs.display()))
+            .arg(format!("-Wl,-rpath,{}", libs.display()))
+            .arg("-lvmarena");
+    }
+    let status = cmd
+        .arg("-lpthread")
+        .status()
+        .map_err(|e| format!("{cc}: {e} (scripts/setup.sh installs a C compiler)"))?;
+    if !status.success() {
+        return Err(format!("compiling {} failed", src.display()));
+    }
+    Ok(bin)
+}
