@@ -9,7 +9,7 @@
 
 use crate::next::{self, Next};
 use crate::stats::{count, COUNTERS as C};
-use crate::{bootstrap, glibc_thresholds, in_space, space, threshold};
+use crate::{bootstrap, fast_below, glibc_thresholds, in_space, pass_through_address, space, threshold};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};
@@ -116,6 +116,15 @@ pub(crate) fn vm_free(p: *mut c_void) {
 /// `void *malloc(size_t size)`
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    if size < fast_below() {
+        // SAFETY: a non-zero bound implies the next allocator is known; its malloc.
+        return unsafe { (next::ready().malloc)(size) };
+    }
+    malloc_full(size)
+}
+
+#[inline(never)]
+fn malloc_full(size: usize) -> *mut c_void {
     let n = next::get();
     if size >= threshold() && n.is_some() {
         if let Some(p) = vm_alloc(size, 0, false) {
@@ -128,6 +137,16 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// `void free(void *p)`
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    if fast_below() != 0 && pass_through_address(p.cast()) {
+        // SAFETY: the next allocator is known (non-zero bound) and `p` is neither vmarena's
+        // nor the bootstrap heap's: the next allocator's block, or NULL, which it accepts.
+        return unsafe { (next::ready().free)(p) };
+    }
+    free_full(p)
+}
+
+#[inline(never)]
+fn free_full(p: *mut c_void) {
     if p.is_null() {
         return;
     }
@@ -151,6 +170,10 @@ pub unsafe extern "C" fn calloc(nmemb: usize, size: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return null_mut();
     };
+    if total < fast_below() {
+        // SAFETY: the next allocator is known (non-zero bound); its calloc.
+        return unsafe { (next::ready().calloc)(nmemb, size) };
+    }
     let n = next::get();
     if total >= threshold() && n.is_some() {
         if let Some(p) = vm_alloc(total, 0, true) {
@@ -171,6 +194,11 @@ pub unsafe extern "C" fn calloc(nmemb: usize, size: usize) -> *mut c_void {
 /// `void *realloc(void *p, size_t size)`
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if size < fast_below() && pass_through_address(p.cast()) {
+        // SAFETY: the next allocator is known (non-zero bound) and `p` is its block or NULL;
+        // a small size stays with it.
+        return unsafe { (next::ready().realloc)(p, size) };
+    }
     if p.is_null() {
         // SAFETY: plain malloc.
         return unsafe { malloc(size) };

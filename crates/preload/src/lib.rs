@@ -16,6 +16,9 @@
 //! | C++ `operator new` (every form) | as `malloc` | the next definition of the same form ([`cpp_operators`]) |
 //! | C++ `operator delete` (every form) | as `free` | the next definition of the same form |
 //!
+//! A call the shim does not serve costs one compare and a tail jump (`fast_below`; a free:
+//! the reservation's range and the bootstrap heap's).
+//!
 //! Sizes of 9 pages to 4 MiB sent to vmarena are rounded up to a size class, four per doubling
 //! of pages (`vmarena::size_class`), so that freed areas match later requests;
 //! `malloc_usable_size` reports the rounded size.
@@ -56,15 +59,24 @@ pub mod next;
 pub mod stats;
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 pub use stats::{PreloadOptions, PreloadStats};
 
 /// Requests of this many bytes and more go to vmarena.
 static THRESHOLD: AtomicUsize = AtomicUsize::new(64 << 10);
-/// `[lo, hi)` of the default space once it exists (0, 0 before).
+/// Requests below this many bytes, and frees outside the default space and the bootstrap heap,
+/// go straight to the next allocator ([`fast_below`]): the threshold once the next allocator
+/// is known and statistics are off, 0 before and with statistics on (every call then takes the
+/// full path, which counts, and serves from the bootstrap heap while the next allocator is
+/// looked up). Stored with release after the next allocator's pointers.
+static FAST_BELOW: AtomicUsize = AtomicUsize::new(0);
+/// The default space's reservation once it exists, as its start and length (0, 0 before).
 static SPACE_LO: AtomicUsize = AtomicUsize::new(0);
-static SPACE_HI: AtomicUsize = AtomicUsize::new(0);
+static SPACE_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// The routing threshold in bytes.
 #[inline]
@@ -72,11 +84,27 @@ pub fn threshold() -> usize {
     THRESHOLD.load(Relaxed)
 }
 
-/// True when `p` lies in the default space (it is vmarena's, live or not).
+/// True when `p` lies in the default space (it is vmarena's, live or not): one compare. The
+/// length is loaded first, with acquire (a plain load on x86), so that a length seen non-zero
+/// comes with its start.
 #[inline]
 pub(crate) fn in_space(p: *const u8) -> bool {
-    let a = p as usize;
-    a >= SPACE_LO.load(Relaxed) && a < SPACE_HI.load(Relaxed)
+    let len = SPACE_LEN.load(Acquire);
+    (p as usize).wrapping_sub(SPACE_LO.load(Relaxed)) < len
+}
+
+/// The pass-through bound: a request below it (and a free of an address neither in the space
+/// nor in the bootstrap heap) goes to the next allocator with no other work; 0 means "take the
+/// full path". Non-zero implies the next allocator is known ([`next::ready`]).
+#[inline]
+pub(crate) fn fast_below() -> usize {
+    FAST_BELOW.load(Acquire)
+}
+
+/// True when a free or resize of `p` may go straight to the next allocator.
+#[inline]
+pub(crate) fn pass_through_address(p: *const u8) -> bool {
+    !in_space(p) && !bootstrap::contains(p)
 }
 
 /// Called once, right after the next allocator is known: options, the exit summary,
@@ -92,6 +120,8 @@ pub(crate) fn on_ready() {
     THRESHOLD.store(opts.threshold.max(1), Relaxed);
     if opts.stats {
         stats::switch_on(opts.lock_timing);
+    } else {
+        FAST_BELOW.store(opts.threshold.max(1), Release);
     }
     if let Some(m) = next::get().and_then(|n| n.glibc_mallopt).filter(|_| opts.glibc_thresholds) {
         glibc_thresholds::enable(m);
@@ -104,10 +134,11 @@ pub(crate) fn on_ready() {
 /// The default space, created on first use, with its bounds published for `in_space`.
 pub(crate) fn space() -> Option<&'static vmarena::VmSpace> {
     let s = vmarena::default_space().ok()?;
-    if SPACE_HI.load(Relaxed) == 0 {
+    if SPACE_LEN.load(Relaxed) == 0 {
         let (lo, hi) = s.bounds();
+        // The start first: until the length is stored, nothing is in the space.
         SPACE_LO.store(lo, Relaxed);
-        SPACE_HI.store(hi, Relaxed);
+        SPACE_LEN.store(hi - lo, Release);
     }
     Some(s)
 }

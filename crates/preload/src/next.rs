@@ -79,6 +79,17 @@ pub fn get() -> Option<&'static Next> {
     resolve()
 }
 
+/// The next allocator, known to be resolved.
+///
+/// # Safety
+/// The state must have been seen `READY` (or [`crate::fast_below`] non-zero, which is stored
+/// after it) with acquire ordering.
+#[inline]
+pub unsafe fn ready() -> &'static Next {
+    // SAFETY: the caller saw READY, stored after the slot was written (see `Slot`).
+    unsafe { (*NEXT.0.get()).as_ref().unwrap_unchecked() }
+}
+
 #[cold]
 fn resolve() -> Option<&'static Next> {
     if STATE.compare_exchange(UNRESOLVED, RESOLVING, Ordering::Acquire, Ordering::Acquire).is_err() {
