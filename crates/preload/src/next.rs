@@ -82,7 +82,7 @@ pub fn get() -> Option<&'static Next> {
 /// The next allocator, known to be resolved.
 ///
 /// # Safety
-/// The state must have been seen `READY` (or [`crate::fast_below`] non-zero, which is stored
+/// The state must have been seen `READY` (or the shim's pass-through bound non-zero, stored
 /// after it) with acquire ordering.
 #[inline]
 pub unsafe fn ready() -> &'static Next {
