@@ -14,6 +14,7 @@ mod machine;
 mod pair;
 mod preload;
 mod python_tests;
+mod suite;
 mod test_vmalloc;
 
 use clap::{Parser, Subcommand};
@@ -91,6 +92,13 @@ enum Command {
     /// contenders alternating; the median, min and max of the first call and the median second
     /// call, in ms.
     FirstCall(first_call::FirstCallConfig),
+    /// mimalloc-bench's programs, built from a checkout (--dir), under every allocator and the
+    /// shim's compositions with each.
+    ///
+    /// Interleaved runs, medians: time (or the suite's relative time), spread, peak RSS, minor
+    /// faults; each composition over the allocator alone and the shim over the best peer;
+    /// deterministic outputs compared with glibc's (any difference exits 1).
+    Suite(suite::SuiteConfig),
     /// CPython's regression tests (python3 -m test, a memory-heavy selection) without the
     /// shim and under it, at the default threshold and at 1 byte, every test case's outcome
     /// compared; any difference is listed and makes the command exit 1.
@@ -145,6 +153,14 @@ fn main() {
                 std::process::exit(2);
             }
         }
+        Command::Suite(cfg) => match suite::main(&cfg, &m) {
+            Ok(true) => {}
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("vmarena suite: {e}");
+                std::process::exit(2);
+            }
+        },
         Command::PythonTests(cfg) => match python_tests::main(&cfg, &m) {
             Ok(true) => {}
             Ok(false) => std::process::exit(1),

@@ -161,16 +161,16 @@ fn make_data(dir: &Path) -> Result<(), String> {
     std::fs::write(&path, s).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-struct Raw {
-    seconds: f64,
-    cpu_seconds: f64,
-    maxrss_kib: u64,
-    minflt: u64,
-    stdout: Vec<u8>,
+pub(crate) struct Raw {
+    pub seconds: f64,
+    pub cpu_seconds: f64,
+    pub maxrss_kib: u64,
+    pub minflt: u64,
+    pub stdout: Vec<u8>,
 }
 
 /// Run `cmd` to completion; wall time and the child's own rusage (`wait4`).
-fn run_child(cmd: &mut Command) -> Result<Raw, String> {
+pub(crate) fn run_child(cmd: &mut Command) -> Result<Raw, String> {
     let t0 = Instant::now();
     let child =
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
