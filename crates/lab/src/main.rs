@@ -16,6 +16,7 @@ mod preload;
 mod python_tests;
 mod suite;
 mod test_vmalloc;
+mod user_path;
 
 use clap::{Parser, Subcommand};
 
@@ -85,6 +86,14 @@ enum Command {
     /// shim (mode shim) the malloc family too. Each run lasts --seconds; every failed check
     /// is printed with the seed, and the command exits 1.
     Fuzz(fuzz::FuzzConfig),
+    /// The vmalloc path as a user calls it: vmarena's C ABI against plain malloc (and page-aligned
+    /// posix_memalign) under glibc, jemalloc, mimalloc and tcmalloc.
+    ///
+    /// The kernel's test_vmalloc shapes (fix_size, full_fit, random_size, long_busy) from
+    /// threads the program creates, every page written, fresh processes, contenders
+    /// alternating: median ns per operation, vmarena's ratio to the best peer and to tcmalloc,
+    /// and throughput at the highest thread count over the first.
+    UserPath(user_path::UserPathConfig),
     /// The first allocation of a thread in a process that already has threads, per contender.
     ///
     /// vmarena's C ABI (vmarena_vmalloc, the default space built on this call), malloc under
@@ -145,6 +154,12 @@ fn main() {
                     eprintln!("vmarena frames: cannot write {e}");
                     std::process::exit(1);
                 }
+            }
+        }
+        Command::UserPath(cfg) => {
+            if let Err(e) = user_path::main(&cfg, &m) {
+                eprintln!("vmarena user-path: {e}");
+                std::process::exit(2);
             }
         }
         Command::FirstCall(cfg) => {

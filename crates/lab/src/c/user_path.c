@@ -1,0 +1,116 @@
+/* The vmalloc path as a program calls it (`vmarena user-path`): the kernel's test_vmalloc
+ * shapes, run by threads the program creates, every page of every block written.
+ *
+ * Built twice: with -DVMARENA_ABI (linked against libvmarena.so; vmarena_vmalloc and
+ * vmarena_vfree on the default space) and without (malloc and free, or with "aligned"
+ * posix_memalign to a page, served by glibc or the allocator preloaded).
+ *
+ * Usage: user_path WORKLOAD THREADS LOOPS [aligned]
+ *   fix_size     3 pages: alloc, write, free
+ *   full_fit     1 page: alloc a, alloc b, free a, alloc c, free c, free b
+ *   random_size  1 to 100 pages: alloc, write, free
+ *   long_busy    15,000 live 1-page blocks per thread first (untimed), then 1-page alloc+free
+ * Prints "ns_per_op X" (wall time from the common start to the last thread's end, divided by
+ * LOOPS x THREADS). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef VMARENA_ABI
+#include "vmarena.h"
+#endif
+
+#define PAGE 4096u
+
+static int aligned;
+static const char *workload;
+static long loops;
+static pthread_barrier_t start_line, ready_line;
+
+static void *alloc(size_t n) {
+#ifdef VMARENA_ABI
+    void *p = vmarena_vmalloc(n);
+#else
+    void *p = NULL;
+    if (aligned) {
+        if (posix_memalign(&p, PAGE, n) != 0) p = NULL;
+    } else {
+        p = malloc(n);
+    }
+#endif
+    if (!p) { fprintf(stderr, "allocation of %zu bytes failed\n", n); exit(1); }
+    for (size_t i = 0; i < n; i += PAGE) ((volatile char *)p)[i] = 1;
+    return p;
+}
+
+static void release(void *p) {
+#ifdef VMARENA_ABI
+    if (vmarena_vfree(p) != 0) { fprintf(stderr, "vfree failed\n"); exit(1); }
+#else
+    free(p);
+#endif
+}
+
+static void *worker(void *arg) {
+    uint64_t r = 88172645463325252ull + (uintptr_t)arg;
+    void **busy = NULL;
+    if (strcmp(workload, "long_busy") == 0) {
+        busy = malloc(15000 * sizeof *busy);
+        for (int i = 0; i < 15000; i++) busy[i] = alloc(PAGE);
+    }
+    pthread_barrier_wait(&ready_line);
+    pthread_barrier_wait(&start_line);
+    for (long i = 0; i < loops; i++) {
+        if (workload[0] == 'f' && workload[1] == 'i') { /* fix_size */
+            release(alloc(3 * PAGE));
+        } else if (workload[0] == 'f') { /* full_fit */
+            void *a = alloc(PAGE), *b = alloc(PAGE);
+            release(a);
+            void *c = alloc(PAGE);
+            release(c);
+            release(b);
+        } else if (workload[0] == 'r') { /* random_size */
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            release(alloc((1 + r % 100) * PAGE));
+        } else { /* long_busy */
+            release(alloc(PAGE));
+        }
+    }
+    if (busy) {
+        for (int i = 0; i < 15000; i++) release(busy[i]);
+        free(busy);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy THREADS LOOPS [aligned]\n");
+        return 2;
+    }
+    workload = argv[1];
+    int threads = atoi(argv[2]);
+    loops = atol(argv[3]);
+    aligned = argc > 4 && strcmp(argv[4], "aligned") == 0;
+    if (threads < 1 || loops < 1 || (strcmp(workload, "fix_size") && strcmp(workload, "full_fit") &&
+                                      strcmp(workload, "random_size") && strcmp(workload, "long_busy"))) {
+        fprintf(stderr, "user_path: bad workload, thread count or loop count\n");
+        return 2;
+    }
+    pthread_t *t = calloc((size_t)threads, sizeof *t);
+    pthread_barrier_init(&ready_line, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&start_line, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)i);
+    pthread_barrier_wait(&ready_line);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_barrier_wait(&start_line);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+    printf("ns_per_op %.2f\n", ns / ((double)loops * threads));
+    return 0;
+}
