@@ -72,6 +72,9 @@ fn bad_arguments_are_refused_with_a_clear_message() {
     let out = vmarena(&["first-call", "--runs", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--runs and --size must be positive"));
+    let out = vmarena(&["user-path", "--workloads", "bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown workload 'bogus'"));
     let out = vmarena(&["python-tests", "--thresholds", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("threshold '0'"));
