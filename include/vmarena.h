@@ -17,6 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version this header belongs to; vmarena_version() returns the library's, encoded as
+ * VMARENA_VERSION is. The shared library's name for the loader is libvmarena.so.MAJOR. */
+#define VMARENA_VERSION_MAJOR 0
+#define VMARENA_VERSION_MINOR 1
+#define VMARENA_VERSION_PATCH 0
+#define VMARENA_VERSION ((VMARENA_VERSION_MAJOR << 16) | (VMARENA_VERSION_MINOR << 8) | VMARENA_VERSION_PATCH)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -192,6 +199,11 @@ int64_t vmarena_vmalloc_to_frame(const void *p);
  * released. vmarena also raises this event itself on Linux PSI memory-pressure notifications
  * where the kernel allows it (see README.md, "Memory pressure"). */
 size_t vmarena_pressure(void);
+
+/* ---- Version ------------------------------------------------------------------------------ */
+
+/* The library's version, (major << 16) | (minor << 8) | patch. */
+unsigned vmarena_version(void);
 
 #ifdef __cplusplus
 }
