@@ -200,6 +200,30 @@ int64_t vmarena_vmalloc_to_frame(const void *p);
  * where the kernel allows it (see README.md, "Memory pressure"). */
 size_t vmarena_pressure(void);
 
+/* ---- Deferred frees: read-side sections and grace periods (the kernel's kvfree_rcu) ------ */
+
+/* Enter a read-side section (sections nest): an area retired from now on is not freed before
+ * the section ends. 0, or -ENOMEM when the default space cannot be built. */
+int vmarena_read_lock(void);
+
+/* Leave it. 0, or -EINVAL without a matching vmarena_read_lock. */
+int vmarena_read_unlock(void);
+
+/* Free the area at p once every read-side section that may still see it has ended. 0; NULL is a
+ * no-op; -EINVAL for anything but the start of a live area of vmarena_vmalloc and its kin, or an
+ * area already retired (vmarena_vfree and vmarena_vrealloc refuse a retired area too). Inside a
+ * read-side section it never waits; outside, it may wait for a grace period when very many areas
+ * are pending, as the kernel's kvfree_rcu_mightsleep. */
+int vmarena_kvfree_rcu(void *p);
+
+/* The same without any memory of its own: the area's first 16 bytes are overwritten with the
+ * link (the kernel's two-argument kvfree_rcu, with the rcu_head inside the object). */
+int vmarena_kvfree_rcu_embedded(void *p);
+
+/* Wait until every area retired before this call is freed. 0, or -EDEADLK when called inside a
+ * read-side section (it would wait for itself). */
+int vmarena_synchronize(void);
+
 /* ---- Version ------------------------------------------------------------------------------ */
 
 /* The library's version, (major << 16) | (minor << 8) | patch. */

@@ -57,7 +57,7 @@ pub fn compile(
         .args(flags);
     if let Some(libs) = libs {
         cmd.arg(format!("-L{}", libs.display()))
-            .arg(format!("-Wl,-rpath,{}", libs.display()))
+            .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", libs.display())) // DT_RPATH: before LD_LIBRARY_PATH
             .arg("-lvmarena");
     }
     let status = cmd

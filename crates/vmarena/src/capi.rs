@@ -64,6 +64,10 @@ pub extern "C" fn vmarena_vmalloc_aligned(size: usize, align: usize) -> *mut lib
 /// `void *vmarena_vrealloc(void *p, size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    if !p.is_null() && crate::deferred_free::is_pending(p.cast()) {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
     guarded(null_mut(), || match default_space() {
         Ok(s) => ptr_or_errno(s.vrealloc(NonNull::new(p.cast()), size)),
         Err(_) => no_space(),
@@ -76,6 +80,10 @@ pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
     guarded(-libc::EFAULT, || {
         if p.is_null() {
             return 0;
+        }
+        if crate::deferred_free::is_pending(p.cast()) {
+            set_errno(libc::EINVAL);
+            return -libc::EINVAL;
         }
         let r = match default_space() {
             Ok(s) => s.vfree(p.cast()),
@@ -605,6 +613,52 @@ pub extern "C" fn vmarena_vmalloc_to_frame(p: *const libc::c_void) -> i64 {
             }
         }
     })
+}
+
+fn errno_status(r: Result<(), i32>) -> libc::c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -e
+        }
+    }
+}
+
+/// `int vmarena_read_lock(void);` enter a read-side section of the process's grace-period
+/// domain (nesting allowed): areas retired from now on stay allocated until it ends. 0, or
+/// -ENOMEM when the default space cannot be built.
+#[no_mangle]
+pub extern "C" fn vmarena_read_lock() -> libc::c_int {
+    guarded(-libc::EFAULT, || errno_status(crate::deferred_free::read_lock()))
+}
+
+/// `int vmarena_read_unlock(void);` leave it. 0, or -EINVAL without a matching lock.
+#[no_mangle]
+pub extern "C" fn vmarena_read_unlock() -> libc::c_int {
+    guarded(-libc::EFAULT, || errno_status(crate::deferred_free::read_unlock()))
+}
+
+/// `int vmarena_kvfree_rcu(void *p);` free the area at `p` once every read-side section that
+/// may see it has ended (the kernel's one-argument `kvfree_rcu`). 0; NULL is a no-op; -EINVAL
+/// for anything but a live `vmalloc` area start, or one already retired.
+#[no_mangle]
+pub extern "C" fn vmarena_kvfree_rcu(p: *mut libc::c_void) -> libc::c_int {
+    guarded(-libc::EFAULT, || errno_status(crate::deferred_free::kvfree_rcu(p.cast(), false)))
+}
+
+/// `int vmarena_kvfree_rcu_embedded(void *p);` the same without allocating: the area's first 16
+/// bytes become the link (the kernel's two-argument form, the `rcu_head` inside the object).
+#[no_mangle]
+pub extern "C" fn vmarena_kvfree_rcu_embedded(p: *mut libc::c_void) -> libc::c_int {
+    guarded(-libc::EFAULT, || errno_status(crate::deferred_free::kvfree_rcu(p.cast(), true)))
+}
+
+/// `int vmarena_synchronize(void);` wait until every area retired before the call is freed
+/// (`synchronize_rcu` and the frees). 0, or -EDEADLK inside a read-side section.
+#[no_mangle]
+pub extern "C" fn vmarena_synchronize() -> libc::c_int {
+    guarded(-libc::EFAULT, || errno_status(crate::deferred_free::synchronize()))
 }
 
 /// `unsigned vmarena_version(void);` the library's version, `major << 16 | minor << 8 | patch`

@@ -24,6 +24,7 @@ mod allocator;
 mod backing;
 pub mod capi;
 mod default_space;
+mod deferred_free;
 pub mod fixed_pool;
 pub mod fork;
 mod frame_backing;

@@ -130,6 +130,13 @@ impl Rcu {
     /// period. May wait for one when many areas are pending. `p` must be a live area of the
     /// space, unreachable for readers that start from now on.
     pub fn kvfree_rcu(&self, p: NonNull<u8>) {
+        self.retire(p, true);
+    }
+
+    /// [`Rcu::kvfree_rcu`], waiting for a grace period at a large backlog only when `may_wait`
+    /// (a caller inside a read-side section of this domain must not wait: it would wait for
+    /// itself).
+    pub(crate) fn retire(&self, p: NonNull<u8>, may_wait: bool) {
         let i = self.my_shard();
         let backlog = {
             let mut st = self.lock(i);
@@ -139,7 +146,7 @@ impl Rcu {
         };
         if let Some(pending) = backlog {
             self.poll_shard(i);
-            if pending >= BACKLOG_MAX {
+            if pending >= BACKLOG_MAX && may_wait {
                 self.synchronize();
             }
         }
@@ -343,6 +350,19 @@ impl Reader {
     pub fn read_lock(&self) -> ReadGuard<'_> {
         self.slot.pinned.store(self.rcu.epoch.load(SeqCst), SeqCst);
         ReadGuard { reader: self }
+    }
+}
+
+impl Reader {
+    /// Enter a read-side section without a guard; [`Reader::leave`] ends it (for the C ABI,
+    /// which counts nesting itself).
+    pub(crate) fn enter(&self) {
+        self.slot.pinned.store(self.rcu.epoch.load(SeqCst), SeqCst);
+    }
+
+    /// End the section [`Reader::enter`] began.
+    pub(crate) fn leave(&self) {
+        self.slot.pinned.store(0, SeqCst);
     }
 }
 

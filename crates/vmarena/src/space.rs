@@ -607,6 +607,17 @@ impl VmSpace {
         self.arena.free_uncached_of(start, AreaKind::Vmalloc).map(|a| a.pages).map_err(|e| free_error(p, e))
     }
 
+    /// True when `p` starts a live area that [`VmSpace::vfree`] would free (a `vmalloc` area,
+    /// not a fixed slot nor a mapping of frames).
+    pub fn is_vmalloc_area(&self, p: *const u8) -> bool {
+        let Ok(start) = self.start_page(p as usize) else { return false };
+        // State words track only vmalloc areas of the space's own memory.
+        if let Some(a) = self.arena.small_area(start) {
+            return !a.free;
+        }
+        self.arena.lookup(start).is_some_and(|a| a.tag.kind == AreaKind::Vmalloc)
+    }
+
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`. Takes no
     /// lock for a small area (its state word answers).
     pub fn size(&self, p: *const u8) -> Option<usize> {

@@ -231,7 +231,8 @@ int main() {
         .arg(&src)
         .arg(format!("-I{}", root().join("include").display()))
         .arg(format!("-L{}", dir.display()))
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        // DT_RPATH, searched before the LD_LIBRARY_PATH cargo sets (an older library may lie there).
+        .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", dir.display()))
         .arg("-lvmarena")
         .status()
         .unwrap_or_else(|e| panic!("{cxx}: {e} (scripts/setup.sh installs a C++ compiler)"));

@@ -73,7 +73,9 @@ pub fn vmarena_link_flags() -> Vec<String> {
     vec![
         format!("-I{}", root().join("include").display()),
         format!("-L{}", lib_dir.display()),
-        format!("-Wl,-rpath,{}", lib_dir.display()),
+        // DT_RPATH, searched before the LD_LIBRARY_PATH cargo sets for tests (its own target
+        // folder, where an older libvmarena.so may lie).
+        format!("-Wl,--disable-new-dtags,-rpath,{}", lib_dir.display()),
         "-lvmarena".into(),
     ]
 }
