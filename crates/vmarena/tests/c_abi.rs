@@ -9,7 +9,8 @@ fn c_program_exercises_every_abi_function() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     // `cargo test` builds the library as an rlib only: build the shared library of the current
-    // sources here, in a target directory of its own (the test run holds the main one).
+    // sources here, in a target directory of its own (the test run holds the main one), which
+    // the header, c_rcu and install tests share.
     let target = out_dir.join("c-abi-target");
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "vmarena", "--lib", "--target-dir"])

@@ -10,7 +10,7 @@ use std::process::Command;
 fn readers_never_see_an_area_freed_under_them() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let target = tmp.join("c-rcu-target");
+    let target = tmp.join("c-abi-target");
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "vmarena", "--lib", "--target-dir"])
         .arg(&target)

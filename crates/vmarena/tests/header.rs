@@ -161,7 +161,7 @@ fn the_header_version_is_the_crates() {
 
 /// `libvmarena.so` of the current sources, built into a target folder of this test's own.
 fn shared_library() -> PathBuf {
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("header-target");
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c-abi-target");
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "vmarena", "--lib", "--target-dir"])
         .arg(&target)

@@ -29,7 +29,7 @@ fn has_debug_info(f: &Path) -> bool {
 #[test]
 fn a_staged_install_links_runs_and_uninstalls() {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let target = tmp.join("install-target");
+    let target = tmp.join("c-abi-target");
     sh(Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "vmarena", "-p", "vmarena-preload", "--lib", "--target-dir"])
         .arg(&target)
