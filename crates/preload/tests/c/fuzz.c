@@ -10,7 +10,7 @@
  * derived from its tag and offset, checked before it is resized, handed over or released. The
  * calls the model says must fail (size 0, sizes that overflow, bad alignments, interior,
  * foreign and stale pointers, the wrong release function, the wrong pool or order or count, a
- * pool destroyed while held) must fail with the documented error, and the object they named
+ * pool destroyed while held, a second deferred free or a vfree of an area waiting for one) must fail with the documented error, and the object they named
  * must still be live with its pattern. Areas also travel between threads through a mailbox, so
  * that frees come from threads that did not allocate. Stale pointers (freed twice) are tried
  * only with one thread: with two, the other thread may have been given the address again.
@@ -38,13 +38,13 @@ enum op {
     OP_VMALLOC, OP_VZALLOC, OP_ALIGNED, OP_VREALLOC, OP_VFREE, OP_SIZE, OP_BAD_SIZE, OP_BAD_FREE,
     OP_SLOT_GET, OP_SLOT_PUT, OP_BAD_PUT, OP_POOL_DESTROY, OP_FRAMES, OP_VMAP, OP_MAP_RAM,
     OP_UNMAP, OP_BAD_FRAMES, OP_HANDOFF, OP_PURGE, OP_MALLOC, OP_CALLOC, OP_REALLOC, OP_MEMALIGN,
-    OP_FREE, OP_BAD_MALLOC, NOPS
+    OP_FREE, OP_BAD_MALLOC, OP_RCU, NOPS
 };
 static const char *op_name[NOPS] = {
     "vmalloc", "vzalloc", "vmalloc_aligned", "vrealloc", "vfree", "size", "bad_size", "bad_free",
     "fixed_get", "fixed_put", "bad_put", "fixed_destroy", "frames", "vmap", "vm_map_ram",
     "unmap", "bad_frames", "handoff", "purge", "malloc", "calloc", "realloc", "memalign",
-    "free", "bad_malloc",
+    "free", "bad_malloc", "kvfree_rcu",
 };
 
 enum kind { K_AREA, K_BLOCK, K_SLOT, K_VMAP, K_MAPRAM };
@@ -465,6 +465,41 @@ static void op_map(struct thread *t) {
     add(t, (struct obj){ .p = p, .bytes = n * PAGE, .usable = n * PAGE, .kind = ram ? K_MAPRAM : K_VMAP, .frames = fr, .nframes = n });
 }
 
+/* Retire an area (vmarena_kvfree_rcu or its embedded form), sometimes inside a read-side
+ * section, where it must stay readable; a second retirement, a vfree and a vrealloc of the
+ * retired area must be refused. Sometimes wait for the grace period. */
+static void op_rcu(struct thread *t) {
+    int i = pick(t, K_AREA);
+    if (i < 0) return;
+    struct obj o = t->o[i];
+    EXPECT(t, intact(o.p, o.bytes, o.bytes, o.tag), "before kvfree_rcu: pattern of %p lost", (void *)o.p);
+    int inside = (int)below(t, 2), embedded = (int)below(t, 2);
+    if (inside) EXPECT(t, vmarena_read_lock() == 0, "read_lock");
+    t->c.calls[OP_RCU]++;
+    int rc = embedded ? vmarena_kvfree_rcu_embedded(o.p) : vmarena_kvfree_rcu(o.p);
+    EXPECT(t, rc == 0, "kvfree_rcu(%p, embedded %d) = %d", (void *)o.p, embedded, rc);
+    t->c.bad[OP_RCU] += 3;
+    rc = vmarena_kvfree_rcu(o.p);
+    EXPECT(t, rc == -EINVAL, "second kvfree_rcu(%p) = %d", (void *)o.p, rc);
+    rc = vmarena_vfree(o.p);
+    EXPECT(t, rc == -EINVAL, "vfree of a retired area %p = %d", (void *)o.p, rc);
+    errno = 0;
+    EXPECT(t, vmarena_vrealloc(o.p, PAGE) == NULL && errno == EINVAL, "vrealloc of a retired area %p", (void *)o.p);
+    if (inside) {
+        /* Not freed while this section lasts (the embedded form used its first 16 bytes). */
+        EXPECT(t, vmarena_size(o.p) == o.usable, "retired %p freed inside a section", (void *)o.p);
+        if (!embedded) EXPECT(t, intact(o.p, o.bytes, o.bytes, o.tag), "retired %p changed inside a section", (void *)o.p);
+        EXPECT(t, vmarena_synchronize() == -EDEADLK, "synchronize inside a section");
+        EXPECT(t, vmarena_read_unlock() == 0, "read_unlock");
+    }
+    take(t, i);
+    if (below(t, 8) == 0) {
+        EXPECT(t, vmarena_synchronize() == 0, "synchronize");
+        if (nthreads == 1) EXPECT(t, vmarena_size(o.p) == 0, "retired %p not freed by synchronize", (void *)o.p);
+    }
+    remember_stale(t, o.p);
+}
+
 /* Hand an area to the mailbox, or adopt one from it. */
 static void op_handoff(struct thread *t) {
     t->c.calls[OP_HANDOFF]++;
@@ -598,7 +633,8 @@ static void *run(void *arg) {
             t->c.calls[OP_SIZE]++;
             int i = pick(t, K_AREA);
             if (i >= 0) EXPECT(t, vmarena_size(t->o[i].p) == t->o[i].usable, "size(%p) = %zu, not %zu", (void *)t->o[i].p, vmarena_size(t->o[i].p), t->o[i].usable);
-        } else if (!shim) op_alloc(t);
+        } else if (r < 88) op_rcu(t);
+        else if (!shim) op_alloc(t);
         else if (r < 93) op_malloc(t);
         else if (r < 96) op_realloc(t);
         else op_bad_malloc(t);
