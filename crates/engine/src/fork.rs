@@ -15,19 +15,23 @@
 //! Lock order, which [`lock_everything_for_fork`] follows and every other path respects:
 //!
 //! 1. the registry mutex, then the low-memory registry;
-//! 2. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry,
+//! 2. grace-period domains ([`Rank::DeferredFree`]): the reader list, every shard, and the C
+//!    layer's set of retired areas (never nested with each other or held while freeing);
+//! 3. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry,
 //!    the purge mutex, the `StatLock`s in the checker's order (nodes by index, then the free
 //!    lock; Global: the one lock; Split: free, then busy), the worker's state mutex last;
-//! 3. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
-//! 4. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
+//! 4. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
+//! 5. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
 //!    then the zone.
 //!
 //! Every other path holds at most one `StatLock` of an arena at a time, takes the purge mutex
 //! and the registries before any of them, and takes nothing while holding the worker's mutex.
-//! No path holds locks of two arenas at once. A purge may free frames (rank 4) under its purge
-//! mutex (rank 2), never the reverse; a fixed cache releases memory with `madvise` only.
+//! No path holds locks of two arenas at once. A purge may free frames (rank 5) under its purge
+//! mutex (rank 3), never the reverse; a fixed cache releases memory with `madvise` only.
 //!
-//! The purge worker does not exist in the child; the worker notices the new process id and
+//! In the child, [`after_fork_in_child`] lets each holder forget the threads the child does not
+//! have (a grace-period domain unpins their read-side sections, which would otherwise hold
+//! every grace period back for ever). The purge worker does not exist in the child; the worker notices the new process id and
 //! starts a new thread on its next wake-up (see `worker`).
 //!
 //! `unsafe`: one lifetime widening. The process-wide guard keeps the holders' `Arc`s next to
@@ -45,6 +49,9 @@ impl<T> Held for T {}
 /// Where a lock holder sits in the lock order (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rank {
+    /// A grace-period domain's locks (the `vmarena` crate's deferred frees), which free into
+    /// arenas after releasing them.
+    DeferredFree,
     /// An arena's locks.
     Arena,
     /// A fixed cache's locks.
@@ -58,6 +65,19 @@ pub trait ForkLocks: Send + Sync {
     /// Take every lock (the caller holds the ones of earlier ranks), returned as guards that
     /// release them when dropped, last-taken first.
     fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>>;
+
+    /// Called in the child after the locks are released: forget what belonged to threads the
+    /// child does not have. Nothing by default.
+    fn child_after_fork(&self) {}
+}
+
+/// In the child of a `fork()`, after [`lock_everything_for_fork`]'s guard is dropped: every
+/// live holder's [`ForkLocks::child_after_fork`].
+pub fn after_fork_in_child() {
+    let live: Vec<Arc<dyn ForkLocks>> = registry().iter().filter_map(|(_, w)| w.upgrade()).collect();
+    for h in live {
+        h.child_after_fork();
+    }
 }
 
 type Entry = (Rank, Weak<dyn ForkLocks>);

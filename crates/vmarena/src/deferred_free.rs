@@ -1,7 +1,8 @@
 //! The C ABI's deferred frees (`vmarena_read_lock`, `vmarena_kvfree_rcu`, ...): one
 //! process-wide grace-period domain ([`Rcu`]) over the default space.
 //!
-//! Owns: the domain, built on first use (a `ForkOnce`); the set of areas retired and not yet
+//! Owns: the domain, built on first use (a `ForkOnce`; its locks and the set below are in the
+//! fork registry, so a `fork()` finds them free); the set of areas retired and not yet
 //! freed (`pending`, a mutex, never held while the domain's own locks are taken, and taken
 //! inside them only by the domain's free function); each thread's reader and its nesting depth
 //! (a thread-local, first touched with the inside-vmarena flag raised, as its destructor list
@@ -24,11 +25,23 @@ use std::collections::HashSet;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
+use vmarena_engine::fork::{ForkLocks, Held, Rank};
 use vmarena_platform::fork_once::ForkOnce;
 use vmarena_platform::reentry;
 
 struct Domain {
     rcu: Arc<Rcu>,
+    /// Registered with the fork registry (after the domain's own locks, same rank).
+    _pending_locks: Arc<PendingLocks>,
+}
+
+/// `fork()` takes the set of retired areas too.
+struct PendingLocks;
+
+impl ForkLocks for PendingLocks {
+    fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
+        vec![Box::new(pending())]
+    }
 }
 
 /// Retired areas not yet freed, by address.
@@ -55,7 +68,10 @@ fn domain() -> Option<&'static Domain> {
             }),
             Box::new(move |p| space.size(p.as_ptr())),
         );
-        Some(Domain { rcu })
+        let locks = Arc::new(PendingLocks);
+        let weak: std::sync::Weak<dyn ForkLocks> = Arc::downgrade(&locks) as std::sync::Weak<dyn ForkLocks>;
+        vmarena_engine::fork::register(Rank::DeferredFree, weak);
+        Some(Domain { rcu, _pending_locks: locks })
     })
     .as_ref()
 }

@@ -51,11 +51,19 @@ extern "C" fn release() {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(held)));
 }
 
+/// The child's handler: release, then let each holder forget the parent's other threads (a
+/// grace-period domain unpins their read-side sections).
+extern "C" fn child() {
+    release();
+    let _inside = reentry::enter();
+    let _ = std::panic::catch_unwind(vmarena_engine::fork::after_fork_in_child);
+}
+
 /// Register the handlers, once per process (later calls return at once).
 pub fn register() {
     if REGISTERED.swap(true, Ordering::AcqRel) {
         return;
     }
     // SAFETY: registers three plain functions; they take no arguments and catch panics.
-    unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+    unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
 }

@@ -41,8 +41,9 @@
 
 use crate::space::VmSpace;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
+use vmarena_engine::fork::{ForkLocks, Held, Rank};
 
 /// Retirements between two polls.
 pub const POLL_EVERY: usize = 64;
@@ -52,6 +53,16 @@ pub const BACKLOG_MAX: usize = 1 << 16;
 struct ReaderSlot {
     /// Epoch at pin time; 0 when not in a read-side section.
     pinned: AtomicU64,
+    /// The pinning thread ([`thread_mark`]), so that a child of `fork()` can unpin the slots of
+    /// threads it does not have.
+    owner: AtomicUsize,
+}
+
+/// An identity of the calling thread that a child of `fork()` shares with the thread that
+/// forked: the address of a thread-local (no allocation, no destructor).
+fn thread_mark() -> usize {
+    thread_local! { static MARK: u8 = const { 0 }; }
+    MARK.with(|m| m as *const u8 as usize)
 }
 
 #[derive(Default)]
@@ -109,19 +120,23 @@ impl Rcu {
 
     /// A domain that frees with `free` and checks areas with `size`.
     pub fn with_free(free: FreeFn, size: SizeFn) -> Arc<Rcu> {
-        Arc::new(Rcu {
+        crate::fork::register();
+        let rcu = Arc::new(Rcu {
             free,
             size,
             epoch: AtomicU64::new(2),
             readers: Mutex::new(Vec::new()),
             shards: (0..vmarena_platform::cpu::possible().max(1)).map(|_| Shard::default()).collect(),
             freed: AtomicU64::new(0),
-        })
+        });
+        let weak: std::sync::Weak<dyn ForkLocks> = Arc::downgrade(&rcu) as std::sync::Weak<dyn ForkLocks>;
+        vmarena_engine::fork::register(Rank::DeferredFree, weak);
+        rcu
     }
 
     /// Register a reader.
     pub fn register_reader(self: &Arc<Self>) -> Reader {
-        let slot = Arc::new(ReaderSlot { pinned: AtomicU64::new(0) });
+        let slot = Arc::new(ReaderSlot { pinned: AtomicU64::new(0), owner: AtomicUsize::new(0) });
         self.readers.lock().unwrap_or_else(|e| e.into_inner()).push(slot.clone());
         Reader { slot, rcu: self.clone() }
     }
@@ -326,6 +341,30 @@ impl Rcu {
     }
 }
 
+/// `fork()` takes the reader list and every shard (no path nests them), so that the child finds
+/// them free.
+impl ForkLocks for Rcu {
+    /// In the child: the threads that were inside read-side sections are gone, and their pins
+    /// would hold every grace period back for ever; only the forking thread's stay.
+    fn child_after_fork(&self) {
+        let me = thread_mark();
+        for r in self.readers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if r.owner.load(Relaxed) != me {
+                r.pinned.store(0, SeqCst);
+            }
+        }
+    }
+
+    fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
+        let mut held: Vec<Box<dyn Held + '_>> = Vec::with_capacity(1 + self.shards.len());
+        held.push(Box::new(self.readers.lock().unwrap_or_else(|e| e.into_inner())));
+        for i in 0..self.shards.len() {
+            held.push(Box::new(self.lock(i)));
+        }
+        held
+    }
+}
+
 impl Drop for Rcu {
     fn drop(&mut self) {
         // No reader can exist any more (each holds an Arc): everything pending is safe.
@@ -348,6 +387,7 @@ impl Drop for Rcu {
 impl Reader {
     /// Enter a read-side section: areas retired from now on stay allocated until it ends.
     pub fn read_lock(&self) -> ReadGuard<'_> {
+        self.slot.owner.store(thread_mark(), Relaxed);
         self.slot.pinned.store(self.rcu.epoch.load(SeqCst), SeqCst);
         ReadGuard { reader: self }
     }
@@ -357,6 +397,7 @@ impl Reader {
     /// Enter a read-side section without a guard; [`Reader::leave`] ends it (for the C ABI,
     /// which counts nesting itself).
     pub(crate) fn enter(&self) {
+        self.slot.owner.store(thread_mark(), Relaxed);
         self.slot.pinned.store(self.rcu.epoch.load(SeqCst), SeqCst);
     }
 

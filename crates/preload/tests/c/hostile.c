@@ -41,7 +41,14 @@ static void *churn(void *arg) {
     while (!stop) {
         unsigned i = rand_r(&seed) % 16;
         if (held[i]) {
-            vmarena_vfree(held[i]);
+            /* Some areas go back through a grace period, retired inside a read-side section. */
+            if (rand_r(&seed) % 4 == 0) {
+                vmarena_read_lock();
+                vmarena_kvfree_rcu(held[i]);
+                vmarena_read_unlock();
+            } else {
+                vmarena_vfree(held[i]);
+            }
             held[i] = NULL;
         } else {
             held[i] = vmarena_vmalloc(4096u * (1 + rand_r(&seed) % 64));
@@ -63,6 +70,9 @@ static int child_work(void) {
         memset(p, 0x77, 4096);
         if (vmarena_vfree(p) != 0) return 3;
     }
+    char *q = vmarena_vmalloc(4096);
+    if (!q || vmarena_read_lock() != 0 || vmarena_kvfree_rcu(q) != 0 || vmarena_read_unlock() != 0) return 4;
+    if (vmarena_synchronize() != 0 || vmarena_size(q) != 0) return 5;
     vmarena_purge();
     return 0;
 }
