@@ -124,7 +124,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 }
 
 #[inline(never)]
-fn malloc_full(size: usize) -> *mut c_void {
+extern "C" fn malloc_full(size: usize) -> *mut c_void {
     let n = next::get();
     if size >= threshold() && n.is_some() {
         if let Some(p) = vm_alloc(size, 0, false) {
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 }
 
 #[inline(never)]
-fn free_full(p: *mut c_void) {
+extern "C" fn free_full(p: *mut c_void) {
     if p.is_null() {
         return;
     }

@@ -17,7 +17,8 @@
 //! | C++ `operator delete` (every form) | as `free` | the next definition of the same form |
 //!
 //! A call the shim does not serve costs one compare and a tail jump (`fast_below`; a free:
-//! the reservation's range and the bootstrap heap's).
+//! the reservation's range and the bootstrap heap's); the full paths are `extern "C"`
+//! functions (they cannot unwind), reached by a jump too.
 //!
 //! Sizes of 9 pages to 4 MiB sent to vmarena are rounded up to a size class, four per doubling
 //! of pages (`vmarena::size_class`), so that freed areas match later requests;
