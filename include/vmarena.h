@@ -37,6 +37,12 @@ void *vmarena_vzalloc(size_t size);
 /* Allocate `size` bytes aligned to `align`, a power of two. */
 void *vmarena_vmalloc_aligned(size_t size, size_t align);
 
+/* Allocate for huge mappings (the kernel's vmalloc_huge): from 2 MiB (one huge page) up, the
+ * size is rounded up to whole huge pages, the area aligned to one and advised for transparent
+ * huge pages, so that its faults map huge pages where the system allows (THP "madvise" or
+ * "always"); below, or where the kernel refuses the advice, base pages. Freed with vmarena_vfree. */
+void *vmarena_vmalloc_huge(size_t size);
+
 /* Resize; keeps contents up to the smaller size. NULL `p` allocates. On failure returns NULL,
  * sets errno and leaves `p` untouched; size 0 is refused (EINVAL), use vmarena_vfree. */
 void *vmarena_vrealloc(void *p, size_t size);

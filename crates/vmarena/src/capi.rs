@@ -61,6 +61,16 @@ pub extern "C" fn vmarena_vmalloc_aligned(size: usize, align: usize) -> *mut lib
     })
 }
 
+/// `void *vmarena_vmalloc_huge(size_t size);` the kernel's `vmalloc_huge`: whole huge pages,
+/// aligned to one and advised for transparent huge pages, from one huge page up; base pages below.
+#[no_mangle]
+pub extern "C" fn vmarena_vmalloc_huge(size: usize) -> *mut libc::c_void {
+    guarded(null_mut(), || match default_space() {
+        Ok(s) => ptr_or_errno(s.vmalloc_huge(size)),
+        Err(_) => no_space(),
+    })
+}
+
 /// `void *vmarena_vrealloc(void *p, size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void {

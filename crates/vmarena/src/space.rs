@@ -117,6 +117,11 @@ pub struct VmSpace {
     /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks).
     pub(crate) mapped_live: AtomicU64,
     pub(crate) map_calls: AtomicU64,
+    /// `vmalloc_huge` areas advised for transparent huge pages, and those served with base
+    /// pages (below one huge page; or the kernel refused the advice).
+    huge_advised: AtomicU64,
+    huge_small: AtomicU64,
+    huge_refused: AtomicU64,
 }
 
 /// Figures of a space: the arena's table plus the space's own.
@@ -139,6 +144,12 @@ pub struct SpaceStats {
     /// Mappings `vm_unmap_ram` left in place in live vmap blocks (restored when the block is
     /// released, or by `vm_unmap_aliases`).
     pub map_ram_lingering: u64,
+    /// `vmalloc_huge` areas advised for transparent huge pages (`MADV_HUGEPAGE`).
+    pub huge_advised: u64,
+    /// `vmalloc_huge` requests below one huge page: base pages, as the kernel does.
+    pub huge_small: u64,
+    /// `vmalloc_huge` areas whose advice the kernel refused (THP off or missing): base pages.
+    pub huge_refused: u64,
 }
 
 /// The space's error for a free the arena refused at `p`.
@@ -250,6 +261,9 @@ impl VmSpace {
             blocks: crate::vmap::VmapBlocks::new(lingering_max),
             mapped_live: AtomicU64::new(0),
             map_calls: AtomicU64::new(0),
+            huge_advised: AtomicU64::new(0),
+            huge_small: AtomicU64::new(0),
+            huge_refused: AtomicU64::new(0),
         })
     }
 
@@ -487,6 +501,31 @@ impl VmSpace {
         self.alloc_inner(bytes, align_bytes, false, false, Location::caller(), AreaKind::Vmalloc)
     }
 
+    /// Allocate `bytes` for huge mappings (the kernel's `vmalloc_huge`): a request of at least
+    /// one huge page (2 MiB on x86-64) is rounded up to whole huge pages, aligned to one, and
+    /// advised for transparent huge pages (`MADV_HUGEPAGE` on the area), so that its faults map
+    /// huge pages where the system allows; a smaller request gets base pages, as in the kernel.
+    /// [`SpaceStats`] counts the areas advised, the small ones and those whose advice the kernel
+    /// refused (THP switched off or missing), which fall back to base pages. The advice stays
+    /// on the range after the area is freed (the kernel has no advice that undoes it without
+    /// setting another flag); a later area there may fault huge pages too.
+    #[track_caller]
+    pub fn vmalloc_huge(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        let huge = vmarena_platform::huge_page_size();
+        if bytes < huge || huge <= self.page_bytes {
+            let p = self.vmalloc(bytes)?;
+            self.huge_small.fetch_add(1, Relaxed);
+            return Ok(p);
+        }
+        let rounded = bytes.checked_next_multiple_of(huge).ok_or(VmError::Overflow(bytes))?;
+        let p = self.alloc_inner(rounded, huge, false, false, Location::caller(), AreaKind::Vmalloc)?;
+        // SAFETY: the range is the live area just allocated, inside the reservation; the advice
+        // changes how its future faults are served, never its contents.
+        let ok = unsafe { libc::madvise(p.as_ptr().cast(), rounded, libc::MADV_HUGEPAGE) } == 0;
+        if ok { &self.huge_advised } else { &self.huge_refused }.fetch_add(1, Relaxed);
+        Ok(p)
+    }
+
     /// Allocate `bytes` of zeroed memory aligned to `align_bytes` (a power of two): the
     /// kernel's `__vmalloc_node(size, align, GFP_KERNEL | __GFP_ZERO, ...)`.
     #[track_caller]
@@ -659,6 +698,9 @@ impl VmSpace {
         let mut s = SpaceStats {
             arena: self.arena.stats(),
             vzalloc_memsets: self.memsets.load(Relaxed),
+            huge_advised: self.huge_advised.load(Relaxed),
+            huge_small: self.huge_small.load(Relaxed),
+            huge_refused: self.huge_refused.load(Relaxed),
             guard_calls: self.guard_calls.load(Relaxed),
             map_calls: self.map_calls.load(Relaxed),
             mapped_areas: self.mapped_live.load(Relaxed),

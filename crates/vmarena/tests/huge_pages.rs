@@ -145,3 +145,40 @@ fn a_purge_leaves_no_free_page_of_a_split_huge_page_resident() {
     assert!(left < 324 * 4, "{left} KiB still resident after the purge (the free part of the huge page)");
     s.vfree(c.as_ptr()).unwrap();
 }
+
+/// `vmalloc_huge` in a space that takes no huge pages on its own: a request of at least one
+/// huge page is rounded up to whole huge pages, aligned to one and advised, and faults huge
+/// pages where a plain `vmalloc` of the same size in the same space faults none; a smaller
+/// request gets base pages; the statistics say which was which; an impossible size is refused.
+#[test]
+fn vmalloc_huge_maps_huge_pages_where_plain_vmalloc_does_not() {
+    let _serial = serial();
+    let s = space(false);
+    let huge = 2 << 20; // one huge page on x86-64, this test's machine
+    let small = s.vmalloc_huge(100 << 10).unwrap();
+    assert_eq!(s.size(small.as_ptr()), Some(100 << 10), "below a huge page: base pages, size as asked");
+    let len = 16 << 20;
+    let p = s.vmalloc_huge(len - 4096).unwrap();
+    assert_eq!(p.as_ptr() as usize % huge, 0, "aligned to a huge page");
+    assert_eq!(s.size(p.as_ptr()), Some(len), "rounded up to whole huge pages");
+    let st = s.stats(false);
+    assert_eq!(st.huge_small, 1);
+    assert_eq!(st.huge_advised + st.huge_refused, 1);
+    assert!(s.vmalloc_huge(usize::MAX - 4096).is_err(), "an impossible size is refused");
+    common::fill(p.as_ptr(), len, 11);
+    if thp_mode().is_some() && st.huge_advised == 1 {
+        let plain = s.vmalloc(len).unwrap();
+        common::fill(plain.as_ptr(), len, 12);
+        if thp_mode().as_deref() == Some("madvise") {
+            assert_eq!(anon_huge_kib(plain.as_ptr() as usize), 0, "plain vmalloc: no huge pages here");
+        }
+        assert!(anon_huge_kib(p.as_ptr() as usize) >= 2048, "vmalloc_huge: huge pages");
+        common::verify(plain.as_ptr(), len, 12);
+        s.vfree(plain.as_ptr()).unwrap();
+    } else {
+        eprintln!("THP off here: vmalloc_huge fell back to base pages ({} refused)", st.huge_refused);
+    }
+    common::verify(p.as_ptr(), len, 11);
+    s.vfree(p.as_ptr()).unwrap();
+    s.vfree(small.as_ptr()).unwrap();
+}

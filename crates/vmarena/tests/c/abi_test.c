@@ -63,6 +63,16 @@ int main(void) {
     void *a = vmarena_vmalloc_aligned(4096, 1 << 21);
     CHECK(a != NULL && ((uintptr_t)a & ((1 << 21) - 1)) == 0);
 
+    /* vmalloc_huge: whole huge pages, aligned to one, from one huge page up; base pages below;
+     * an impossible size refused. */
+    char *h = vmarena_vmalloc_huge(3 << 20);
+    CHECK(h != NULL && ((uintptr_t)h & ((1 << 21) - 1)) == 0 && vmarena_size(h) == 4 << 20);
+    if (h) h[(4 << 20) - 1] = 1;
+    char *hs = vmarena_vmalloc_huge(5000);
+    CHECK(hs != NULL && vmarena_size(hs) == 8192);
+    CHECK(vmarena_vmalloc_huge(SIZE_MAX - 100) == NULL && errno == ENOMEM);
+    CHECK(vmarena_vfree(h) == 0 && vmarena_vfree(hs) == 0);
+
     /* vrealloc: NULL allocates; growth keeps contents; shrink in place. */
     char *r = vmarena_vrealloc(NULL, 100);
     CHECK(r != NULL);
