@@ -20,6 +20,8 @@ pub struct CaseEnv<'a> {
     pub loops: u64,
     /// `max(nr_pages, 1)`.
     pub nr_pages: usize,
+    /// `use_huge`: fix_size allocates with `vmalloc_huge`, as the kernel's does.
+    pub use_huge: bool,
     /// Online CPUs, for `full_fit_alloc_test`'s junk length (the kernel's lazy_max_pages).
     pub cpus: usize,
     pub rng: Rng,
@@ -101,8 +103,20 @@ fn touch(p: NonNull<u8>, v: u8) {
 
 fn fix_size_alloc_test(e: &mut CaseEnv) -> i32 {
     for _ in 0..e.loops {
-        let Some(p) = e.c.alloc(e.nr_pages * PAGE, 1, false) else { return -1 };
-        touch(p, 1);
+        let bytes = e.nr_pages * PAGE;
+        let p = if e.use_huge { e.c.alloc_huge(bytes) } else { e.c.alloc(bytes, 1, false) };
+        let Some(p) = p else { return -1 };
+        if e.use_huge {
+            // Every page written: the kernel's vmalloc_huge maps the pages when it allocates;
+            // here they are mapped by the writes, as huge pages where the advice took.
+            for off in (0..bytes).step_by(PAGE) {
+                // SAFETY: `p` holds `bytes` bytes.
+                touch(unsafe { NonNull::new_unchecked(p.as_ptr().add(off)) }, 1);
+            }
+        } else {
+            // The first byte, as the kernel's case writes.
+            touch(p, 1);
+        }
         e.c.free(p);
     }
     0

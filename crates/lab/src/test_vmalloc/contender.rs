@@ -16,6 +16,11 @@ pub trait Contender: Send + Sync {
     fn name(&self) -> String;
     /// `vmalloc`, or `__vmalloc_node(size, align, GFP_KERNEL [| __GFP_ZERO])`.
     fn alloc(&self, bytes: usize, align: usize, zeroed: bool) -> Option<NonNull<u8>>;
+    /// `vmalloc_huge`: huge mappings from one huge page up. Peers have none: a plain
+    /// allocation.
+    fn alloc_huge(&self, bytes: usize) -> Option<NonNull<u8>> {
+        self.alloc(bytes, 1, false)
+    }
     /// `__vmalloc(size, GFP_NOWAIT)`: never waits for reclaim.
     fn alloc_nonblocking(&self, bytes: usize) -> Option<NonNull<u8>>;
     /// `vrealloc`.
@@ -117,6 +122,10 @@ impl Contender for VmarenaContender {
 
     fn alloc_nonblocking(&self, bytes: usize) -> Option<NonNull<u8>> {
         self.space.vmalloc_nonblocking(bytes).ok()
+    }
+
+    fn alloc_huge(&self, bytes: usize) -> Option<NonNull<u8>> {
+        self.space.vmalloc_huge(bytes).ok()
     }
 
     fn realloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Option<NonNull<u8>> {

@@ -194,8 +194,14 @@ fn worker(
     (b, step): (&Barrier, Option<&Barrier>),
     done: &AtomicU64,
 ) -> WorkerResult {
-    let mut env =
-        CaseEnv { c, loops: p.test_loop_count, nr_pages: p.nr_pages, cpus, rng: Rng(seed + w as u64 + 1) };
+    let mut env = CaseEnv {
+        c,
+        loops: p.test_loop_count,
+        nr_pages: p.nr_pages,
+        use_huge: p.use_huge,
+        cpus,
+        rng: Rng(seed + w as u64 + 1),
+    };
     let order = case_order(p, seed, &mut env.rng);
     let mut res = WorkerResult { cases: vec![CaseResult::default(); CASES.len()], ..Default::default() };
     b.wait();
