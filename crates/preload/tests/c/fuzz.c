@@ -38,13 +38,13 @@ enum op {
     OP_VMALLOC, OP_VZALLOC, OP_ALIGNED, OP_VREALLOC, OP_VFREE, OP_SIZE, OP_BAD_SIZE, OP_BAD_FREE,
     OP_SLOT_GET, OP_SLOT_PUT, OP_BAD_PUT, OP_POOL_DESTROY, OP_FRAMES, OP_VMAP, OP_MAP_RAM,
     OP_UNMAP, OP_BAD_FRAMES, OP_HANDOFF, OP_PURGE, OP_MALLOC, OP_CALLOC, OP_REALLOC, OP_MEMALIGN,
-    OP_FREE, OP_BAD_MALLOC, OP_RCU, NOPS
+    OP_FREE, OP_BAD_MALLOC, OP_RCU, OP_HUGE, NOPS
 };
 static const char *op_name[NOPS] = {
     "vmalloc", "vzalloc", "vmalloc_aligned", "vrealloc", "vfree", "size", "bad_size", "bad_free",
     "fixed_get", "fixed_put", "bad_put", "fixed_destroy", "frames", "vmap", "vm_map_ram",
     "unmap", "bad_frames", "handoff", "purge", "malloc", "calloc", "realloc", "memalign",
-    "free", "bad_malloc", "kvfree_rcu",
+    "free", "bad_malloc", "kvfree_rcu", "vmalloc_huge",
 };
 
 enum kind { K_AREA, K_BLOCK, K_SLOT, K_VMAP, K_MAPRAM };
@@ -215,7 +215,16 @@ static size_t area_size(struct thread *t) {
 static void op_alloc(struct thread *t) {
     if (t->n >= MAX_OBJ) return;
     size_t size = area_size(t);
-    switch (below(t, 3)) {
+    switch (below(t, 4)) {
+    case 3: { /* vmalloc_huge: from 2 MiB up, whole huge pages aligned to one */
+        size_t huge = 2u << 20;
+        if (below(t, 2)) size = huge + below(t, 2 * huge);
+        unsigned char *p = vmarena_vmalloc_huge(size);
+        size_t want = size >= huge ? (size + huge - 1) / huge * huge : size;
+        EXPECT(t, !p || size < huge || ((uintptr_t)p % huge) == 0, "vmalloc_huge(%zu) = %p: not aligned", size, (void *)p);
+        new_area(t, OP_HUGE, p, want);
+        break;
+    }
     case 0: new_area(t, OP_VMALLOC, vmarena_vmalloc(size), size); break;
     case 1: new_area(t, OP_VZALLOC, vmarena_vzalloc(size), size); break;
     default: {
