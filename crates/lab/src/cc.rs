@@ -8,25 +8,6 @@ use std::process::Command;
 /// The header every program may include as "vmarena.h".
 pub const HEADER: &str = include_str!("../../../include/vmarena.h");
 
-/// Where `libvmarena.so` and `libvmarena_preload.so` are: `dir`, or beside the lab binary.
-pub fn lib_dir(dir: &Option<PathBuf>) -> Result<PathBuf, String> {
-    if let Some(d) = dir {
-        return Ok(d.clone());
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
-}
-
-/// Check that each of `libs` is in `dir`.
-pub fn require(dir: &Path, libs: &[&str]) -> Result<(), String> {
-    for lib in libs {
-        if !dir.join(lib).exists() {
-            return Err(format!("{} not found: build with cargo build --release", dir.join(lib).display()));
-        }
-    }
-    Ok(())
-}
-
 /// A scratch folder of this process (removed by the caller).
 pub fn scratch(what: &str) -> Result<PathBuf, String> {
     let d = std::env::temp_dir().join(format!("vmarena-{what}-{}", std::process::id()));

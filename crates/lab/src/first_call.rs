@@ -16,14 +16,14 @@
 //! Every run is a fresh process; contenders alternate run by run. Reported: the median, the
 //! smallest and the largest first-call time, and the median second call.
 
-use crate::cc;
 use crate::machine::{write_output, Machine};
+use crate::median::median;
+use crate::{cc, libs};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCE: &str = include_str!("c/first_call.c");
-const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
 
 /// Options of `vmarena first-call`.
 #[derive(clap::Args, Clone, Debug)]
@@ -55,41 +55,16 @@ pub struct FirstCall {
     pub second_ms: Vec<f64>,
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
 /// The probe binary and the LD_PRELOAD of a contender.
 fn setup(c: &str, libs: &Path, abi: &Path, plain: &Path) -> Result<(PathBuf, Option<PathBuf>), String> {
-    let peer = |f: &str| {
-        let p = PathBuf::from(LIBDIR).join(f);
-        if p.exists() {
-            Ok(Some(p))
-        } else {
-            Err(format!("{c}: {} not found (scripts/setup.sh installs it)", p.display()))
-        }
-    };
     Ok(match c {
         "vmarena" => (abi.to_path_buf(), None),
         "shim" => (plain.to_path_buf(), Some(libs.join("libvmarena_preload.so"))),
-        "glibc" => (plain.to_path_buf(), None),
-        "jemalloc" => (plain.to_path_buf(), peer("libjemalloc.so.2")?),
-        "mimalloc" => (plain.to_path_buf(), peer("libmimalloc.so.2")?),
-        "tcmalloc" => (plain.to_path_buf(), peer("libtcmalloc_minimal.so.4")?),
-        o => {
-            return Err(format!(
-                "unknown contender '{o}' (vmarena, shim, glibc, jemalloc, mimalloc, tcmalloc)"
-            ))
+        peer => {
+            let lib = libs::peer(peer).ok_or_else(|| {
+                format!("unknown contender '{peer}' (vmarena, shim, glibc, jemalloc, mimalloc, tcmalloc)")
+            })??;
+            (plain.to_path_buf(), lib)
         }
     })
 }
@@ -103,8 +78,8 @@ fn parse(out: &str) -> Option<(f64, f64)> {
 }
 
 pub fn run(cfg: &FirstCallConfig) -> Result<Vec<FirstCall>, String> {
-    let libs = cc::lib_dir(&cfg.lib_dir)?;
-    cc::require(&libs, &["libvmarena.so", "libvmarena_preload.so"])?;
+    let libs = libs::lib_dir(&cfg.lib_dir)?;
+    libs::require(&libs, &["libvmarena.so", "libvmarena_preload.so"])?;
     let scratch = cc::scratch("first-call")?;
     let abi =
         cc::compile(&scratch, "first_call", SOURCE, "first_call_vmarena", &["-DVMARENA_ABI"], Some(&libs))?;
@@ -184,10 +159,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&[]).is_nan());
+    fn the_probes_line_is_parsed() {
         assert_eq!(parse("first_ms 0.3 second_ms 0.01\n"), Some((0.3, 0.01)));
         assert_eq!(parse("garbage"), None);
     }

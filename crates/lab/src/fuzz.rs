@@ -7,8 +7,8 @@
 //! `--seconds`. Every run prints its seed; a mismatch prints the first ones with it and makes
 //! the command fail.
 
-use crate::cc;
 use crate::machine::{write_output, Machine};
+use crate::{cc, libs};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::Command;
@@ -78,8 +78,8 @@ pub fn parse(stdout: &str) -> Option<FuzzRun> {
 }
 
 pub fn run(cfg: &FuzzConfig) -> Result<Vec<FuzzRun>, String> {
-    let libs = cc::lib_dir(&cfg.lib_dir)?;
-    cc::require(&libs, &["libvmarena.so", "libvmarena_preload.so"])?;
+    let libs = libs::lib_dir(&cfg.lib_dir)?;
+    libs::require(&libs, &["libvmarena.so", "libvmarena_preload.so"])?;
     let scratch = cc::scratch("fuzz")?;
     let bin = cc::compile(&scratch, "fuzz", SOURCE, "fuzz", &["-O1"], Some(&libs))?;
     let mut seed = cfg.seed.unwrap_or_else(|| {

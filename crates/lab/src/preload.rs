@@ -52,7 +52,6 @@ pub struct PreloadConfig {
     pub json: Option<PathBuf>,
 }
 
-const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
 const SYSCALLS: &[&str] = &["mmap", "munmap", "madvise", "process_madvise", "brk", "mremap", "mprotect"];
 
 /// One workload under one allocator.
@@ -88,20 +87,12 @@ struct Env {
 }
 
 fn preload_of(alloc: &str, env: &Env) -> Result<Option<PathBuf>, String> {
-    let p = match alloc {
-        "glibc" => return Ok(None),
-        "jemalloc" => PathBuf::from(LIBDIR).join("libjemalloc.so.2"),
-        "mimalloc" => PathBuf::from(LIBDIR).join("libmimalloc.so.2"),
-        "vmarena" => env.shim.clone(),
-        o => return Err(format!("unknown allocator '{o}' (glibc, jemalloc, mimalloc, vmarena)")),
-    };
-    if !p.exists() {
-        return Err(format!(
-            "{alloc}: {} not found (scripts/setup.sh installs it; cargo build --release builds the shim)",
-            p.display()
-        ));
+    if alloc == "vmarena" {
+        return crate::libs::shim(&Some(env.shim.clone())).map(Some);
     }
-    Ok(Some(p))
+    crate::libs::peer(alloc).ok_or_else(|| {
+        format!("unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, vmarena)")
+    })?
 }
 
 /// The command of a workload, with what its output is compared on.

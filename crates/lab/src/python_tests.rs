@@ -119,21 +119,6 @@ pub fn parse_cases(out: &str) -> BTreeMap<String, String> {
     cases
 }
 
-fn shim_path(cfg: &PythonTestsConfig) -> Result<PathBuf, String> {
-    let p = match &cfg.shim {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| format!("own path: {e}"))?
-            .parent()
-            .map(|d| d.join("libvmarena_preload.so"))
-            .unwrap_or_default(),
-    };
-    if !p.exists() {
-        return Err(format!("{} not found: build with cargo build --release", p.display()));
-    }
-    Ok(p)
-}
-
 /// The interpreter under the environment of `suite`, with the shim's statistics on, allocating
 /// one large buffer: how many allocations the shim sent to vmarena.
 fn probe(cfg: &PythonTestsConfig, suite: &Command) -> Result<u64, String> {
@@ -282,7 +267,7 @@ pub fn main(cfg: &PythonTestsConfig, m: &Machine) -> Result<bool, String> {
             return Err(format!("threshold '{t}': a positive number of bytes or \"default\""));
         }
     }
-    let shim = shim_path(cfg)?;
+    let shim = crate::libs::shim(&cfg.shim)?;
     // The interpreter itself, not a wrapper script that finds it (pyenv's shims, say).
     let mut cfg = cfg.clone();
     let exe = Command::new(&cfg.python)

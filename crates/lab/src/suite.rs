@@ -15,14 +15,14 @@
 //! Getting a checkout: `git clone https://github.com/daanx/mimalloc-bench` (any folder; only its
 //! `bench/` is read).
 
+use crate::libs;
 use crate::machine::{write_output, Machine};
+use crate::median::median;
 use crate::preload::run_child;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
 
 /// How a program's time is read.
 #[derive(Clone, Copy)]
@@ -259,15 +259,6 @@ pub struct SuiteRun {
     pub output_matches: Option<bool>,
 }
 
-fn peer_lib(name: &str) -> Option<&'static str> {
-    match name {
-        "jemalloc" => Some("libjemalloc.so.2"),
-        "mimalloc" => Some("libmimalloc.so.2"),
-        "tcmalloc" => Some("libtcmalloc_minimal.so.4"),
-        _ => None,
-    }
-}
-
 /// The LD_PRELOAD of an allocator name (`None`: glibc alone).
 fn preload_of(alloc: &str, shim: &Path) -> Result<Option<String>, String> {
     let (with_shim, peer) = match alloc.strip_prefix("shim") {
@@ -279,14 +270,10 @@ fn preload_of(alloc: &str, shim: &Path) -> Result<Option<String>, String> {
     if with_shim {
         libs.push(shim.display().to_string());
     }
-    if peer != "glibc" {
-        let lib = peer_lib(peer).ok_or_else(|| {
-            format!("unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, shim, shim+PEER)")
-        })?;
-        let path = Path::new(LIBDIR).join(lib);
-        if !path.exists() {
-            return Err(format!("{alloc}: {} not found (scripts/setup.sh installs it)", path.display()));
-        }
+    let lib = libs::peer(peer).ok_or_else(|| {
+        format!("unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, shim, shim+PEER)")
+    })??;
+    if let Some(path) = lib {
         libs.push(path.display().to_string());
     }
     Ok((!libs.is_empty()).then(|| libs.join(" ")))
@@ -357,17 +344,7 @@ pub fn run(cfg: &SuiteConfig) -> Result<Vec<SuiteRun>, String> {
             cfg.dir.display()
         ));
     }
-    let shim = match &cfg.shim {
-        Some(s) => s.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| format!("own path: {e}"))?
-            .parent()
-            .map(|d| d.join("libvmarena_preload.so"))
-            .unwrap_or_default(),
-    };
-    if !shim.exists() {
-        return Err(format!("{} not found: build with cargo build --release", shim.display()));
-    }
+    let shim = libs::shim(&cfg.shim)?;
     let all = programs();
     let chosen: Vec<&Program> = if cfg.programs.is_empty() {
         all.iter().collect()
@@ -430,15 +407,6 @@ pub fn run(cfg: &SuiteConfig) -> Result<Vec<SuiteRun>, String> {
     Ok(runs)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Median time, min, max, median peak RSS (KiB) and median faults of one pair.
 fn summary(runs: &[SuiteRun], prog: &str, alloc: &str) -> Option<(f64, f64, f64, f64, f64)> {
     let mine: Vec<&SuiteRun> = runs.iter().filter(|r| r.program == prog && r.allocator == alloc).collect();
@@ -449,11 +417,11 @@ fn summary(runs: &[SuiteRun], prog: &str, alloc: &str) -> Option<(f64, f64, f64,
     let min = t.iter().copied().fold(f64::INFINITY, f64::min);
     let max = t.iter().copied().fold(0.0, f64::max);
     Some((
-        median(t),
+        median(&t),
         min,
         max,
-        median(mine.iter().map(|r| r.peak_rss_kib as f64).collect()),
-        median(mine.iter().map(|r| r.minor_faults as f64).collect()),
+        median(&mine.iter().map(|r| r.peak_rss_kib as f64).collect::<Vec<_>>()),
+        median(&mine.iter().map(|r| r.minor_faults as f64).collect::<Vec<_>>()),
     ))
 }
 

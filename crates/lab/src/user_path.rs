@@ -17,14 +17,13 @@
 //! vmarena's ratio to the best of glibc, jemalloc and mimalloc and to tcmalloc, and each
 //! contender's throughput at the highest thread count over the first.
 
-use crate::cc;
 use crate::machine::{write_output, Machine};
+use crate::{cc, libs};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCE: &str = include_str!("c/user_path.c");
-const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
 const WORKLOADS: &[&str] = &["fix_size", "full_fit", "random_size", "long_busy"];
 const PEERS: &[&str] = &["glibc", "jemalloc", "mimalloc"];
 
@@ -69,13 +68,7 @@ pub struct Cell {
 
 impl Cell {
     fn median(&self) -> f64 {
-        let mut v = self.ns_per_op.clone();
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
+        crate::median::median(&self.ns_per_op)
     }
 }
 
@@ -93,27 +86,9 @@ fn setup(c: &str, abi: &Path, plain: &Path) -> Result<Setup, String> {
         Some(p) => (p, true),
         None => (c, false),
     };
-    let lib = match peer {
-        "glibc" => None,
-        "jemalloc" => Some("libjemalloc.so.2"),
-        "mimalloc" => Some("libmimalloc.so.2"),
-        "tcmalloc" => Some("libtcmalloc_minimal.so.4"),
-        _ => {
-            return Err(format!(
-                "unknown contender '{c}' (vmarena, glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned)"
-            ))
-        }
-    };
-    let preload = match lib {
-        Some(l) => {
-            let p = Path::new(LIBDIR).join(l);
-            if !p.exists() {
-                return Err(format!("{c}: {} not found (scripts/setup.sh installs it)", p.display()));
-            }
-            Some(p)
-        }
-        None => None,
-    };
+    let preload = libs::peer(peer).ok_or_else(|| {
+        format!("unknown contender '{c}' (vmarena, glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned)")
+    })??;
     Ok(Setup { bin: plain.into(), preload, aligned })
 }
 
@@ -126,8 +101,8 @@ fn loops_of(w: &str, loops: u64) -> u64 {
 }
 
 pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
-    let libs = cc::lib_dir(&cfg.lib_dir)?;
-    cc::require(&libs, &["libvmarena.so"])?;
+    let libs = libs::lib_dir(&cfg.lib_dir)?;
+    libs::require(&libs, &["libvmarena.so"])?;
     let scratch = cc::scratch("user-path")?;
     let abi =
         cc::compile(&scratch, "user_path", SOURCE, "user_path_vmarena", &["-DVMARENA_ABI"], Some(&libs))?;
