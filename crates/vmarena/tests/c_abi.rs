@@ -4,23 +4,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 #[test]
 fn c_program_exercises_every_abi_function() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = common::root();
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    // `cargo test` builds the library as an rlib only: build the shared library of the current
-    // sources here, in a target directory of its own (the test run holds the main one), which
-    // the header, c_rcu and install tests share.
-    let target = out_dir.join("c-abi-target");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "vmarena", "--lib", "--target-dir"])
-        .arg(&target)
-        .current_dir(&root)
-        .status()
-        .expect("cargo is needed to build libvmarena.so");
-    assert!(status.success(), "building libvmarena.so failed");
-    let libdir = target.join("debug");
-    assert!(libdir.join("libvmarena.so").exists(), "libvmarena.so not built in {}", libdir.display());
+    let libdir = common::shared_libraries(&[]);
     let bin = out_dir.join("vmarena_abi_test");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)

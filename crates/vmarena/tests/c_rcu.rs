@@ -6,19 +6,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 #[test]
 fn readers_never_see_an_area_freed_under_them() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = common::root();
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let target = tmp.join("c-abi-target");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "vmarena", "--lib", "--target-dir"])
-        .arg(&target)
-        .current_dir(&root)
-        .status()
-        .expect("cargo builds libvmarena.so");
-    assert!(status.success());
-    let lib = target.join("debug");
+    let lib = common::shared_libraries(&[]);
     let bin = tmp.join("vmarena_rcu_test");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)

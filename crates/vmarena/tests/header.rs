@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::root;
 
 /// Name -> (return type, parameter types), C spelling, spaces normalised.
 type Sigs = BTreeMap<String, (String, Vec<String>)>;
@@ -159,22 +158,9 @@ fn the_header_version_is_the_crates() {
     assert_eq!(vmarena::capi::vmarena_version(), v);
 }
 
-/// `libvmarena.so` of the current sources, built into a target folder of this test's own.
-fn shared_library() -> PathBuf {
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c-abi-target");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "vmarena", "--lib", "--target-dir"])
-        .arg(&target)
-        .current_dir(root())
-        .status()
-        .expect("cargo builds libvmarena.so");
-    assert!(status.success());
-    target.join("debug")
-}
-
 #[test]
 fn the_library_exports_the_headers_functions_under_its_soname() {
-    let dir = shared_library();
+    let dir = common::shared_libraries(&[]);
     let lib = dir.join("libvmarena.so");
     let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().expect("nm (binutils)");
     let exported: Vec<String> = String::from_utf8_lossy(&nm.stdout)
@@ -200,7 +186,7 @@ fn the_library_exports_the_headers_functions_under_its_soname() {
 
 #[test]
 fn a_cpp_program_compiles_against_the_header_and_calls_the_library() {
-    let dir = shared_library();
+    let dir = common::shared_libraries(&[]);
     let src = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("header_test.cpp");
     std::fs::write(
         &src,

@@ -7,9 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::root;
 
 fn sh(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -29,12 +28,7 @@ fn has_debug_info(f: &Path) -> bool {
 #[test]
 fn a_staged_install_links_runs_and_uninstalls() {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let target = tmp.join("c-abi-target");
-    sh(Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "vmarena", "-p", "vmarena-preload", "--lib", "--target-dir"])
-        .arg(&target)
-        .current_dir(root()));
-    let from = target.join("debug");
+    let from = common::shared_libraries(&["vmarena-preload"]);
     assert!(has_debug_info(&from.join("libvmarena.so")), "the test build should carry debug information");
     let stage = tmp.join("install-stage");
     let _ = std::fs::remove_dir_all(&stage);

@@ -1,6 +1,7 @@
 //! Owner patterns shared by the concurrency tests: every word of an area holds its owner's tag
 //! mixed with the word's index, so memory shared by two owners, or released under its owner,
 //! shows as a wrong word.
+#![allow(dead_code)] // each test file uses its own part
 
 /// Fill `len` bytes at `p` with the pattern of `tag`.
 pub fn fill(p: *mut u8, len: usize, tag: u64) {
@@ -28,4 +29,31 @@ pub fn verify(p: *const u8, len: usize, tag: u64) {
         // SAFETY: inside the area.
         assert_eq!(unsafe { *p.add(i) }, tag as u8);
     }
+}
+
+/// The workspace root.
+pub fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `libvmarena.so` of the current sources (with the shared libraries of `more` packages), built
+/// into a target folder the C tests share (`cargo test` builds the crate as an rlib only, and
+/// the run holds the main target folder); the folder the libraries are in.
+pub fn shared_libraries(more: &[&str]) -> std::path::PathBuf {
+    let target = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c-abi-target");
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "-p", "vmarena"]);
+    for p in more {
+        cmd.args(["-p", p]);
+    }
+    let status = cmd
+        .args(["--lib", "--target-dir"])
+        .arg(&target)
+        .current_dir(root())
+        .status()
+        .expect("cargo is needed to build libvmarena.so");
+    assert!(status.success(), "building libvmarena.so failed");
+    let dir = target.join("debug");
+    assert!(dir.join("libvmarena.so").exists(), "libvmarena.so not built in {}", dir.display());
+    dir
 }
