@@ -3,8 +3,8 @@
 //!
 //! Owns: the domain, built on first use (a `ForkOnce`; its locks and the set below are in the
 //! fork registry, so a `fork()` finds them free); the set of areas retired and not yet
-//! freed (`pending`, a mutex, never held while the domain's own locks are taken, and taken
-//! inside them only by the domain's free function); each thread's reader and its nesting depth
+//! freed (`pending`, 64 mutexes sharded by address, one held at a time, never while the
+//! domain's own locks are taken); each thread's reader and its nesting depth
 //! (a thread-local, first touched with the inside-vmarena flag raised, as its destructor list
 //! may allocate).
 //!
@@ -40,17 +40,25 @@ struct PendingLocks;
 
 impl ForkLocks for PendingLocks {
     fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
-        vec![Box::new(pending())]
+        (0..SHARDS).map(|i| Box::new(shard(i)) as Box<dyn Held>).collect()
     }
 }
 
 /// Retired areas not yet freed, by address.
-static PENDING: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+/// Sharded by address, so that the check `vmarena_vfree` makes while areas are pending takes
+/// one of many locks, mostly not the one another thread holds.
+static PENDING: [Mutex<Option<HashSet<usize>>>; SHARDS] = [const { Mutex::new(None) }; SHARDS];
+const SHARDS: usize = 64;
 /// Their number: the vfree path's check is one load while it is 0.
 static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-fn pending() -> MutexGuard<'static, Option<HashSet<usize>>> {
-    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+fn shard(i: usize) -> MutexGuard<'static, Option<HashSet<usize>>> {
+    PENDING[i].lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The set that holds `p`, if it is pending.
+fn pending(p: usize) -> MutexGuard<'static, Option<HashSet<usize>>> {
+    shard((p >> 12) % SHARDS)
 }
 
 fn domain() -> Option<&'static Domain> {
@@ -59,7 +67,10 @@ fn domain() -> Option<&'static Domain> {
         let space = default_space().ok()?;
         let rcu = Rcu::with_free(
             Box::new(move |p| {
-                if pending().get_or_insert_with(HashSet::new).remove(&(p.as_ptr() as usize)) {
+                if pending(p.as_ptr() as usize)
+                    .get_or_insert_with(HashSet::new)
+                    .remove(&(p.as_ptr() as usize))
+                {
                     PENDING_COUNT.fetch_sub(1, Relaxed);
                 }
                 // Retired areas were checked live and nothing else frees them (vfree refuses
@@ -126,7 +137,7 @@ pub(crate) fn kvfree_rcu(p: *mut u8, embedded: bool) -> Result<(), i32> {
     let d = domain().ok_or(libc::EINVAL)?;
     let space = default_space().map_err(|_| libc::EINVAL)?;
     {
-        let mut set = pending();
+        let mut set = pending(p.as_ptr() as usize);
         let set = set.get_or_insert_with(HashSet::new);
         if !space.is_vmalloc_area(p.as_ptr()) || set.contains(&(p.as_ptr() as usize)) {
             return Err(libc::EINVAL);
@@ -137,7 +148,7 @@ pub(crate) fn kvfree_rcu(p: *mut u8, embedded: bool) -> Result<(), i32> {
     if embedded {
         if !d.rcu.kvfree_rcu_embedded(p) {
             // Not live after all (freed by another thread meanwhile): undo.
-            if pending().get_or_insert_with(HashSet::new).remove(&(p.as_ptr() as usize)) {
+            if pending(p.as_ptr() as usize).get_or_insert_with(HashSet::new).remove(&(p.as_ptr() as usize)) {
                 PENDING_COUNT.fetch_sub(1, Relaxed);
             }
             return Err(libc::EINVAL);
@@ -163,5 +174,6 @@ pub(crate) fn synchronize() -> Result<(), i32> {
 /// True when `p` was retired and is not freed yet (`vfree` and `vrealloc` refuse it).
 #[inline]
 pub(crate) fn is_pending(p: *const u8) -> bool {
-    PENDING_COUNT.load(Relaxed) != 0 && pending().as_ref().is_some_and(|s| s.contains(&(p as usize)))
+    PENDING_COUNT.load(Relaxed) != 0
+        && pending(p as usize).as_ref().is_some_and(|s| s.contains(&(p as usize)))
 }

@@ -1,6 +1,7 @@
 //! Owner patterns shared by the concurrency tests: every word of an area holds its owner's tag
 //! mixed with the word's index, so memory shared by two owners, or released under its owner,
-//! shows as a wrong word.
+//! shows as a wrong word. Also the shared libraries of the current sources, which the C tests
+//! link.
 #![allow(dead_code)] // each test file uses its own part
 
 /// Fill `len` bytes at `p` with the pattern of `tag`.
