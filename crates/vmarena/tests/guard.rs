@@ -14,6 +14,11 @@ fn space() -> VmSpace {
 /// Child side: allocate 10,000 bytes (3 pages), write the last usable byte, then, per mode,
 /// the first byte past the end.
 fn child(mode: &str) {
+    // One CPU, one vmap node: a freed area goes to that node's pool and the next request of the
+    // same size on the same node takes it back. Unpinned, the scheduler may move the thread to
+    // another node between the free and the allocation, which then comes from elsewhere.
+    let cpu = vmarena_platform::cpu::current();
+    assert!(vmarena_platform::cpu::pin_current_thread(cpu), "cannot pin to CPU {cpu}");
     let s = space();
     let mut p = s.vmalloc(10_000).unwrap();
     if mode == "after_purge" {
