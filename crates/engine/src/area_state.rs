@@ -8,8 +8,9 @@
 //! ```text
 //!   63                               16 15            2 1  0
 //!  +-----------------------------------+---------------+----+
-//!  | caller (&'static Location) >> 3   |r| pages      | st |   st: 0 none, 1 live, 2 cached
-//!  |                                   | | (guard incl.)|    |   r: the busy record's tag is stale
+//!  | caller (&'static Location) >> 3   |r| pages      | st |   st: 0 none, 1 live, 2 cached,
+//!  |                                   | | (guard incl.)|    |       3 retired
+//!  |                                   | |              |    |   r: the busy record's tag is stale
 //!  +-----------------------------------+---------------+----+
 //! ```
 //!
@@ -21,10 +22,15 @@
 //!   owns the area, a second free of it sees `cached` and is refused;
 //! - cached → live: the owner of the magazine that holds it, one plain release store
 //!   ([`AreaStates::reuse`]) — nobody else writes a cached word;
+//! - live → retired: the thread that hands the area to a deferred free (`kvfree_rcu`), one
+//!   compare-and-swap ([`AreaStates::retire`]); every free and resize refuses a retired area,
+//!   as it refuses a cached one, so nothing but the deferred free releases it;
+//! - retired → live: the deferred free, once the grace period has passed, one compare-and-swap
+//!   ([`AreaStates::unretire`]), right before it frees the area;
 //! - live → live with `r` set: the area's user, one compare-and-swap, when a `vrealloc` keeps the
 //!   area in place without a lock ([`AreaStates::mark_stale`]); the busy record then reports an
 //!   unknown requested size;
-//! - live or cached → none: the thread that removes the area from the busy map, under the same
+//! - live, cached or retired → none: the thread that removes the area from the busy map, under the same
 //!   shard lock ([`AreaStates::clear`]), so a start is never live in the words without being
 //!   live in the busy map.
 //!
@@ -42,6 +48,7 @@ use vmarena_platform::WordTable;
 const ST_MASK: u64 = 0b11;
 const LIVE: u64 = 1;
 const CACHED: u64 = 2;
+const RETIRED: u64 = 3;
 const PAGES_SHIFT: u32 = 2;
 const PAGES_MASK: u64 = (1 << 13) - 1;
 const REUSED: u64 = 1 << 15;
@@ -55,7 +62,7 @@ pub(crate) const MAX_TRACKED_PAGES: u64 = PAGES_MASK;
 pub(crate) enum Claim {
     /// The word was live and is now cached: the caller owns the area (`pages`, `caller`).
     Won { pages: u64, caller: Option<&'static Location<'static>> },
-    /// The word was already cached: a double free.
+    /// The word was already cached (a double free) or retired (handed to a deferred free).
     AlreadyFree,
     /// No word for this start: not a small live area (the busy map decides).
     Untracked,
@@ -67,6 +74,8 @@ pub(crate) struct WordState {
     pub(crate) pages: u64,
     /// In a thread cache (free for its user).
     pub(crate) cached: bool,
+    /// Handed to a deferred free: live for readers, refused by every free and resize.
+    pub(crate) retired: bool,
     /// The busy record's tag is stale: the latest allocation came from a thread cache, or the
     /// area was resized in place without a lock.
     pub(crate) reused: bool,
@@ -160,8 +169,38 @@ impl AreaStates {
                     Ok(_) => return Claim::Won { pages: pages_of(cur), caller: decode_caller(cur) },
                     Err(now) => cur = now,
                 },
-                CACHED => return Claim::AlreadyFree,
+                CACHED | RETIRED => return Claim::AlreadyFree,
                 _ => return Claim::Untracked,
+            }
+        }
+    }
+
+    /// A deferred free takes the area: live → retired. `Won` (with the area's pages) when
+    /// it did, `AlreadyFree` when the word is cached or retired, `Untracked` without a word.
+    #[inline]
+    pub(crate) fn retire(&self, start: u64) -> Claim {
+        self.swap_state(start, LIVE, RETIRED)
+    }
+
+    /// The deferred free gives the area back to be freed: retired → live (`Won`), or
+    /// `AlreadyFree` when the word is not retired, `Untracked` without a word.
+    #[inline]
+    pub(crate) fn unretire(&self, start: u64) -> Claim {
+        self.swap_state(start, RETIRED, LIVE)
+    }
+
+    /// Move the word from state `from` to `to` (the other fields kept).
+    fn swap_state(&self, start: u64, from: u64, to: u64) -> Claim {
+        let Some(w) = self.word(start) else { return Claim::Untracked };
+        let mut cur = w.load(Acquire);
+        loop {
+            match cur & ST_MASK {
+                0 => return Claim::Untracked,
+                st if st != from => return Claim::AlreadyFree,
+                _ => match w.compare_exchange_weak(cur, (cur & !ST_MASK) | to, AcqRel, Acquire) {
+                    Ok(_) => return Claim::Won { pages: pages_of(cur), caller: decode_caller(cur) },
+                    Err(now) => cur = now,
+                },
             }
         }
     }
@@ -199,10 +238,11 @@ impl AreaStates {
     #[inline]
     pub(crate) fn get(&self, start: u64) -> Option<WordState> {
         let w = self.word(start)?.load(Acquire);
-        let (cached, reused, caller) = (w & ST_MASK == CACHED, w & REUSED != 0, decode_caller(w));
+        let (cached, retired) = (w & ST_MASK == CACHED, w & ST_MASK == RETIRED);
+        let (reused, caller) = (w & REUSED != 0, decode_caller(w));
         match w & ST_MASK {
-            LIVE | CACHED => Some(WordState { pages: pages_of(w), cached, reused, caller }),
-            _ => None,
+            0 => None,
+            _ => Some(WordState { pages: pages_of(w), cached, retired, reused, caller }),
         }
     }
 }

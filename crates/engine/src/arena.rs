@@ -40,6 +40,7 @@
 //! step Move, `mover.rs`), full purge and retry, failure with an error that names the arena
 //! and its limits.
 
+use crate::area_state::Claim;
 use crate::backing::Backing;
 use crate::lock::{LockStats, StatGuard, StatLock};
 use crate::magazine::{FreeFast, ThreadCaches};
@@ -107,6 +108,10 @@ pub enum AreaKind {
     /// A slot of a fixed pool: the space's memory, owned by the pool for its whole life (only
     /// the pool frees it).
     FixedSlot,
+    /// A `Vmalloc` area handed to a deferred free (`kvfree_rcu`) and waiting for its grace
+    /// period: readable, refused by every free and resize ([`Arena::retire`]). Small areas
+    /// keep the kind `Vmalloc` in their record and say `retired` in their state word.
+    Retired,
 }
 
 /// A small area as its state word describes it ([`Arena::small_area`]).
@@ -116,6 +121,8 @@ pub struct SmallArea {
     pub pages: u64,
     /// The area sits in a thread cache: free for its user.
     pub free: bool,
+    /// The area waits for a deferred free ([`Arena::retire`]).
+    pub retired: bool,
     /// The busy record's tag is current (the area has been neither reused from a thread cache
     /// nor resized in place since it entered the busy map).
     pub record_current: bool,
@@ -652,7 +659,43 @@ impl Arena {
     #[inline]
     pub fn small_area(&self, start: u64) -> Option<SmallArea> {
         let w = self.shared.cache.as_ref()?.states.get(start)?;
-        Some(SmallArea { pages: w.pages, free: w.cached, record_current: !w.reused })
+        Some(SmallArea { pages: w.pages, free: w.cached, retired: w.retired, record_current: !w.reused })
+    }
+
+    /// Hand the live `Vmalloc` area at `start` to a deferred free: from now on every free and
+    /// resize refuses it, until [`Arena::unretire`]. A small area changes its state word (one
+    /// compare-and-swap, no lock); any other changes its record's kind to
+    /// [`AreaKind::Retired`] under its busy lock. Refused (nothing changed) when `start` is not
+    /// a live `Vmalloc` area, or is retired already.
+    pub fn retire(&self, start: u64) -> Result<(), FreeError> {
+        self.swap_kind(start, AreaKind::Vmalloc, AreaKind::Retired)
+    }
+
+    /// The deferred free's grace period has passed: the retired area at `start` is a live
+    /// `Vmalloc` area again, for the deferred free to release. Refused when it is not retired.
+    pub fn unretire(&self, start: u64) -> Result<(), FreeError> {
+        self.swap_kind(start, AreaKind::Retired, AreaKind::Vmalloc)
+    }
+
+    fn swap_kind(&self, start: u64, from: AreaKind, to: AreaKind) -> Result<(), FreeError> {
+        let sh = &*self.shared;
+        if let Some(c) = &sh.cache {
+            let claim =
+                if to == AreaKind::Retired { c.states.retire(start) } else { c.states.unretire(start) };
+            match claim {
+                Claim::Won { .. } => return Ok(()),
+                Claim::AlreadyFree => return Err(FreeError::NotLive { start }),
+                Claim::Untracked => {}
+            }
+        }
+        sh.with_busy(start, |b| match b.get_mut(start) {
+            None => Err(FreeError::NotLive { start }),
+            Some(a) if a.tag.kind != from => Err(FreeError::WrongKind { start, kind: a.tag.kind }),
+            Some(a) => {
+                a.tag.kind = to;
+                Ok(())
+            }
+        })
     }
 
     /// A resize in place of a small live area that takes no lock: from now on the busy record

@@ -74,10 +74,6 @@ pub extern "C" fn vmarena_vmalloc_huge(size: usize) -> *mut libc::c_void {
 /// `void *vmarena_vrealloc(void *p, size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void {
-    if !p.is_null() && crate::deferred_free::is_pending(p.cast()) {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    }
     guarded(null_mut(), || match default_space() {
         Ok(s) => ptr_or_errno(s.vrealloc(NonNull::new(p.cast()), size)),
         Err(_) => no_space(),
@@ -90,10 +86,6 @@ pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
     guarded(-libc::EFAULT, || {
         if p.is_null() {
             return 0;
-        }
-        if crate::deferred_free::is_pending(p.cast()) {
-            set_errno(libc::EINVAL);
-            return -libc::EINVAL;
         }
         let r = match default_space() {
             Ok(s) => s.vfree(p.cast()),

@@ -84,11 +84,15 @@ struct Shard(Mutex<State>);
 pub type FreeFn = Box<dyn Fn(NonNull<u8>) + Send + Sync>;
 /// Usable bytes of a live area, `None` for anything else.
 pub type SizeFn = Box<dyn Fn(NonNull<u8>) -> Option<usize> + Send + Sync>;
+/// Takes an area for the domain when it is retired: false when the domain must refuse it (not
+/// a live area, or retired already), with nothing changed.
+pub type ClaimFn = Box<dyn Fn(NonNull<u8>) -> bool + Send + Sync>;
 
 /// A grace-period domain. See the module documentation.
 pub struct Rcu {
     free: FreeFn,
     size: SizeFn,
+    claim: Option<ClaimFn>,
     epoch: AtomicU64,
     readers: Mutex<Vec<Arc<ReaderSlot>>>,
     shards: Box<[Shard]>,
@@ -107,23 +111,42 @@ pub struct ReadGuard<'a> {
 }
 
 impl Rcu {
-    /// A domain whose retired areas go back to `space`.
+    /// A domain whose retired areas go back to `space`. A retired area is marked in the space
+    /// ([`VmSpace`]'s retired state): `vfree`, `vrealloc` and a second retirement refuse it
+    /// until its grace period has passed.
     pub fn new(space: Arc<VmSpace>) -> Arc<Rcu> {
-        let s2 = space.clone();
-        Self::with_free(
+        Self::over_space(space)
+    }
+
+    /// [`Rcu::new`] for any handle of a space (the C ABI's domain holds a `&'static`).
+    pub(crate) fn over_space<S>(space: S) -> Arc<Rcu>
+    where
+        S: std::ops::Deref<Target = VmSpace> + Clone + Send + Sync + 'static,
+    {
+        let (s2, s3) = (space.clone(), space.clone());
+        Self::build(
             Box::new(move |p| {
-                space.vfree(p.as_ptr()).expect("an area retired with kvfree_rcu was freed twice")
+                // Retired areas were live, and nothing else frees them while retired.
+                let freed = space.unretire(p.as_ptr()).and_then(|()| space.vfree(p.as_ptr()));
+                debug_assert!(freed.is_ok(), "retired area {p:?} could not be freed: {freed:?}");
             }),
             Box::new(move |p| s2.size(p.as_ptr())),
+            Some(Box::new(move |p| s3.retire(p.as_ptr()).is_ok())),
         )
     }
 
-    /// A domain that frees with `free` and checks areas with `size`.
+    /// A domain that frees with `free` and checks areas with `size` (it takes whatever it is
+    /// given: a second retirement of an area is the caller's bug, as a double `free` is).
     pub fn with_free(free: FreeFn, size: SizeFn) -> Arc<Rcu> {
+        Self::build(free, size, None)
+    }
+
+    fn build(free: FreeFn, size: SizeFn, claim: Option<ClaimFn>) -> Arc<Rcu> {
         crate::fork::register();
         let rcu = Arc::new(Rcu {
             free,
             size,
+            claim,
             epoch: AtomicU64::new(2),
             readers: Mutex::new(Vec::new()),
             shards: (0..vmarena_platform::cpu::possible().max(1)).map(|_| Shard::default()).collect(),
@@ -142,16 +165,22 @@ impl Rcu {
     }
 
     /// Retire the area at `p` (the kernel's one-argument `kvfree_rcu`): freed after a grace
-    /// period. May wait for one when many areas are pending. `p` must be a live area of the
-    /// space, unreachable for readers that start from now on.
-    pub fn kvfree_rcu(&self, p: NonNull<u8>) {
-        self.retire(p, true);
+    /// period. May wait for one when many areas are pending. `p` must be unreachable for
+    /// readers that start from now on. False, nothing retired, when the domain refuses `p`: a
+    /// domain over a space refuses anything that is not a live `vmalloc` area start, and an
+    /// area retired already.
+    #[must_use = "false means the area was refused and is not retired"]
+    pub fn kvfree_rcu(&self, p: NonNull<u8>) -> bool {
+        self.retire(p, true)
     }
 
     /// [`Rcu::kvfree_rcu`], waiting for a grace period at a large backlog only when `may_wait`
     /// (a caller inside a read-side section of this domain must not wait: it would wait for
     /// itself).
-    pub(crate) fn retire(&self, p: NonNull<u8>, may_wait: bool) {
+    pub(crate) fn retire(&self, p: NonNull<u8>, may_wait: bool) -> bool {
+        if self.claim.as_ref().is_some_and(|c| !c(p)) {
+            return false;
+        }
         let i = self.my_shard();
         let backlog = {
             let mut st = self.lock(i);
@@ -165,13 +194,16 @@ impl Rcu {
                 self.synchronize();
             }
         }
+        true
     }
 
     /// Retire the area at `p` without allocating (the kernel's two-argument `kvfree_rcu` with
     /// the `rcu_head` inside the object): its first 16 bytes are overwritten with the link.
-    /// Returns false (and retires nothing) if `p` is not a live area of at least 16 bytes.
+    /// Returns false (and retires nothing) if `p` is not a live area of at least 16 bytes, or
+    /// the domain refuses it as [`Rcu::kvfree_rcu`] does.
+    #[must_use = "false means the area was refused and is not retired"]
     pub fn kvfree_rcu_embedded(&self, p: NonNull<u8>) -> bool {
-        if (self.size)(p).is_none_or(|s| s < 16) {
+        if (self.size)(p).is_none_or(|s| s < 16) || self.claim.as_ref().is_some_and(|c| !c(p)) {
             return false;
         }
         let i = self.my_shard();
@@ -442,7 +474,7 @@ mod tests {
             if embedded {
                 assert!(rcu.kvfree_rcu_embedded(p));
             } else {
-                rcu.kvfree_rcu(p);
+                assert!(rcu.kvfree_rcu(p));
             }
             for _ in 0..5 {
                 rcu.poll();
@@ -455,7 +487,7 @@ mod tests {
             assert_eq!(s.size(p.as_ptr()), None, "freed after the grace period");
             // A reader that pins once the epoch has moved past a retirement does not hold it back.
             let q = s.vmalloc(4096).unwrap();
-            rcu.kvfree_rcu(q);
+            assert!(rcu.kvfree_rcu(q));
             let before = rcu.epoch.load(SeqCst);
             while rcu.epoch.load(SeqCst) == before {
                 rcu.poll();
@@ -464,6 +496,41 @@ mod tests {
             rcu.poll();
             assert_eq!(s.size(q.as_ptr()), None, "freed although a later reader is pinned");
         }
+    }
+
+    /// Small (state word) and large (record kind) areas alike: once retired, `vfree`,
+    /// `vrealloc` and a second retirement of either form are refused and change nothing; the
+    /// area stays readable; after the grace period it is freed once.
+    #[test]
+    fn a_retired_area_is_refused_by_every_free_until_its_grace_period() {
+        let s = space();
+        let rcu = Rcu::new(s.clone());
+        for bytes in [4096, 3 << 20] {
+            let p = s.vmalloc(bytes).unwrap();
+            // SAFETY: the area's first byte.
+            unsafe { p.as_ptr().write(7) };
+            let reader = rcu.register_reader();
+            let guard = reader.read_lock();
+            assert!(rcu.kvfree_rcu(p));
+            assert!(!rcu.kvfree_rcu(p), "{bytes}: second retirement refused");
+            assert!(!rcu.kvfree_rcu_embedded(p), "{bytes}: second retirement refused (embedded)");
+            assert!(s.vfree(p.as_ptr()).is_err(), "{bytes}: vfree of a retired area refused");
+            assert!(s.vrealloc(Some(p), bytes * 2).is_err(), "{bytes}: vrealloc refused");
+            assert!(s.vrealloc(Some(p), 1).is_err(), "{bytes}: vrealloc in place refused");
+            assert!(!s.is_vmalloc_area(p.as_ptr()));
+            assert_eq!(s.size(p.as_ptr()), Some(bytes), "{bytes}: readable while retired");
+            // SAFETY: still mapped and not reused: the reader may read it.
+            assert_eq!(unsafe { p.as_ptr().read() }, 7);
+            rcu.poll();
+            assert_eq!(rcu.pending(), 1);
+            drop(guard);
+            rcu.synchronize();
+            assert_eq!(rcu.pending(), 0);
+            assert_eq!(s.size(p.as_ptr()), None, "{bytes}: freed after the grace period");
+            assert!(s.vfree(p.as_ptr()).is_err(), "{bytes}: and freed once");
+            s.check().unwrap();
+        }
+        assert_eq!(s.stats(false).arena.live_areas, 0);
     }
 
     #[test]
@@ -492,7 +559,7 @@ mod tests {
                 for i in 0..n {
                     let p = s.vmalloc(4096).unwrap();
                     if i % 2 == 0 {
-                        rcu.kvfree_rcu(p);
+                        assert!(rcu.kvfree_rcu(p));
                     } else {
                         assert!(rcu.kvfree_rcu_embedded(p));
                     }
@@ -524,7 +591,7 @@ mod tests {
                         let p = s.vmalloc(4096).unwrap();
                         let _g = (i % 7 == 0).then(|| reader.read_lock());
                         if (i + t) % 2 == 0 {
-                            rcu.kvfree_rcu(p);
+                            assert!(rcu.kvfree_rcu(p));
                         } else {
                             assert!(rcu.kvfree_rcu_embedded(p));
                         }

@@ -556,7 +556,7 @@ impl VmSpace {
         // other area is looked up in the busy map.
         let small = self.arena.small_area(start);
         let pages = match small {
-            Some(a) if a.free => return Err(VmError::NotLive(addr)),
+            Some(a) if a.free || a.retired => return Err(VmError::NotLive(addr)),
             Some(a) => a.pages,
             None => {
                 let area = self.arena.lookup(start).ok_or(VmError::NotLive(addr))?;
@@ -652,9 +652,25 @@ impl VmSpace {
         let Ok(start) = self.start_page(p as usize) else { return false };
         // State words track only vmalloc areas of the space's own memory.
         if let Some(a) = self.arena.small_area(start) {
-            return !a.free;
+            return !a.free && !a.retired;
         }
         self.arena.lookup(start).is_some_and(|a| a.tag.kind == AreaKind::Vmalloc)
+    }
+
+    /// Hand the live `vmalloc` area at `p` to a deferred free: until
+    /// [`VmSpace::unretire`], `vfree`, `vrealloc` and a second retirement refuse it, while
+    /// `size` still reports it (readers may read it). Refused, nothing changed, for anything
+    /// `vfree` would refuse.
+    pub(crate) fn retire(&self, p: *const u8) -> Result<(), VmError> {
+        let start = self.start_page(p as usize)?;
+        self.arena.retire(start).map_err(|e| free_error(p.cast_mut(), e))
+    }
+
+    /// The grace period of the retired area at `p` has passed: make it a live area again, for
+    /// the deferred free to release with `vfree`.
+    pub(crate) fn unretire(&self, p: *const u8) -> Result<(), VmError> {
+        let start = self.start_page(p as usize)?;
+        self.arena.unretire(start).map_err(|e| free_error(p.cast_mut(), e))
     }
 
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`. Takes no

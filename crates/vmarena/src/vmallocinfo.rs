@@ -37,6 +37,7 @@ pub(crate) fn format(arena: &Arena, page_shift: u32, guard_pages: u64) -> String
                 AreaKind::Vmap => "vmap",
                 AreaKind::VmMapRam | AreaKind::VmapBlock => "vm_map_ram",
                 AreaKind::FixedSlot => "fixed_slot",
+                AreaKind::Retired => "vmalloc retired",
             };
             let _ = writeln!(out, " pages={} {kind}", a.pages - guard_pages);
         }

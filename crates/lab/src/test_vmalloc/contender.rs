@@ -140,7 +140,7 @@ impl Contender for VmarenaContender {
         if embedded {
             assert!(self.rcu.kvfree_rcu_embedded(p), "kvfree_rcu of a pointer that is not a live area");
         } else {
-            self.rcu.kvfree_rcu(p);
+            assert!(self.rcu.kvfree_rcu(p), "kvfree_rcu of a pointer that is not a live area");
         }
     }
 

@@ -222,7 +222,7 @@ impl Contender for PeerContender {
         if embedded {
             assert!(self.rcu.kvfree_rcu_embedded(p));
         } else {
-            self.rcu.kvfree_rcu(p);
+            assert!(self.rcu.kvfree_rcu(p));
         }
     }
 
