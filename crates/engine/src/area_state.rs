@@ -89,6 +89,7 @@ pub(crate) struct AreaStates {
     max_pages: u64,
 }
 
+#[inline(always)]
 fn encode(pages: u64, caller: Option<&'static Location<'static>>, st: u64) -> u64 {
     let c = caller.map_or(0, |l| l as *const Location<'static> as u64);
     // A caller above 2^51 (not a user-space address on the supported machines) is dropped.
@@ -96,6 +97,7 @@ fn encode(pages: u64, caller: Option<&'static Location<'static>>, st: u64) -> u6
     (c << CALLER_SHIFT) | ((pages & PAGES_MASK) << PAGES_SHIFT) | st
 }
 
+#[inline(always)]
 fn decode_caller(w: u64) -> Option<&'static Location<'static>> {
     let c = (w >> CALLER_SHIFT) << 3;
     if c == 0 {

@@ -32,11 +32,16 @@
 //!
 //! Enabled for the Nodes strategy when the range fits the state table and `membarrier` works
 //! (the reason is reported otherwise); the older strategies stay as the kernel had them.
+//!
+//! The one `unsafe` of this module: the fast paths reach the thread's magazine through a raw
+//! pointer kept in a plain thread-local (`Front`), which skips the borrow flag and the
+//! destructor-state check of the thread-local that owns the magazines.
+#![allow(unsafe_code)]
 
 use crate::area_state::{AreaStates, Claim};
 use crate::arena::Shared;
 use crate::handshake::{heavy_fence, Enter, Handshake};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::Location;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -199,6 +204,40 @@ impl Magazine {
         Some(self.remove(pages, i))
     }
 
+    /// The top of the stack of `pages` pages (1 to the largest tracked size), if any.
+    #[inline(always)]
+    fn pop_top(&self, pages: u64) -> Option<u64> {
+        let c = self.classes.get((pages as usize).wrapping_sub(1))?;
+        let n = c.len.load(Relaxed).checked_sub(1)?;
+        let start = c.slots.get(n)?.load(Relaxed);
+        c.len.store(n, Relaxed);
+        if n == 0 {
+            self.set_occupied(pages, false);
+        }
+        self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
+        Some(start)
+    }
+
+    /// [`Magazine::push`] when no eviction is needed: false, nothing changed, when the stack is
+    /// at its cap or the budget has no room for the area.
+    #[inline(always)]
+    fn push_within_budget(&self, pages: u64, start: u64) -> bool {
+        let Some(c) = self.classes.get((pages as usize).wrapping_sub(1)) else { return false };
+        let n = c.len.load(Relaxed);
+        let held = self.pages.load(Relaxed);
+        if n >= c.cap.load(Relaxed) || held + pages > self.budget.load(Relaxed) {
+            return false;
+        }
+        let Some(slot) = c.slots.get(n) else { return false };
+        slot.store(start, Relaxed);
+        c.len.store(n + 1, Relaxed);
+        if n == 0 {
+            self.set_occupied(pages, true);
+        }
+        self.pages.store(held + pages, Relaxed);
+        true
+    }
+
     /// The oldest entry of `pages` pages (the bottom of its stack).
     fn take_oldest(&self, pages: u64) -> Option<u64> {
         let n = self.classes[pages as usize - 1].len.load(Relaxed);
@@ -326,6 +365,9 @@ struct Owned(Vec<Entry>);
 
 impl Drop for Owned {
     fn drop(&mut self) {
+        // From here on the fast paths find no magazine (and take the slow path, which finds
+        // `OWNED` gone and does without a cache).
+        set_front(0, std::ptr::null());
         for e in self.0.drain(..) {
             give_back(e);
         }
@@ -342,6 +384,29 @@ fn give_back(e: Entry) {
 
 thread_local! {
     static OWNED: RefCell<Owned> = const { RefCell::new(Owned(Vec::new())) };
+}
+
+/// The thread's most recently used magazine, as the fast paths read it: the id of its
+/// arena's caches and a pointer to it, copied from the first entry of `OWNED` (whose `Arc`
+/// keeps the magazine alive). Invariant: `id` is 0, or `mag` is the magazine of the first
+/// entry of `OWNED` and `id` that entry's id. Written only by `with_magazine_slow` (after
+/// `OWNED` changed), `find_or_register` (before it changes `OWNED`) and `Owned::drop`
+/// (before the magazines go). A `const` thread-local of a type with no destructor: reading
+/// it costs one TLS lookup and two loads, with no lazy-initialisation or destructor-state
+/// check and no borrow flag (only its owner thread ever reads or writes it).
+#[derive(Clone, Copy)]
+struct Front {
+    id: u64,
+    mag: *const Magazine,
+}
+
+thread_local! {
+    static FRONT: Cell<Front> = const { Cell::new(Front { id: 0, mag: std::ptr::null() }) };
+}
+
+fn set_front(id: u64, mag: *const Magazine) {
+    // A thread-local without a destructor is never destroyed: this cannot fail.
+    let _ = FRONT.try_with(|f| f.set(Front { id, mag }));
 }
 
 /// Outcome of a free through the thread cache.
@@ -402,21 +467,44 @@ impl ThreadCaches {
         })
     }
 
+    /// This thread's front magazine when it is this arena's (no registration, no reordering).
+    #[inline(always)]
+    fn front(&self) -> Option<&Magazine> {
+        let front = FRONT.try_with(Cell::get).ok()?;
+        // SAFETY: `FRONT`'s invariant: a non-zero id matching this arena's caches means `mag`
+        // is the magazine of `OWNED`'s first entry, which holds an `Arc` of it until `FRONT`
+        // is changed; only this thread changes either, and the reference does not outlive the
+        // caller's operation, which does not re-enter the thread cache.
+        (front.id == self.id).then(|| unsafe { &*front.mag })
+    }
+
     /// Run `f` on this thread's magazine for the arena, registering one on first use. `None`
     /// when thread-local storage is gone (thread exit) or re-entered.
-    #[inline]
+    #[inline(always)]
     fn with_magazine<R>(&self, arena: &Arc<Shared>, f: impl FnOnce(&Magazine) -> R) -> Option<R> {
+        let front = FRONT.try_with(Cell::get).ok()?;
+        let mag = if front.id == self.id { front.mag } else { self.with_magazine_slow(arena)? };
+        // SAFETY: `FRONT`'s invariant: a non-zero id matching this arena's caches means `mag`
+        // is the magazine of `OWNED`'s first entry, which holds an `Arc` of it until
+        // `FRONT` is changed; only this thread changes either, and not during `f` (`f` does not
+        // re-enter the thread cache).
+        Some(f(unsafe { &*mag }))
+    }
+
+    /// The slow half of [`ThreadCaches::with_magazine`]: put this arena's magazine first in
+    /// `OWNED` (registering one if the thread has none) and make it the front.
+    #[cold]
+    #[inline(never)]
+    fn with_magazine_slow(&self, arena: &Arc<Shared>) -> Option<*const Magazine> {
         OWNED
             .try_with(|o| {
-                let mut owned = o.try_borrow().ok()?;
-                if owned.0.first().is_none_or(|e| e.id != self.id) {
-                    drop(owned);
-                    // Puts this arena's magazine first.
+                if o.try_borrow().ok()?.0.first().is_none_or(|e| e.id != self.id) {
                     self.find_or_register(o, arena)?;
-                    owned = o.try_borrow().ok()?;
                 }
-                // One call site, so that `f` is inlined into the fast path.
-                Some(f(&owned.0.first()?.mag))
+                let owned = o.try_borrow().ok()?;
+                let mag = Arc::as_ptr(&owned.0.first()?.mag);
+                set_front(self.id, mag);
+                Some(mag)
             })
             .ok()
             .flatten()
@@ -426,6 +514,8 @@ impl ThreadCaches {
     fn find_or_register(&self, o: &RefCell<Owned>, arena: &Arc<Shared>) -> Option<()> {
         // Registering allocates and may start the worker: vmarena's own allocations.
         let _inside = vmarena_platform::reentry::enter();
+        // `OWNED` changes below: no front until `with_magazine_slow` sets it again.
+        set_front(0, std::ptr::null());
         let mut evicted = Vec::new();
         {
             let mut o = o.try_borrow_mut().ok()?;
@@ -453,8 +543,42 @@ impl ThreadCaches {
 
     /// Alloc through the magazine: the start of a cached area of `pages` pages aligned to
     /// `align_pages` (a power of two), now live.
-    #[inline]
+    ///
+    /// The common case (the front magazine is this arena's, no drain pending, the size's
+    /// stack holds an area and any start will do) is inlined into the caller and touches only
+    /// this thread's magazine and the area's word; everything else is
+    /// [`ThreadCaches::alloc_rest`].
+    #[inline(always)]
     pub(crate) fn alloc(
+        &self,
+        arena: &Arc<Shared>,
+        pages: u64,
+        align_pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<u64> {
+        if align_pages == 1 {
+            if let Some(m) = self.front() {
+                if m.hs.enter() == Enter::Go {
+                    let got = m.pop_top(pages);
+                    if let Some(s) = got {
+                        self.states.reuse(s, pages, caller);
+                        bump(&m.hits);
+                    }
+                    m.hs.leave();
+                    if got.is_some() {
+                        return got;
+                    }
+                }
+            }
+        }
+        self.alloc_rest(arena, pages, align_pages, caller)
+    }
+
+    /// [`ThreadCaches::alloc`] past its common case: registration, a drain to do, a miss, an
+    /// aligned request.
+    #[cold]
+    #[inline(never)]
+    fn alloc_rest(
         &self,
         arena: &Arc<Shared>,
         pages: u64,
@@ -481,13 +605,43 @@ impl ThreadCaches {
     }
 
     /// Free through the magazine (see [`FreeFast`]).
-    #[inline]
+    ///
+    /// The common case (the word was live, the front magazine is this arena's, no drain
+    /// pending, the size's stack and the budget have room) is inlined into the caller; the
+    /// rest, once the word is claimed, is [`ThreadCaches::free_rest`].
+    #[inline(always)]
     pub(crate) fn free(&self, arena: &Arc<Shared>, start: u64) -> FreeFast {
         let (pages, caller) = match self.states.claim(start) {
             Claim::Untracked => return FreeFast::Untracked,
             Claim::AlreadyFree => return FreeFast::Refused,
             Claim::Won { pages, caller } => (pages, caller),
         };
+        if let Some(m) = self.front() {
+            if m.hs.enter() == Enter::Go {
+                let ok = m.push_within_budget(pages, start);
+                if ok {
+                    bump(&m.pushes);
+                }
+                m.hs.leave();
+                if ok {
+                    return FreeFast::Cached { pages, caller };
+                }
+            }
+        }
+        self.free_rest(arena, start, pages, caller)
+    }
+
+    /// [`ThreadCaches::free`] of an area whose word this thread has claimed, past the common
+    /// case: registration, a drain to do, a push that must evict or is refused.
+    #[cold]
+    #[inline(never)]
+    fn free_rest(
+        &self,
+        arena: &Arc<Shared>,
+        start: u64,
+        pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> FreeFast {
         let mut evicted = None;
         let cached = self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {

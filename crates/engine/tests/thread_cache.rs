@@ -539,3 +539,44 @@ fn stress_with_cross_thread_frees_and_concurrent_drains_keeps_owners_apart() {
     assert!(st.cache_hits > 0 && st.cache_drained > 0, "{st:?}");
     a.check().unwrap();
 }
+
+/// One thread alternating over more arenas than it keeps magazines for (the front magazine
+/// changes at every call, magazines are evicted and registered again), with arenas dropped
+/// and created meanwhile: every area comes from the range of the arena asked, every hit
+/// returns that arena's own cached area, and every arena checks clean.
+#[test]
+fn a_thread_switching_between_many_arenas_gets_each_arena_its_own_areas() {
+    let span = 1u64 << 20;
+    let make = |i: u64| {
+        let lo = 0x1000 + i * 2 * span;
+        Arena::new("tc-many", lo, lo + span, opts(), Box::new(NoBacking)).unwrap()
+    };
+    let mut arenas: Vec<(u64, Arena)> = (0..10).map(|i| (i, make(i))).collect();
+    for round in 0..200u64 {
+        for (i, a) in &arenas {
+            let lo = 0x1000 + i * 2 * span;
+            let x = a.alloc(&AllocRequest::pages(3)).unwrap();
+            assert!((lo..lo + span).contains(&x.start), "round {round}: arena {i} gave {:#x}", x.start);
+            a.free(x.start).unwrap();
+            // The next request of the size is this arena's cached area, whatever the front was.
+            let y = a.alloc_cached(3, None).expect("a hit in this arena's magazine");
+            assert_eq!(y, x.start, "round {round}: arena {i}");
+            a.free(y).unwrap();
+        }
+        if round % 50 == 49 {
+            // Drop the arena the front points to, and one more; build new ones in their place.
+            let (i, a) = arenas.pop().unwrap();
+            drop(a);
+            arenas.push((i, make(i)));
+            let (j, b) = arenas.remove(0);
+            drop(b);
+            arenas.insert(0, (j, make(j)));
+        }
+    }
+    for (_, a) in &arenas {
+        a.check().unwrap();
+        let st = a.stats();
+        assert_eq!(st.live_areas, 0);
+        assert!(st.cached_areas <= 1, "one cached area per arena at most, got {}", st.cached_areas);
+    }
+}
