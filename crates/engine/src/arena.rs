@@ -581,17 +581,46 @@ impl Arena {
                 node: NO_NODE,
                 tag: AreaTag { caller, requested_bytes: UNKNOWN_BYTES, kind: AreaKind::Vmalloc },
             })),
-            FreeFast::Refused => {
-                sh.counters.bad_frees.fetch_add(1, Relaxed);
-                Some(Err(FreeError::NotLive { start }))
-            }
-            FreeFast::Flush => {
-                // Claimed (its word is cached): finish through the busy map, which may allocate.
-                let _inside = vmarena_platform::reentry::enter();
-                Some(self.free_uncached(start))
-            }
+            FreeFast::Refused => Some(Err(self.refused_free(start))),
+            FreeFast::Flush => Some(self.flush_claimed(start)),
             FreeFast::Untracked => None,
         }
+    }
+
+    /// The common case of a free, for callers that keep it apart from the rest: true when the
+    /// small live area at `start` is freed (into this thread's cache, or through the busy
+    /// map after the cache claimed it); false, with nothing changed, for anything else (not
+    /// a small live area, a second free), which [`Arena::free`] then handles and reports.
+    #[inline(always)]
+    pub fn free_cached_done(&self, start: u64) -> bool {
+        let Some(c) = self.shared.cache.as_ref() else { return false };
+        match c.free(&self.shared, start) {
+            FreeFast::Cached { .. } => true,
+            FreeFast::Flush => {
+                // Claimed by this thread: nothing else can free it, so this cannot fail.
+                let r = self.flush_claimed(start);
+                debug_assert!(r.is_ok(), "claimed area {start:#x} was not busy: {r:?}");
+                true
+            }
+            FreeFast::Refused | FreeFast::Untracked => false,
+        }
+    }
+
+    /// A free the thread cache refused (a second free of a cached or retired area).
+    #[cold]
+    #[inline(never)]
+    fn refused_free(&self, start: u64) -> FreeError {
+        self.shared.counters.bad_frees.fetch_add(1, Relaxed);
+        FreeError::NotLive { start }
+    }
+
+    /// A small area claimed by this thread (its word is cached) that its magazine could not
+    /// take: finish the free through the busy map, which may allocate.
+    #[cold]
+    #[inline(never)]
+    fn flush_claimed(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        let _inside = vmarena_platform::reentry::enter();
+        self.free_uncached(start)
     }
 
     /// Free through the busy map only (the kernel's path), then start a purge if one is due:

@@ -34,14 +34,14 @@
 //! (the reason is reported otherwise); the older strategies stay as the kernel had them.
 //!
 //! The one `unsafe` of this module: the fast paths reach the thread's magazine through a raw
-//! pointer kept in a plain thread-local (`Front`), which skips the borrow flag and the
-//! destructor-state check of the thread-local that owns the magazines.
+//! pointer kept in the thread's static TLS slot (`get_front`), which skips the TLS call, the
+//! borrow flag and the destructor-state check of the thread-local that owns the magazines.
 #![allow(unsafe_code)]
 
 use crate::area_state::{AreaStates, Claim};
 use crate::arena::Shared;
 use crate::handshake::{heavy_fence, Enter, Handshake};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -388,25 +388,21 @@ thread_local! {
 
 /// The thread's most recently used magazine, as the fast paths read it: the id of its
 /// arena's caches and a pointer to it, copied from the first entry of `OWNED` (whose `Arc`
-/// keeps the magazine alive). Invariant: `id` is 0, or `mag` is the magazine of the first
-/// entry of `OWNED` and `id` that entry's id. Written only by `with_magazine_slow` (after
-/// `OWNED` changed), `find_or_register` (before it changes `OWNED`) and `Owned::drop`
-/// (before the magazines go). A `const` thread-local of a type with no destructor: reading
-/// it costs one TLS lookup and two loads, with no lazy-initialisation or destructor-state
-/// check and no borrow flag (only its owner thread ever reads or writes it).
-#[derive(Clone, Copy)]
-struct Front {
-    id: u64,
-    mag: *const Magazine,
-}
-
-thread_local! {
-    static FRONT: Cell<Front> = const { Cell::new(Front { id: 0, mag: std::ptr::null() }) };
+/// keeps the magazine alive), kept in the thread's static TLS slot
+/// ([`vmarena_platform::static_tls`]: one load of an offset and two loads relative to the
+/// thread pointer, no call, no borrow flag, no destructor-state check). Invariant: the id is
+/// 0, or the pointer is the magazine of the first entry of `OWNED` and the id that entry's
+/// id. Written only by `with_magazine_slow` (after `OWNED` changed), `find_or_register`
+/// (before it changes `OWNED`) and `Owned::drop` (before the magazines go); only its own
+/// thread reads or writes it.
+#[inline(always)]
+fn get_front() -> (u64, *const Magazine) {
+    let (id, mag) = vmarena_platform::static_tls::get();
+    (id, mag as *const Magazine)
 }
 
 fn set_front(id: u64, mag: *const Magazine) {
-    // A thread-local without a destructor is never destroyed: this cannot fail.
-    let _ = FRONT.try_with(|f| f.set(Front { id, mag }));
+    vmarena_platform::static_tls::set(id, mag as usize);
 }
 
 /// Outcome of a free through the thread cache.
@@ -470,24 +466,25 @@ impl ThreadCaches {
     /// This thread's front magazine when it is this arena's (no registration, no reordering).
     #[inline(always)]
     fn front(&self) -> Option<&Magazine> {
-        let front = FRONT.try_with(Cell::get).ok()?;
-        // SAFETY: `FRONT`'s invariant: a non-zero id matching this arena's caches means `mag`
-        // is the magazine of `OWNED`'s first entry, which holds an `Arc` of it until `FRONT`
-        // is changed; only this thread changes either, and the reference does not outlive the
-        // caller's operation, which does not re-enter the thread cache.
-        (front.id == self.id).then(|| unsafe { &*front.mag })
+        let (id, mag) = get_front();
+        // SAFETY: the front's invariant (`get_front`): a non-zero id matching this arena's
+        // caches means `mag` is the magazine of `OWNED`'s first entry, which holds an `Arc` of
+        // it until the front is changed; only this thread changes either, and the reference
+        // does not outlive the caller's operation, which does not re-enter the thread cache.
+        (id == self.id).then(|| unsafe { &*mag })
     }
 
     /// Run `f` on this thread's magazine for the arena, registering one on first use. `None`
     /// when thread-local storage is gone (thread exit) or re-entered.
     #[inline(always)]
     fn with_magazine<R>(&self, arena: &Arc<Shared>, f: impl FnOnce(&Magazine) -> R) -> Option<R> {
-        let front = FRONT.try_with(Cell::get).ok()?;
-        let mag = if front.id == self.id { front.mag } else { self.with_magazine_slow(arena)? };
-        // SAFETY: `FRONT`'s invariant: a non-zero id matching this arena's caches means `mag`
-        // is the magazine of `OWNED`'s first entry, which holds an `Arc` of it until
-        // `FRONT` is changed; only this thread changes either, and not during `f` (`f` does not
-        // re-enter the thread cache).
+        let mag = match self.front() {
+            Some(m) => m as *const Magazine,
+            None => self.with_magazine_slow(arena)?,
+        };
+        // SAFETY: the front's invariant (`get_front`): `mag` is the magazine of `OWNED`'s first
+        // entry, which holds an `Arc` of it until the front changes; only this thread changes
+        // either, and not during `f` (`f` does not re-enter the thread cache).
         Some(f(unsafe { &*mag }))
     }
 

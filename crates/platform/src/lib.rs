@@ -7,7 +7,8 @@
 //! the thread's inside-vmarena flag ([`reentry`]), once-computed values that survive a fork
 //! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]),
 //! descriptors kept out of the program's way and checked before use ([`kept_fd`]), memory files for frame pools ([`memfd`]),
-//! process-wide barriers ([`membarrier`]) and lazily zero word tables ([`word_table`]).
+//! process-wide barriers ([`membarrier`]), lazily zero word tables ([`word_table`]) and two words
+//! of static TLS for the fast paths ([`static_tls`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
 //! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
 //!
@@ -26,6 +27,7 @@ pub mod psi;
 pub mod reentry;
 pub mod release;
 pub mod reservation;
+pub mod static_tls;
 pub mod uffd;
 pub mod word_table;
 

@@ -84,6 +84,18 @@ pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut li
 #[no_mangle]
 pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
     guarded(-libc::EFAULT, || {
+        // The common case inline (a small area of the default space into this thread's
+        // cache), everything else out of line.
+        if existing_default_space().is_some_and(|s| s.vfree_cached(p.cast())) {
+            return 0;
+        }
+        vfree_rest(p)
+    })
+}
+
+#[inline(never)]
+fn vfree_rest(p: *mut libc::c_void) -> libc::c_int {
+    {
         if p.is_null() {
             return 0;
         }
@@ -92,7 +104,7 @@ pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
             Err(_) => Err(VmError::NotLive(p as usize)),
         };
         status(r)
-    })
+    }
 }
 
 /// `size_t vmarena_size(const void *p);` usable bytes of a live area, 0 otherwise.

@@ -624,6 +624,18 @@ impl VmSpace {
         Ok(self.usable_bytes(pages))
     }
 
+    /// The common case of [`VmSpace::vfree`], for callers that keep it apart from the rest: true
+    /// when `p` was a small live area of this space and is freed now (into this thread's
+    /// cache); false, with nothing changed, for anything else, which `vfree` then frees or
+    /// refuses.
+    #[inline(always)]
+    pub fn vfree_cached(&self, p: *mut u8) -> bool {
+        let addr = p as usize;
+        self.reservation.contains(addr)
+            && addr & (self.page_bytes - 1) == 0
+            && self.arena.free_cached_done((addr >> self.page_shift) as u64)
+    }
+
     /// A slot for a fixed pool: an area of the space's memory that only [`VmSpace::free_fixed_slot`]
     /// frees (`vfree`, `vrealloc` and `vunmap` refuse it).
     pub(crate) fn alloc_fixed_slot(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {

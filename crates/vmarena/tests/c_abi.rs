@@ -47,3 +47,32 @@ fn frame_stats_struct_matches_the_statistics_table() {
     let table: Vec<&str> = vmarena::FrameStats::TABLE.iter().map(|d| d.name).collect();
     assert_eq!(names, table);
 }
+
+/// `libvmarena.so` loaded with `dlopen` after the program started threads (its fast paths keep
+/// their per-thread state in static TLS, which a library loaded at run time must still get):
+/// three threads allocate, fill, check and free, and a double free is still refused.
+#[test]
+fn a_program_that_loads_the_library_with_dlopen_uses_it_from_every_thread() {
+    let root = common::root();
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let libdir = common::shared_libraries(&[]);
+    let bin = out_dir.join("vmarena_dlopen_test");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(root.join("crates/vmarena/tests/c/dlopen_test.c"))
+        .arg("-ldl")
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(status.success(), "compiling the C test failed");
+    let out = Command::new(&bin)
+        .arg(libdir.join("libvmarena.so"))
+        .env("VMARENA_SPACE_BYTES", "4G")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "C test failed: {out:?}");
+    assert!(stdout.contains(" 0 mismatches"), "{stdout}");
+}
