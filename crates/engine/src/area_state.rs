@@ -177,6 +177,23 @@ impl AreaStates {
         }
     }
 
+    /// A live word as it is now and its pages (`None` for any other state, or no word), for
+    /// [`AreaStates::claim_seen`].
+    #[inline(always)]
+    pub(crate) fn seen_live(&self, start: u64) -> Option<(u64, u64)> {
+        let w = self.word(start)?.load(Acquire);
+        (w & ST_MASK == LIVE).then_some((w, pages_of(w)))
+    }
+
+    /// [`AreaStates::claim`] of a word [`AreaStates::seen_live`] returned: live → cached, true
+    /// when this call made it; false, nothing changed, when the word has changed since (the
+    /// caller then takes the full path).
+    #[inline(always)]
+    pub(crate) fn claim_seen(&self, start: u64, seen: u64) -> bool {
+        self.word(start)
+            .is_some_and(|w| w.compare_exchange(seen, (seen & !ST_MASK) | CACHED, AcqRel, Acquire).is_ok())
+    }
+
     /// A deferred free takes the area: live → retired. `Won` (with the area's pages) when
     /// it did, `AlreadyFree` when the word is cached or retired, `Untracked` without a word.
     #[inline]

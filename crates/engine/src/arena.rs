@@ -568,6 +568,26 @@ impl Arena {
         c.alloc(&self.shared, pages, align_pages, caller)
     }
 
+    /// A plain thread-cache hit for callers whose fast path must make no call (the C ABI):
+    /// an area of `pages` pages from this thread's cache, or `None` with nothing changed and
+    /// nothing counted (call [`Arena::alloc_cached`] or [`Arena::alloc`] then).
+    #[inline(always)]
+    pub fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        let c = self.shared.cache.as_ref()?;
+        if pages.wrapping_sub(1) >= c.states.max_pages() {
+            return None;
+        }
+        c.alloc_hit(pages, caller)
+    }
+
+    /// A plain free into this thread's cache for callers whose fast path must make no call:
+    /// true when the small live area at `start` is freed; false with nothing changed for
+    /// anything else (call [`Arena::free`] then, which frees or refuses it).
+    #[inline(always)]
+    pub fn free_hit(&self, start: u64) -> bool {
+        self.shared.cache.as_ref().is_some_and(|c| c.free_hit(start))
+    }
+
     /// Free a small area into this thread's cache: `None` when `start` is not a small live
     /// area (nothing changed; call [`Arena::free_uncached`]). Takes no lock unless the cache is
     /// full.
@@ -584,25 +604,6 @@ impl Arena {
             FreeFast::Refused => Some(Err(self.refused_free(start))),
             FreeFast::Flush => Some(self.flush_claimed(start)),
             FreeFast::Untracked => None,
-        }
-    }
-
-    /// The common case of a free, for callers that keep it apart from the rest: true when the
-    /// small live area at `start` is freed (into this thread's cache, or through the busy
-    /// map after the cache claimed it); false, with nothing changed, for anything else (not
-    /// a small live area, a second free), which [`Arena::free`] then handles and reports.
-    #[inline(always)]
-    pub fn free_cached_done(&self, start: u64) -> bool {
-        let Some(c) = self.shared.cache.as_ref() else { return false };
-        match c.free(&self.shared, start) {
-            FreeFast::Cached { .. } => true,
-            FreeFast::Flush => {
-                // Claimed by this thread: nothing else can free it, so this cannot fail.
-                let r = self.flush_claimed(start);
-                debug_assert!(r.is_ok(), "claimed area {start:#x} was not busy: {r:?}");
-                true
-            }
-            FreeFast::Refused | FreeFast::Untracked => false,
         }
     }
 

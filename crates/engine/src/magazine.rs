@@ -77,8 +77,10 @@ pub(crate) struct Magazine {
     hs: Handshake,
     /// Index `p - 1` for areas of `p` pages.
     classes: Box<[Class]>,
-    /// Bit `p - 1` set while the stack of `p` pages holds an area (owner writes; a drainer
-    /// while it holds the magazine): finds the largest cached size without a scan.
+    /// Bit `p - 1` set when the stack of `p` pages holds an area, and maybe after it emptied
+    /// (bits are cleared lazily, by the search that finds them stale, so that a pop never
+    /// writes here); owner writes, or a drainer while it holds the magazine. Finds the largest
+    /// cached size without a scan of every stack.
     occupied: Box<[AtomicU64]>,
     /// Pages held (owner writes; a drainer while it holds the magazine).
     pages: AtomicU64,
@@ -109,6 +111,15 @@ fn set_bit(words: &[AtomicU64], pages: u64, yes: bool) {
     let (w, bit) = size_bit(pages);
     let cur = words[w].load(Relaxed);
     words[w].store(if yes { cur | bit } else { cur & !bit }, Relaxed);
+}
+
+/// A free slot of a magazine's stack, found by [`Magazine::room`].
+struct Room<'a> {
+    class: &'a Class,
+    slot: &'a AtomicU64,
+    /// The stack's length, and the magazine's pages, when the slot was found.
+    n: usize,
+    held: u64,
 }
 
 /// A magazine's page budget: where it starts, and how far misses may grow it.
@@ -149,10 +160,16 @@ impl Magazine {
         }
     }
 
-    /// Record whether the stack of `pages` pages holds an area.
-    #[inline]
-    fn set_occupied(&self, pages: u64, yes: bool) {
-        set_bit(&self.occupied, pages, yes);
+    /// Record that the stack of `pages` pages holds an area (no store when the bit is set).
+    #[inline(always)]
+    fn mark_occupied(&self, pages: u64) {
+        let (w, bit) = size_bit(pages);
+        if let Some(word) = self.occupied.get(w) {
+            let cur = word.load(Relaxed);
+            if cur & bit == 0 {
+                word.store(cur | bit, Relaxed);
+            }
+        }
     }
 
     /// Set the budget (and every stack's cap with it).
@@ -180,13 +197,22 @@ impl Magazine {
         }
     }
 
-    /// The largest size, in pages, whose stack holds an area.
+    /// The largest size, in pages, whose stack holds an area; clears the stale bits of the
+    /// larger sizes it passes on the way (stacks that emptied since their bit was set).
     fn largest_occupied(&self) -> Option<u64> {
-        let (w, word) = self.occupied.iter().enumerate().rev().find_map(|(w, o)| {
-            let x = o.load(Relaxed);
-            (x != 0).then_some((w, x))
-        })?;
-        Some(w as u64 * 64 + 64 - word.leading_zeros() as u64)
+        for (w, o) in self.occupied.iter().enumerate().rev() {
+            let mut x = o.load(Relaxed);
+            while x != 0 {
+                let bit = 63 - x.leading_zeros() as u64;
+                let pages = w as u64 * 64 + bit + 1;
+                if self.classes[pages as usize - 1].len.load(Relaxed) > 0 {
+                    return Some(pages);
+                }
+                x &= !(1 << bit);
+                o.store(x, Relaxed);
+            }
+        }
+        None
     }
 
     /// The newest entry of `pages` pages whose start is a multiple of `align_pages` (a power
@@ -211,30 +237,42 @@ impl Magazine {
         let n = c.len.load(Relaxed).checked_sub(1)?;
         let start = c.slots.get(n)?.load(Relaxed);
         c.len.store(n, Relaxed);
-        if n == 0 {
-            self.set_occupied(pages, false);
-        }
         self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
         Some(start)
+    }
+
+    /// The slot an area of `pages` pages would take without an eviction, if there is one:
+    /// [`Magazine::fill`] it (nothing changes until then).
+    #[inline(always)]
+    fn room(&self, pages: u64) -> Option<Room<'_>> {
+        let class = self.classes.get((pages as usize).wrapping_sub(1))?;
+        let n = class.len.load(Relaxed);
+        let held = self.pages.load(Relaxed);
+        if n >= class.cap.load(Relaxed) || held + pages > self.budget.load(Relaxed) {
+            return None;
+        }
+        let slot = class.slots.get(n)?;
+        Some(Room { class, slot, n, held })
+    }
+
+    /// Push `start` (of `pages` pages) into the slot [`Magazine::room`] found (owner, inside the
+    /// same operation: nothing else changed the magazine meanwhile).
+    #[inline(always)]
+    fn fill(&self, room: Room<'_>, pages: u64, start: u64) {
+        room.slot.store(start, Relaxed);
+        room.class.len.store(room.n + 1, Relaxed);
+        if room.n == 0 {
+            self.mark_occupied(pages);
+        }
+        self.pages.store(room.held + pages, Relaxed);
     }
 
     /// [`Magazine::push`] when no eviction is needed: false, nothing changed, when the stack is
     /// at its cap or the budget has no room for the area.
     #[inline(always)]
     fn push_within_budget(&self, pages: u64, start: u64) -> bool {
-        let Some(c) = self.classes.get((pages as usize).wrapping_sub(1)) else { return false };
-        let n = c.len.load(Relaxed);
-        let held = self.pages.load(Relaxed);
-        if n >= c.cap.load(Relaxed) || held + pages > self.budget.load(Relaxed) {
-            return false;
-        }
-        let Some(slot) = c.slots.get(n) else { return false };
-        slot.store(start, Relaxed);
-        c.len.store(n + 1, Relaxed);
-        if n == 0 {
-            self.set_occupied(pages, true);
-        }
-        self.pages.store(held + pages, Relaxed);
+        let Some(room) = self.room(pages) else { return false };
+        self.fill(room, pages, start);
         true
     }
 
@@ -255,9 +293,6 @@ impl Magazine {
             c.slots[j].store(c.slots[j + 1].load(Relaxed), Relaxed);
         }
         c.len.store(n - 1, Relaxed);
-        if n == 1 {
-            self.set_occupied(pages, false);
-        }
         self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
         start
     }
@@ -284,7 +319,7 @@ impl Magazine {
         c.slots[n].store(start, Relaxed);
         c.len.store(n + 1, Relaxed);
         if n == 0 {
-            self.set_occupied(pages, true);
+            self.mark_occupied(pages);
         }
         self.pages.store(self.pages.load(Relaxed) + pages, Relaxed);
         true
@@ -330,8 +365,8 @@ impl Magazine {
             let n = c.len.load(Relaxed);
             let p = i as u64 + 1;
             let bit = self.occupied[i / 64].load(Relaxed) >> (i % 64) & 1 == 1;
-            if bit != (n > 0) {
-                return Err(format!("magazine: size {p} holds {n} areas but its occupied bit is {bit}"));
+            if n > 0 && !bit {
+                return Err(format!("magazine: size {p} holds {n} areas but its occupied bit is clear"));
             }
             pages += n as u64 * p;
             out.extend(c.slots[..n].iter().map(|s| s.load(Relaxed)));
@@ -536,6 +571,52 @@ impl ThreadCaches {
             give_back(e);
         }
         Some(())
+    }
+
+    /// A plain hit, for callers whose fast path must make no call: the top of this arena's
+    /// front magazine's stack of `pages` pages (a size of 1 to the largest tracked), now
+    /// live; `None`, with nothing changed and nothing counted, for anything else (another
+    /// arena's front, a drain asked for, an empty stack), which [`ThreadCaches::alloc`] then
+    /// handles.
+    #[inline(always)]
+    pub(crate) fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        let m = self.front()?;
+        if m.hs.enter() != Enter::Go {
+            return None;
+        }
+        let got = m.pop_top(pages);
+        if let Some(s) = got {
+            self.states.reuse(s, pages, caller);
+            bump(&m.hits);
+        }
+        m.hs.leave();
+        got
+    }
+
+    /// A plain free into this arena's front magazine, for callers whose fast path must make no
+    /// call: true when the small live area at `start` is freed into it; false, with nothing
+    /// changed, for anything else (not a small live area, another arena's front, a drain
+    /// asked for, no room without an eviction, a word that changed meanwhile), which
+    /// [`ThreadCaches::free`] then handles. The room is checked before the word is claimed,
+    /// so a claimed area always fits.
+    #[inline(always)]
+    pub(crate) fn free_hit(&self, start: u64) -> bool {
+        let Some((seen, pages)) = self.states.seen_live(start) else { return false };
+        let Some(m) = self.front() else { return false };
+        if m.hs.enter() != Enter::Go {
+            return false;
+        }
+        // The slot is found before the word is claimed: once claimed, the area must go in.
+        let done = match m.room(pages) {
+            Some(room) if self.states.claim_seen(start, seen) => {
+                m.fill(room, pages, start);
+                bump(&m.pushes);
+                true
+            }
+            _ => false,
+        };
+        m.hs.leave();
+        done
     }
 
     /// Alloc through the magazine: the start of a cached area of `pages` pages aligned to

@@ -8,7 +8,7 @@
 
 use crate::default_space::{default_space, existing_default_space};
 use crate::space::VmError;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 use std::ptr::{null_mut, NonNull};
 use vmarena_platform::set_errno;
 
@@ -37,6 +37,17 @@ fn no_space() -> *mut libc::c_void {
 /// `void *vmarena_vmalloc(size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vmalloc(size: usize) -> *mut libc::c_void {
+    // A plain thread-cache hit makes no call and cannot panic; everything else is out of line.
+    if let Some(s) = existing_default_space() {
+        if let Some(p) = s.vmalloc_hit(size, Location::caller()) {
+            return p.as_ptr().cast();
+        }
+    }
+    vmalloc_rest(size)
+}
+
+#[inline(never)]
+fn vmalloc_rest(size: usize) -> *mut libc::c_void {
     guarded(null_mut(), || match default_space() {
         Ok(s) => ptr_or_errno(s.vmalloc(size)),
         Err(_) => no_space(),
@@ -83,19 +94,17 @@ pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut li
 /// `int vmarena_vfree(void *p);` 0, or -EINVAL if `p` is not a live area start; NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
-    guarded(-libc::EFAULT, || {
-        // The common case inline (a small area of the default space into this thread's
-        // cache), everything else out of line.
-        if existing_default_space().is_some_and(|s| s.vfree_cached(p.cast())) {
-            return 0;
-        }
-        vfree_rest(p)
-    })
+    // A plain free into this thread's cache makes no call and cannot panic; everything else
+    // (and every refusal) is out of line.
+    if existing_default_space().is_some_and(|s| s.vfree_hit(p.cast())) {
+        return 0;
+    }
+    vfree_rest(p)
 }
 
 #[inline(never)]
 fn vfree_rest(p: *mut libc::c_void) -> libc::c_int {
-    {
+    guarded(-libc::EFAULT, || {
         if p.is_null() {
             return 0;
         }
@@ -104,7 +113,7 @@ fn vfree_rest(p: *mut libc::c_void) -> libc::c_int {
             Err(_) => Err(VmError::NotLive(p as usize)),
         };
         status(r)
-    }
+    })
 }
 
 /// `size_t vmarena_size(const void *p);` usable bytes of a live area, 0 otherwise.

@@ -390,6 +390,20 @@ impl VmSpace {
         Some((NonNull::new(((start as usize) << self.page_shift) as *mut u8)?, pages))
     }
 
+    /// The common case of [`VmSpace::vmalloc`] for callers whose fast path must make no call
+    /// (the C ABI): a small area from this thread's cache, or `None` with nothing changed
+    /// and nothing counted (then call `vmalloc`).
+    #[inline(always)]
+    pub(crate) fn vmalloc_hit(&self, bytes: usize, caller: &'static Location<'static>) -> Option<NonNull<u8>> {
+        // Size 0 and sizes that overflow are refused by `vmalloc`.
+        if bytes == 0 {
+            return None;
+        }
+        let data = (bytes.checked_add(self.page_bytes - 1)? >> self.page_shift) as u64;
+        let start = self.arena.alloc_hit(data + self.guard_pages, Some(caller))?;
+        NonNull::new(((start as usize) << self.page_shift) as *mut u8)
+    }
+
     /// The alignment in pages of a power-of-two alignment in bytes (at least one page).
     #[inline(always)]
     fn align_pages_for(&self, align_bytes: usize) -> u64 {
@@ -624,16 +638,16 @@ impl VmSpace {
         Ok(self.usable_bytes(pages))
     }
 
-    /// The common case of [`VmSpace::vfree`], for callers that keep it apart from the rest: true
-    /// when `p` was a small live area of this space and is freed now (into this thread's
-    /// cache); false, with nothing changed, for anything else, which `vfree` then frees or
-    /// refuses.
+    /// The common case of [`VmSpace::vfree`] for callers whose fast path must make no call
+    /// (the C ABI): true when `p` was a small live area of this space and is in this thread's
+    /// cache now; false, with nothing changed, for anything else (then call `vfree`, which
+    /// frees or refuses it).
     #[inline(always)]
-    pub fn vfree_cached(&self, p: *mut u8) -> bool {
+    pub(crate) fn vfree_hit(&self, p: *mut u8) -> bool {
         let addr = p as usize;
         self.reservation.contains(addr)
             && addr & (self.page_bytes - 1) == 0
-            && self.arena.free_cached_done((addr >> self.page_shift) as u64)
+            && self.arena.free_hit((addr >> self.page_shift) as u64)
     }
 
     /// A slot for a fixed pool: an area of the space's memory that only [`VmSpace::free_fixed_slot`]
