@@ -1,7 +1,8 @@
 //! `AreaStates`: one atomic state word per page of an arena, read and changed without a lock.
 //!
 //! Owns: the words (a lazily zero [`WordTable`], so only table pages that cover live small
-//! areas take memory). Only the first page of an area of at most `max_pages` pages that holds
+//! areas take memory; neighbouring pages' words are spread over their table page so that
+//! they do not share cache lines, see `AreaStates::word`). Only the first page of an area of at most `max_pages` pages that holds
 //! the space's own memory ([`AreaKind::Vmalloc`]) ever has a non-zero word; every other word is
 //! zero. A word is
 //!
@@ -53,6 +54,13 @@ const PAGES_SHIFT: u32 = 2;
 const PAGES_MASK: u64 = (1 << 13) - 1;
 const REUSED: u64 = 1 << 15;
 const CALLER_SHIFT: u32 = 16;
+
+/// Pages whose words share one 4 KiB page of the table, permuted among themselves.
+const SPREAD_BLOCK: u64 = 512;
+/// The permutation's multiplier: odd (a bijection of the block), and -15 mod 512, so that
+/// offsets 1 to 34 apart land 15 words apart or more (the best spread for neighbours up to 32
+/// apart of any multiplier).
+const SPREAD_STEP: u64 = 497;
 
 /// Largest area, in pages, a word can describe.
 pub(crate) const MAX_TRACKED_PAGES: u64 = PAGES_MASK;
@@ -116,8 +124,10 @@ fn pages_of(w: u64) -> u64 {
 impl AreaStates {
     /// Words for `len` pages from `lo`, tracking areas of at most `max_pages` pages.
     pub(crate) fn new(lo: u64, len: u64, max_pages: u64) -> Result<AreaStates, String> {
+        // Whole blocks of `SPREAD_BLOCK` words, so that the spread below stays in the table.
+        let words = len.div_ceil(SPREAD_BLOCK) * SPREAD_BLOCK;
         let table =
-            WordTable::new(len as usize).map_err(|e| format!("area state table of {len} words: {e}"))?;
+            WordTable::new(words as usize).map_err(|e| format!("area state table of {words} words: {e}"))?;
         Ok(AreaStates { lo, table, max_pages: max_pages.min(MAX_TRACKED_PAGES) })
     }
 
@@ -127,9 +137,17 @@ impl AreaStates {
         self.max_pages
     }
 
-    #[inline]
+    /// The word of page `start`: its block of [`SPREAD_BLOCK`] pages keeps its table page, and
+    /// inside the block the page's word sits at `offset * SPREAD_STEP` (mod the block), so that
+    /// pages up to 34 apart get words at least 15 words (120 bytes) apart: two threads' areas
+    /// carved next to each other never share a cache line of words (each thread's free and
+    /// reuse write its area's word). A bijection of every block: a page outside the range
+    /// gets a word no page inside it has, which stays zero, or none.
+    #[inline(always)]
     fn word(&self, start: u64) -> Option<&AtomicU64> {
-        self.table.words().get(start.wrapping_sub(self.lo) as usize)
+        let i = start.wrapping_sub(self.lo);
+        let spread = (i & !(SPREAD_BLOCK - 1)) | (i.wrapping_mul(SPREAD_STEP) & (SPREAD_BLOCK - 1));
+        self.table.words().get(spread as usize)
     }
 
     /// Whether an area of this size and kind is tracked.

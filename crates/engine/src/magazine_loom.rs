@@ -55,6 +55,12 @@ impl ThreadCaches {
     pub(crate) fn free(&self, _: &Arc<Shared>, _: u64) -> FreeFast {
         FreeFast::Untracked
     }
+    pub(crate) fn alloc_hit(&self, _: u64, _: Option<&'static Location<'static>>) -> Option<u64> {
+        None
+    }
+    pub(crate) fn free_hit(&self, _: u64) -> bool {
+        false
+    }
     pub(crate) fn drain_all(&self, _: &Shared) -> u64 {
         0
     }

@@ -394,7 +394,11 @@ impl VmSpace {
     /// (the C ABI): a small area from this thread's cache, or `None` with nothing changed
     /// and nothing counted (then call `vmalloc`).
     #[inline(always)]
-    pub(crate) fn vmalloc_hit(&self, bytes: usize, caller: &'static Location<'static>) -> Option<NonNull<u8>> {
+    pub(crate) fn vmalloc_hit(
+        &self,
+        bytes: usize,
+        caller: &'static Location<'static>,
+    ) -> Option<NonNull<u8>> {
         // Size 0 and sizes that overflow are refused by `vmalloc`.
         if bytes == 0 {
             return None;
