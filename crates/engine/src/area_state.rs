@@ -58,7 +58,7 @@ const CALLER_SHIFT: u32 = 16;
 /// Pages whose words share one 4 KiB page of the table, permuted among themselves.
 const SPREAD_BLOCK: u64 = 512;
 /// The permutation's multiplier: odd (a bijection of the block), and -15 mod 512, so that
-/// offsets 1 to 34 apart land 15 words apart or more (the best spread for neighbours up to 32
+/// offsets 1 to 33 apart land 15 words apart or more (the best spread for neighbours up to 32
 /// apart of any multiplier).
 const SPREAD_STEP: u64 = 497;
 
@@ -74,6 +74,13 @@ pub(crate) enum Claim {
     AlreadyFree,
     /// No word for this start: not a small live area (the busy map decides).
     Untracked,
+}
+
+/// A live word as [`AreaStates::seen_live`] read it.
+pub(crate) struct Seen<'a> {
+    word: &'a AtomicU64,
+    value: u64,
+    pub(crate) pages: u64,
 }
 
 /// A tracked word, decoded.
@@ -139,7 +146,7 @@ impl AreaStates {
 
     /// The word of page `start`: its block of [`SPREAD_BLOCK`] pages keeps its table page, and
     /// inside the block the page's word sits at `offset * SPREAD_STEP` (mod the block), so that
-    /// pages up to 34 apart get words at least 15 words (120 bytes) apart: two threads' areas
+    /// pages up to 33 apart get words at least 15 words (120 bytes) apart: two threads' areas
     /// carved next to each other never share a cache line of words (each thread's free and
     /// reuse write its area's word). A bijection of every block: a page outside the range
     /// gets a word no page inside it has, which stays zero, or none.
@@ -148,6 +155,11 @@ impl AreaStates {
         let i = start.wrapping_sub(self.lo);
         let spread = (i & !(SPREAD_BLOCK - 1)) | (i.wrapping_mul(SPREAD_STEP) & (SPREAD_BLOCK - 1));
         self.table.words().get(spread as usize)
+    }
+
+    /// The address of the word of page `start` (tests check how words share cache lines).
+    pub(crate) fn word_addr(&self, start: u64) -> Option<usize> {
+        self.word(start).map(|w| w as *const AtomicU64 as usize)
     }
 
     /// Whether an area of this size and kind is tracked.
@@ -198,18 +210,18 @@ impl AreaStates {
     /// A live word as it is now and its pages (`None` for any other state, or no word), for
     /// [`AreaStates::claim_seen`].
     #[inline(always)]
-    pub(crate) fn seen_live(&self, start: u64) -> Option<(u64, u64)> {
-        let w = self.word(start)?.load(Acquire);
-        (w & ST_MASK == LIVE).then_some((w, pages_of(w)))
+    pub(crate) fn seen_live(&self, start: u64) -> Option<Seen<'_>> {
+        let word = self.word(start)?;
+        let value = word.load(Acquire);
+        (value & ST_MASK == LIVE).then_some(Seen { word, value, pages: pages_of(value) })
     }
 
     /// [`AreaStates::claim`] of a word [`AreaStates::seen_live`] returned: live → cached, true
     /// when this call made it; false, nothing changed, when the word has changed since (the
     /// caller then takes the full path).
     #[inline(always)]
-    pub(crate) fn claim_seen(&self, start: u64, seen: u64) -> bool {
-        self.word(start)
-            .is_some_and(|w| w.compare_exchange(seen, (seen & !ST_MASK) | CACHED, AcqRel, Acquire).is_ok())
+    pub(crate) fn claim_seen(&self, seen: &Seen<'_>) -> bool {
+        seen.word.compare_exchange(seen.value, (seen.value & !ST_MASK) | CACHED, AcqRel, Acquire).is_ok()
     }
 
     /// A deferred free takes the area: live → retired. `Won` (with the area's pages) when

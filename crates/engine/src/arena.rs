@@ -455,6 +455,19 @@ impl Arena {
         self.shared.lazy_max
     }
 
+    /// For tests of what the fast paths write: the address ranges of the memory each
+    /// registered thread-cache magazine owns, one list per magazine.
+    #[doc(hidden)]
+    pub fn thread_cache_spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
+        self.shared.cache.as_ref().map_or_else(Vec::new, |c| c.spans())
+    }
+
+    /// For tests of what the fast paths write: the address of the state word of page `start`.
+    #[doc(hidden)]
+    pub fn state_word_addr(&self, start: u64) -> Option<usize> {
+        self.shared.cache.as_ref()?.states.word_addr(start)
+    }
+
     /// Why this arena has no thread caches (`None`: it has them).
     pub fn thread_cache_off(&self) -> Option<&str> {
         self.shared.cache_off.as_deref()

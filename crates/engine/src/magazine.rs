@@ -57,14 +57,62 @@ const CLASS_MAX_ENTRIES: u64 = 64;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// One 64-byte cache line of words.
+#[repr(align(64))]
+#[derive(Default)]
+struct Line([AtomicU64; 8]);
+
+/// `len` words on whole cache lines of their own (a boxed slice of [`Line`]s): no other
+/// allocation, so no other thread's data, shares a line with them.
+struct LineWords {
+    lines: Box<[Line]>,
+    len: usize,
+}
+
+impl LineWords {
+    fn new(len: usize) -> LineWords {
+        LineWords { lines: (0..len.div_ceil(8)).map(|_| Line::default()).collect(), len }
+    }
+
+    /// Word `i`, or `None` past the lines (indices from the length up to the end of the last
+    /// line are spare words that callers never ask for: they keep within their caps).
+    #[inline(always)]
+    fn get(&self, i: usize) -> Option<&AtomicU64> {
+        self.lines.get(i / 8).map(|l| &l.0[i % 8])
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &AtomicU64> + '_ {
+        (0..self.len).map(|i| &self[i])
+    }
+
+    /// The address range the words' lines cover.
+    fn span(&self) -> std::ops::Range<usize> {
+        let start = self.lines.as_ptr() as usize;
+        start..start + std::mem::size_of_val(&*self.lines)
+    }
+}
+
+impl std::ops::Index<usize> for LineWords {
+    type Output = AtomicU64;
+    fn index(&self, i: usize) -> &AtomicU64 {
+        self.get(i).expect("word index within the length")
+    }
+}
+
 /// One size class: a stack of area starts, written only by its owner (or a drainer that
-/// stole the magazine). Relaxed atomics, so plain loads and stores on the fast path.
+/// stole the magazine). Relaxed atomics, so plain loads and stores on the fast path. On a
+/// cache line of its own (the classes are one boxed slice).
+#[repr(align(64))]
 struct Class {
     len: AtomicUsize,
     /// Entries the stack may hold under the magazine's present budget (at most `slots.len()`,
     /// which is the cap under the largest budget).
     cap: AtomicUsize,
-    slots: Box<[AtomicU64]>,
+    slots: LineWords,
 }
 
 /// Entries a stack of `pages` pages may hold under a budget of `budget_pages`.
@@ -72,7 +120,10 @@ fn class_cap(pages: u64, budget_pages: u64) -> usize {
     (budget_pages / (4 * pages)).clamp(1, CLASS_MAX_ENTRIES) as usize
 }
 
-/// One thread's cached areas of one arena.
+/// One thread's cached areas of one arena. Aligned to two cache lines, and every slice it
+/// owns is made of whole lines ([`LineWords`], [`Class`]): what its owner writes shares no
+/// line with another thread's data (`Arena::thread_cache_spans` lists the memory).
+#[repr(align(128))]
 pub(crate) struct Magazine {
     hs: Handshake,
     /// Index `p - 1` for areas of `p` pages.
@@ -81,7 +132,7 @@ pub(crate) struct Magazine {
     /// (bits are cleared lazily, by the search that finds them stale, so that a pop never
     /// writes here); owner writes, or a drainer while it holds the magazine. Finds the largest
     /// cached size without a scan of every stack.
-    occupied: Box<[AtomicU64]>,
+    occupied: LineWords,
     /// Pages held (owner writes; a drainer while it holds the magazine).
     pages: AtomicU64,
     /// Pages the magazine may hold now: the base budget at first and after every drain, grown
@@ -91,7 +142,7 @@ pub(crate) struct Magazine {
     /// Bit `p - 1` set when an area of `p` pages was turned away (evicted, or refused for
     /// want of room) since the last miss of that size: the ghost entries of an adaptive
     /// cache. Same writers as `budget`.
-    ghosts: Box<[AtomicU64]>,
+    ghosts: LineWords,
     grows: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -107,7 +158,7 @@ fn size_bit(pages: u64) -> (usize, u64) {
 
 /// Set or clear the bit of size `pages` (single writer).
 #[inline]
-fn set_bit(words: &[AtomicU64], pages: u64, yes: bool) {
+fn set_bit(words: &LineWords, pages: u64, yes: bool) {
     let (w, bit) = size_bit(pages);
     let cur = words[w].load(Relaxed);
     words[w].store(if yes { cur | bit } else { cur & !bit }, Relaxed);
@@ -141,17 +192,17 @@ impl Magazine {
             .map(|p| Class {
                 len: AtomicUsize::new(0),
                 cap: AtomicUsize::new(class_cap(p, budget.base_pages)),
-                slots: (0..class_cap(p, budget.max_pages)).map(|_| AtomicU64::new(0)).collect(),
+                slots: LineWords::new(class_cap(p, budget.max_pages)),
             })
             .collect();
         let words = (max_pages as usize).div_ceil(64);
         Magazine {
             hs: Handshake::default(),
             classes,
-            occupied: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            occupied: LineWords::new(words),
             pages: AtomicU64::new(0),
             budget: AtomicU64::new(budget.base_pages),
-            ghosts: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            ghosts: LineWords::new(words),
             grows: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -200,7 +251,8 @@ impl Magazine {
     /// The largest size, in pages, whose stack holds an area; clears the stale bits of the
     /// larger sizes it passes on the way (stacks that emptied since their bit was set).
     fn largest_occupied(&self) -> Option<u64> {
-        for (w, o) in self.occupied.iter().enumerate().rev() {
+        for w in (0..self.occupied.len()).rev() {
+            let o = &self.occupied[w];
             let mut x = o.load(Relaxed);
             while x != 0 {
                 let bit = 63 - x.leading_zeros() as u64;
@@ -344,7 +396,7 @@ impl Magazine {
     fn take(&self, out: &mut Vec<(u64, u64)>, base_pages: u64) {
         for (i, c) in self.classes.iter().enumerate() {
             let n = c.len.load(Relaxed);
-            out.extend(c.slots[..n].iter().map(|s| (s.load(Relaxed), i as u64 + 1)));
+            out.extend((0..n).map(|j| (c.slots[j].load(Relaxed), i as u64 + 1)));
             c.len.store(0, Relaxed);
         }
         for o in self.occupied.iter().chain(self.ghosts.iter()) {
@@ -354,6 +406,21 @@ impl Magazine {
         if self.budget.load(Relaxed) != base_pages {
             self.set_budget(base_pages);
         }
+    }
+
+    /// The address ranges of the memory this magazine owns (what its owner's fast paths
+    /// write, besides the areas' state words).
+    fn spans(&self) -> Vec<std::ops::Range<usize>> {
+        let me = self as *const Magazine as usize;
+        let classes = self.classes.as_ptr() as usize;
+        let mut out = vec![
+            me..me + std::mem::size_of::<Magazine>(),
+            classes..classes + std::mem::size_of_val(&*self.classes),
+            self.occupied.span(),
+            self.ghosts.span(),
+        ];
+        out.extend(self.classes.iter().map(|c| c.slots.span()));
+        out
     }
 
     /// Every cached start, after checking the magazine's own bookkeeping: the occupied bits
@@ -369,7 +436,7 @@ impl Magazine {
                 return Err(format!("magazine: size {p} holds {n} areas but its occupied bit is clear"));
             }
             pages += n as u64 * p;
-            out.extend(c.slots[..n].iter().map(|s| s.load(Relaxed)));
+            out.extend((0..n).map(|j| c.slots[j].load(Relaxed)));
         }
         let held = self.pages.load(Relaxed);
         if held != pages {
@@ -601,14 +668,15 @@ impl ThreadCaches {
     /// so a claimed area always fits.
     #[inline(always)]
     pub(crate) fn free_hit(&self, start: u64) -> bool {
-        let Some((seen, pages)) = self.states.seen_live(start) else { return false };
+        let Some(seen) = self.states.seen_live(start) else { return false };
+        let pages = seen.pages;
         let Some(m) = self.front() else { return false };
         if m.hs.enter() != Enter::Go {
             return false;
         }
         // The slot is found before the word is claimed: once claimed, the area must go in.
         let done = match m.room(pages) {
-            Some(room) if self.states.claim_seen(start, seen) => {
+            Some(room) if self.states.claim_seen(&seen) => {
                 m.fill(room, pages, start);
                 bump(&m.pushes);
                 true
@@ -807,6 +875,11 @@ impl ThreadCaches {
         self.give_areas(arena, &areas);
         drop(reg);
         areas.len() as u64
+    }
+
+    /// [`Magazine::spans`] of every registered magazine.
+    pub(crate) fn spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|m| m.spans()).collect()
     }
 
     /// Figures summed over live and given-back magazines.

@@ -580,3 +580,71 @@ fn a_thread_switching_between_many_arenas_gets_each_arena_its_own_areas() {
         assert!(st.cached_areas <= 1, "one cached area per arena at most, got {}", st.cached_areas);
     }
 }
+
+/// The state words of pages up to 33 apart never share a cache line (each thread's free and
+/// reuse write its area's word, and areas of two threads are often carved side by side).
+#[test]
+fn state_words_of_neighbouring_pages_are_on_different_cache_lines() {
+    let a = arena();
+    let line = |p: u64| a.state_word_addr(p).expect("a page of the range") / 64;
+    for p in 0x1000..0x1000 + 1024 {
+        for k in 1..=33 {
+            if let Some(q) = a.state_word_addr(p + k) {
+                assert_ne!(line(p), q / 64, "pages {p:#x} and {:#x} share a line of words", p + k);
+            }
+        }
+    }
+}
+
+/// Two threads on the fast path write no common cache line: the memory each magazine owns
+/// (its struct, its stacks, its bitmaps) and the state words of each thread's areas are on
+/// lines of their own, also when both threads carved their areas side by side from one node.
+#[test]
+fn the_fast_paths_of_two_threads_write_no_common_cache_line() {
+    use vmarena_platform::cpu::pin_current_thread;
+    let a = Arc::new(arena());
+    let both_cached = Arc::new(Barrier::new(3));
+    let measured = Arc::new(Barrier::new(3));
+    let workers: Vec<_> = (0..2)
+        .map(|t| {
+            let (a, both_cached, measured) = (a.clone(), both_cached.clone(), measured.clone());
+            std::thread::spawn(move || {
+                // One CPU for the first allocation: both threads carve from the same node.
+                let pinned = pin_current_thread(0);
+                let x = a.alloc(&AllocRequest::pages(2)).unwrap();
+                a.free(x.start).unwrap();
+                for _ in 0..1000 {
+                    let y = a.alloc_cached(2, None).expect("a hit");
+                    assert_eq!(y, x.start, "thread {t}: its own cached area");
+                    a.free(y).unwrap();
+                }
+                both_cached.wait();
+                measured.wait();
+                (x.start, pinned)
+            })
+        })
+        .collect();
+    both_cached.wait();
+    let spans = a.thread_cache_spans();
+    measured.wait();
+    let results: Vec<(u64, bool)> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    assert_eq!(spans.len(), 2, "one magazine per thread");
+    let lines_of = |ranges: &[std::ops::Range<usize>]| -> std::collections::BTreeSet<usize> {
+        ranges.iter().flat_map(|r| r.start / 64..r.end.div_ceil(64)).collect()
+    };
+    // The magazines are in registration order, not thread order: compare the sets, and each
+    // area's word against both magazines.
+    let m0 = lines_of(&spans[0]);
+    let m1 = lines_of(&spans[1]);
+    assert!(m0.is_disjoint(&m1), "two magazines share a cache line");
+    let w0 = a.state_word_addr(results[0].0).unwrap() / 64;
+    let w1 = a.state_word_addr(results[1].0).unwrap() / 64;
+    assert_ne!(w0, w1, "the two threads' areas share a line of state words");
+    for w in [w0, w1] {
+        assert!(!m0.contains(&w) && !m1.contains(&w), "a state word shares a line with a magazine");
+    }
+    if results.iter().all(|r| r.1) {
+        let gap = results[0].0.abs_diff(results[1].0);
+        assert!(gap <= 33, "areas carved from one node lie side by side (gap {gap} pages)");
+    }
+}
