@@ -171,15 +171,18 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
     for c in &cfg.contenders {
         print!(" {c} |");
     }
-    let best_cols = has("vmarena");
-    if best_cols {
+    // The ratio to the best of the three peers needs one of them in the run, the ratio to
+    // tcmalloc needs tcmalloc.
+    let best_col = has("vmarena") && PEERS.iter().any(|p| has(p) || has(&format!("{p}-aligned")));
+    let tc_col = has("vmarena") && has("tcmalloc");
+    if best_col {
         print!(" vmarena / best of glibc, jemalloc, mimalloc |");
-        if has("tcmalloc") {
-            print!(" vmarena / tcmalloc |");
-        }
+    }
+    if tc_col {
+        print!(" vmarena / tcmalloc |");
     }
     println!();
-    let extra = if best_cols { 1 + usize::from(has("tcmalloc")) } else { 0 };
+    let extra = usize::from(best_col) + usize::from(tc_col);
     println!("|---|---|{}", "---|".repeat(cfg.contenders.len() + extra));
     for w in &cfg.workloads {
         for &t in &cfg.threads {
@@ -190,8 +193,8 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
                     None => print!(" - |"),
                 }
             }
-            if best_cols {
-                let v = find(cells, w, t, "vmarena").map(Cell::median).unwrap_or(f64::NAN);
+            let v = find(cells, w, t, "vmarena").map(Cell::median).unwrap_or(f64::NAN);
+            if best_col {
                 // The best plain call of the three peers, and of their aligned forms.
                 let best = PEERS
                     .iter()
@@ -199,10 +202,10 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
                     .filter_map(|c| find(cells, w, t, &c).map(Cell::median))
                     .fold(f64::INFINITY, f64::min);
                 print!(" {:.2}x |", v / best);
-                if has("tcmalloc") {
-                    let tc = find(cells, w, t, "tcmalloc").map(Cell::median).unwrap_or(f64::NAN);
-                    print!(" {:.2}x |", v / tc);
-                }
+            }
+            if tc_col {
+                let tc = find(cells, w, t, "tcmalloc").map(Cell::median).unwrap_or(f64::NAN);
+                print!(" {:.2}x |", v / tc);
             }
             println!();
         }
