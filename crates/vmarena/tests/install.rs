@@ -2,7 +2,9 @@
 //! current sources holds the versioned shared library with its two links, the static library,
 //! the shim, the header and a pkg-config file, all without debug information; a C program
 //! built with `pkg-config --cflags --libs vmarena` runs against the installed shared library, one
-//! linked with the static library runs too; `--uninstall` removes every file again.
+//! linked with the static library runs too; `--uninstall` removes every file again. The
+//! consumer project `examples/c-consumer` builds with its own Makefile against a prefix found
+//! through pkg-config only, dynamically and statically linked, and runs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,6 +102,45 @@ fn a_staged_install_links_runs_and_uninstalls() {
     sh(Command::new(&script).args(["--uninstall", "--prefix", prefix, "--destdir"]).arg(&stage));
     let left: Vec<PathBuf> = walk(&top);
     assert!(left.is_empty(), "left after --uninstall: {left:?}");
+}
+
+/// `examples/c-consumer`, copied out of the source tree, built with its Makefile against a
+/// temporary prefix that pkg-config alone points to, dynamic and static, and run.
+#[test]
+fn the_consumer_example_builds_against_an_installed_prefix_through_pkg_config() {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let from = common::shared_libraries(&["vmarena-preload"]);
+    let prefix = tmp.join("consumer-prefix");
+    let _ = std::fs::remove_dir_all(&prefix);
+    sh(Command::new(root().join("scripts/install.sh")).arg("--prefix").arg(&prefix).arg("--from").arg(&from));
+    let project = tmp.join("c-consumer");
+    let _ = std::fs::remove_dir_all(&project);
+    std::fs::create_dir_all(&project).unwrap();
+    for f in ["Makefile", "consumer.c"] {
+        std::fs::copy(root().join("examples/c-consumer").join(f), project.join(f)).unwrap();
+    }
+    let lib = prefix.join("lib");
+    let make = |target: &str| {
+        sh(Command::new("make")
+            .arg("-C")
+            .arg(&project)
+            .arg(target)
+            .env("PKG_CONFIG_PATH", lib.join("pkgconfig")))
+    };
+    make("consumer");
+    make("static");
+    let dynamic = sh(Command::new(project.join("consumer"))
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("VMARENA_SPACE_BYTES", "4G"));
+    assert!(dynamic.contains("consumer ok"), "{dynamic}");
+    let needed = sh(Command::new("readelf").arg("-d").arg(project.join("consumer")));
+    assert!(needed.contains(&format!("[libvmarena.so.{}]", env!("CARGO_PKG_VERSION_MAJOR"))), "{needed}");
+    let fixed = sh(Command::new(project.join("consumer-static")).env("VMARENA_SPACE_BYTES", "4G"));
+    assert!(fixed.contains("consumer ok"), "{fixed}");
+    let needed = sh(Command::new("readelf").arg("-d").arg(project.join("consumer-static")));
+    assert!(!needed.contains("libvmarena.so"), "the static program needs no libvmarena.so: {needed}");
+    assert!(fixed.contains(&format!("vmarena {}", env!("CARGO_PKG_VERSION"))), "{fixed}");
+    let _ = std::fs::remove_dir_all(&prefix);
 }
 
 /// Every file (not folder) under `dir`.
