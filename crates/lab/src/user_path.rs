@@ -4,7 +4,9 @@
 //! The program (`src/c/user_path.c`) runs the kernel's test_vmalloc shapes from threads it
 //! creates, writing every page of every block: fix_size (3 pages), full_fit (1-page
 //! alloc a, alloc b, free a, alloc c, free c, free b), random_size (1 to 100 pages) and
-//! long_busy (15,000 live pages per thread, then 1-page pairs). Contenders:
+//! long_busy (15,000 live pages per thread, then 1-page pairs); and mid_size (17, 32, 64,
+//! 128, 192 and 256 pages in turn: exact sizes of the kernel's pool range, each asked for
+//! again every six loops). Contenders:
 //!
 //! | contender | calls | process |
 //! |---|---|---|
@@ -24,14 +26,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCE: &str = include_str!("c/user_path.c");
-const WORKLOADS: &[&str] = &["fix_size", "full_fit", "random_size", "long_busy"];
+const WORKLOADS: &[&str] = &["fix_size", "full_fit", "random_size", "long_busy", "mid_size"];
 const PEERS: &[&str] = &["glibc", "jemalloc", "mimalloc"];
 
 /// Options of `vmarena user-path`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct UserPathConfig {
-    /// Workloads: fix_size, full_fit, random_size, long_busy.
-    #[arg(long, value_delimiter = ',', default_value = "fix_size,full_fit,random_size,long_busy")]
+    /// Workloads: fix_size, full_fit, random_size, long_busy (test_vmalloc's shapes) and
+    /// mid_size (17 to 256 pages, six exact sizes in turn).
+    #[arg(long, value_delimiter = ',', default_value = "fix_size,full_fit,random_size,long_busy,mid_size")]
     pub workloads: Vec<String>,
     /// Thread counts.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
@@ -43,7 +46,7 @@ pub struct UserPathConfig {
         default_value = "vmarena,glibc,jemalloc,mimalloc,tcmalloc,glibc-aligned,jemalloc-aligned,mimalloc-aligned,tcmalloc-aligned"
     )]
     pub contenders: Vec<String>,
-    /// Loops per thread (random_size runs a tenth of them).
+    /// Loops per thread (random_size and mid_size run a tenth of them).
     #[arg(long, default_value_t = 200_000)]
     pub loops: u64,
     /// Fresh processes per (workload, threads, contender); the median is reported.
@@ -93,7 +96,7 @@ fn setup(c: &str, abi: &Path, plain: &Path) -> Result<Setup, String> {
 }
 
 fn loops_of(w: &str, loops: u64) -> u64 {
-    if w == "random_size" {
+    if w == "random_size" || w == "mid_size" {
         (loops / 10).max(1)
     } else {
         loops
@@ -252,7 +255,7 @@ pub fn main(cfg: &UserPathConfig, m: &Machine) -> Result<(), String> {
         return Err("--runs, --loops and --threads must be positive".into());
     }
     if let Some(w) = cfg.workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
-        return Err(format!("unknown workload '{w}' (fix_size, full_fit, random_size, long_busy)"));
+        return Err(format!("unknown workload '{w}' (fix_size, full_fit, random_size, long_busy, mid_size)"));
     }
     let cells = run(cfg)?;
     print(cfg, &cells, m);

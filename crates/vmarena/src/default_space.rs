@@ -50,6 +50,12 @@ pub fn default_space() -> Result<&'static VmSpace, &'static str> {
 /// Size pools of the default space: areas of up to 16 pages (64 KiB of 4 KiB pages).
 pub const DEFAULT_SPACE_POOL_MAX_PAGES: u64 = 16;
 
+/// The default space's thread caches hold areas of up to this many pages, the guard page
+/// included: requests of up to 256 pages (1 MiB of 4 KiB pages, the kernel's pool range) are
+/// reused from the thread's cache without a lock, as small ones are. The magazine's page
+/// budget (`thread_cache_pages`, `thread_cache_pages_max`) still bounds what a thread holds.
+pub const DEFAULT_SPACE_THREAD_CACHE_MAX_PAGES: u64 = 257;
+
 /// The default space's lazy threshold, as a multiple of the kernel's `fls(CPUs) x 32 MiB`
 /// ([`ArenaOptions::lazy_max`]): 128 MiB on 2 or 3 CPUs.
 pub const DEFAULT_SPACE_LAZY_MAX_FACTOR: u64 = 2;
@@ -63,7 +69,8 @@ pub const DEFAULT_SPACE_LAZY_SLACK_PERCENT: u64 = 50;
 pub const DEFAULT_SPACE_LAZY_SLACK_PAGES: u64 = 256;
 
 /// The default space's arena options: [`ArenaOptions::default`] with the pools stopping at
-/// [`DEFAULT_SPACE_POOL_MAX_PAGES`], [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's lazy
+/// [`DEFAULT_SPACE_POOL_MAX_PAGES`], thread caches up to
+/// [`DEFAULT_SPACE_THREAD_CACHE_MAX_PAGES`], [`DEFAULT_SPACE_LAZY_MAX_FACTOR`] times the kernel's lazy
 /// threshold, and [`DEFAULT_SPACE_LAZY_SLACK_PERCENT`] and [`DEFAULT_SPACE_LAZY_SLACK_PAGES`] of slack,
 /// then the environment (a malformed variable is reported on stderr and ignored, as
 /// [`ArenaOptions::from_env`] does).
@@ -71,6 +78,7 @@ pub fn default_space_options() -> ArenaOptions {
     let kernel = ArenaOptions::default();
     ArenaOptions {
         pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES,
+        thread_cache_max_pages: DEFAULT_SPACE_THREAD_CACHE_MAX_PAGES,
         lazy_max_pages: DEFAULT_SPACE_LAZY_MAX_FACTOR * kernel.lazy_max(),
         lazy_slack_percent: DEFAULT_SPACE_LAZY_SLACK_PERCENT,
         lazy_slack_pages: DEFAULT_SPACE_LAZY_SLACK_PAGES,

@@ -224,3 +224,43 @@ fn patterns_survive_cross_thread_frees_and_concurrent_drains() {
     assert!(st.cache_hits > 0, "{st:?}");
     s.check().unwrap();
 }
+
+/// The default space's options cache every exact size of the kernel's pool range: a request
+/// of 17 to 256 pages freed and asked for again comes back from the thread's cache without a
+/// lock, with its contents; 257 pages does not.
+#[test]
+fn the_default_options_reuse_pool_range_sizes_from_the_thread_cache() {
+    let so = SpaceOptions { space_bytes: 1 << 32, ..Default::default() };
+    let ao = ArenaOptions { purge_thread: false, decay_interval_ms: 0, ..default_space_options() };
+    assert_eq!(ao.thread_cache_max_pages, DEFAULT_SPACE_THREAD_CACHE_MAX_PAGES);
+    let s = VmSpace::new("tc-default", so, ao).unwrap();
+    // One thread per size: each starts with an empty magazine at the base budget (a magazine
+    // that already holds other sizes makes room by its eviction and growth rules, tested in
+    // the engine).
+    for pages in [17usize, 100, 128, 200, 256] {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let bytes = pages * 4096;
+                let p = s.vmalloc(bytes).unwrap();
+                common::fill(p.as_ptr(), bytes, pages as u64);
+                s.vfree(p.as_ptr()).unwrap();
+                // (Reading the statistics takes node locks: read them around the locks' count.)
+                let hits = s.stats(false).arena.cache_hits;
+                let locks = node_acquisitions(&s);
+                let q = s.vmalloc(bytes).unwrap();
+                assert_eq!(node_acquisitions(&s), locks, "{pages} pages: no lock");
+                assert_eq!(q, p, "{pages} pages: the cached area");
+                assert_eq!(s.stats(false).arena.cache_hits, hits + 1, "{pages} pages: a cache hit");
+                common::verify(q.as_ptr(), bytes, pages as u64);
+                s.vfree(q.as_ptr()).unwrap();
+            });
+        });
+    }
+    let big = s.vmalloc(257 * 4096).unwrap();
+    s.vfree(big.as_ptr()).unwrap();
+    let hits = s.stats(false).arena.cache_hits;
+    let again = s.vmalloc(257 * 4096).unwrap();
+    assert_eq!(s.stats(false).arena.cache_hits, hits, "257 pages are not cached");
+    s.vfree(again.as_ptr()).unwrap();
+    s.check().unwrap();
+}

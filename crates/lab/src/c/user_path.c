@@ -10,6 +10,8 @@
  *   full_fit     1 page: alloc a, alloc b, free a, alloc c, free c, free b
  *   random_size  1 to 100 pages: alloc, write, free
  *   long_busy    15,000 live 1-page blocks per thread first (untimed), then 1-page alloc+free
+ *   mid_size     17, 32, 64, 128, 192 and 256 pages in turn: alloc, write, free (exact sizes
+ *                of the kernel's pool range, each asked for again every six loops)
  * Prints "ns_per_op X" (wall time from the common start to the last thread's end, divided by
  * LOOPS x THREADS). */
 #define _GNU_SOURCE
@@ -72,6 +74,9 @@ static void *worker(void *arg) {
             void *c = alloc(PAGE);
             release(c);
             release(b);
+        } else if (workload[0] == 'm') { /* mid_size */
+            static const size_t mid[6] = {17, 32, 64, 128, 192, 256};
+            release(alloc(mid[i % 6] * PAGE));
         } else if (workload[0] == 'r') { /* random_size */
             r ^= r << 13; r ^= r >> 7; r ^= r << 17;
             release(alloc((1 + r % 100) * PAGE));
@@ -88,7 +93,7 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy THREADS LOOPS [aligned]\n");
+        fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy|mid_size THREADS LOOPS [aligned]\n");
         return 2;
     }
     workload = argv[1];
@@ -96,7 +101,8 @@ int main(int argc, char **argv) {
     loops = atol(argv[3]);
     aligned = argc > 4 && strcmp(argv[4], "aligned") == 0;
     if (threads < 1 || loops < 1 || (strcmp(workload, "fix_size") && strcmp(workload, "full_fit") &&
-                                      strcmp(workload, "random_size") && strcmp(workload, "long_busy"))) {
+                                      strcmp(workload, "random_size") && strcmp(workload, "long_busy") &&
+                                      strcmp(workload, "mid_size"))) {
         fprintf(stderr, "user_path: bad workload, thread count or loop count\n");
         return 2;
     }
