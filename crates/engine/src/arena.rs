@@ -42,7 +42,7 @@
 
 use crate::area_state::Claim;
 use crate::backing::Backing;
-use crate::lock::{LockStats, StatGuard, StatLock};
+use crate::lock::{next_owner, LockRank, LockStats, StatGuard, StatLock};
 use crate::magazine::{FreeFast, ThreadCaches};
 use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
 use crate::options::ArenaOptions;
@@ -243,6 +243,9 @@ pub struct PurgeReport {
     pub syscalls: u64,
 }
 
+/// One per arena, so the variants' sizes do not matter; boxing the larger ones would add a
+/// pointer chase to every lock acquisition.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Kind {
     Global(Padded<StatLock<GlobalState>>),
     Split { free: Padded<StatLock<FreeTree>>, busy: Padded<StatLock<BusyLazy>> },
@@ -360,14 +363,21 @@ impl Arena {
             return Err(format!("pool_max_pages must be at most {}", vmarena_core::POOL_MAX_PAGES));
         }
         let nr_nodes = opts.node_count();
-        let free = || Padded(StatLock::new(FreeTree::with_range(lo, hi)));
+        // This arena's place in the lock order (lock.rs, `LockRank`).
+        let owner = next_owner();
+        let free = || Padded(StatLock::ranked(LockRank::arena_free(owner), FreeTree::with_range(lo, hi)));
         let kind = match opts.strategy {
-            Strategy::Global => Kind::Global(Padded(StatLock::new(GlobalState {
-                free: FreeTree::with_range(lo, hi),
-                bl: BusyLazy::default(),
-            }))),
-            Strategy::Split => Kind::Split { free: free(), busy: Padded(StatLock::new(BusyLazy::default())) },
-            Strategy::Nodes => Kind::Nodes { free: free(), nodes: (0..nr_nodes).map(new_node).collect() },
+            Strategy::Global => Kind::Global(Padded(StatLock::ranked(
+                LockRank::arena_global(owner),
+                GlobalState { free: FreeTree::with_range(lo, hi), bl: BusyLazy::default() },
+            ))),
+            Strategy::Split => Kind::Split {
+                free: free(),
+                busy: Padded(StatLock::ranked(LockRank::arena_busy(owner), BusyLazy::default())),
+            },
+            Strategy::Nodes => {
+                Kind::Nodes { free: free(), nodes: (0..nr_nodes).map(|i| new_node(owner, i)).collect() }
+            }
         };
         let (cache, cache_off) = if !opts.thread_cache {
             (None, Some("switched off (thread_cache)".to_string()))

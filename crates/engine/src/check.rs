@@ -1,15 +1,14 @@
 //! The invariant checker: every page of the arena is in exactly one state, and every
 //! structure is internally consistent (DESIGN.md, section 7).
 //!
-//! It is the only engine code that holds several spin locks at once, in the documented order:
-//! purge mutex, node locks in index order, free lock (Global: the one lock; Split: free, then
-//! busy), after the thread-cache registry mutex. Call it when no user thread uses the arena: an
+//! It holds every lock of the arena at once: the thread-cache registry mutex, the purge mutex,
+//! then the spin locks in the lock order (lock.rs, `LockRank`: node locks in index order, then
+//! the free lock; Global: the one lock; Split: free, then busy). Call it when no user thread uses the arena: an
 //! area in flight between two locks would otherwise look lost. The purge worker may run: its
 //! purges hold the purge mutex and its cache drains the registry mutex, both held by the check.
 
 use crate::arena::AreaTag;
 use crate::arena::{Kind, Shared, NO_NODE};
-use crate::lock::with_nesting_allowed;
 use crate::strategy::BusyLazy;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::BusyArea;
@@ -31,7 +30,7 @@ impl Shared {
             return Err(format!("area {:#x} sits in two thread-cache slots", w[0]));
         }
         let _serial = self.purge_lock.lock().unwrap_or_else(|e| e.into_inner());
-        with_nesting_allowed(|| {
+        (|| {
             // (start, pages, what)
             let mut all: Vec<(u64, u64, &'static str)> = Vec::new();
             let check_bl = |bl: &BusyLazy, all: &mut Vec<(u64, u64, &'static str)>| -> Result<(), String> {
@@ -145,7 +144,7 @@ impl Shared {
                 return Err(format!("pages [{at:#x}, {:#x}) are lost: in no list, tree or map", self.hi));
             }
             Ok(())
-        })
+        })()
     }
 
     /// A busy area's state word agrees with its record: live or cached exactly when the area is

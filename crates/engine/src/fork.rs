@@ -39,7 +39,6 @@
 #![allow(unsafe_code)]
 
 use crate::arena::{Kind, Shared};
-use crate::lock::with_nesting_allowed;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Anything held until dropped (a lock guard of any type).
@@ -132,8 +131,8 @@ pub fn lock_everything_for_fork() -> ProcessForkGuard {
 
 impl Drop for ProcessForkGuard {
     fn drop(&mut self) {
-        // Release the last-taken first; the nesting allowance covers the debug lock counter.
-        with_nesting_allowed(|| self.held.clear());
+        // Release the last-taken first.
+        self.held.clear();
     }
 }
 
@@ -144,7 +143,8 @@ impl ForkLocks for Shared {
             held.push(c.lock_for_fork());
         }
         held.push(Box::new(self.purge_lock.lock().unwrap_or_else(|e| e.into_inner())));
-        with_nesting_allowed(|| match &self.kind {
+        // In the lock order (lock.rs, `LockRank`).
+        match &self.kind {
             Kind::Global(g) => held.push(Box::new(g.lock())),
             Kind::Split { free, busy } => {
                 held.push(Box::new(free.lock()));
@@ -156,7 +156,7 @@ impl ForkLocks for Shared {
                 }
                 held.push(Box::new(free.lock()));
             }
-        });
+        }
         held.push(self.worker.lock_for_fork());
         held
     }

@@ -29,7 +29,7 @@
 //! when it drains to the zone; a list hit then skips the preparation (the seed's experiment).
 
 use crate::frame_options::{FrameOptions, FrameStats};
-use crate::lock::{with_nesting_allowed, LockSite, LockStats, StatGuard, StatLock};
+use crate::lock::{next_owner, LockRank, LockSite, LockStats, StatGuard, StatLock};
 use crate::node::Padded;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -172,15 +172,13 @@ impl crate::fork::ForkLocks for FrameAllocator {
     /// Every CPU's page list, every CPU's batch queue, then the zone (the order of `fork`).
     fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
         let mut held: Vec<Box<dyn crate::fork::Held + '_>> = Vec::with_capacity(2 * self.cpus.len() + 1);
-        with_nesting_allowed(|| {
-            for c in self.cpus.iter() {
-                held.push(Box::new(c.pcp.lock()));
-            }
-            for c in self.cpus.iter() {
-                held.push(Box::new(c.queue.lock()));
-            }
-            held.push(Box::new(self.zone.lock()));
-        });
+        for c in self.cpus.iter() {
+            held.push(Box::new(c.pcp.lock()));
+        }
+        for c in self.cpus.iter() {
+            held.push(Box::new(c.queue.lock()));
+        }
+        held.push(Box::new(self.zone.lock()));
         held
     }
 }
@@ -218,11 +216,18 @@ impl FrameAllocator {
             ));
         }
         let qcap = opts.batch_queue.max(1);
+        let owner = next_owner();
         let cpus = (0..ncpu)
-            .map(|_| {
+            .map(|cpu| {
                 Padded(CpuLists {
-                    pcp: StatLock::new(PcpSlot { pcp: Pcp::new(cfg), hits: 0 }),
-                    queue: StatLock::new(QueueSlot { queue: BatchQueue::new(qcap), inserts: 0 }),
+                    pcp: StatLock::ranked(
+                        LockRank::frames_pcp(owner, cpu),
+                        PcpSlot { pcp: Pcp::new(cfg), hits: 0 },
+                    ),
+                    queue: StatLock::ranked(
+                        LockRank::frames_queue(owner, cpu),
+                        QueueSlot { queue: BatchQueue::new(qcap), inserts: 0 },
+                    ),
                     last_decay_ns: AtomicU64::new(monotonic_ns()),
                 })
             })
@@ -238,7 +243,7 @@ impl FrameAllocator {
             rule: if opts.batch_half_full { BatchRule::HalfFullTrylock } else { BatchRule::FullBlock },
             decay_ns: opts.pcp_decay_ms.saturating_mul(1_000_000),
             opts,
-            zone: StatLock::new(buddy),
+            zone: StatLock::ranked(LockRank::frames_zone(owner), buddy),
             below_high: AtomicBool::new(false),
             cpus,
             desc,
@@ -349,7 +354,7 @@ impl FrameAllocator {
     fn refill(&self, p: &mut StatGuard<'_, PcpSlot>, order: u32) -> usize {
         let n = p.refill_blocks(order, self.below_high.load(Relaxed));
         let mut blocks = Vec::with_capacity(n as usize);
-        with_nesting_allowed(|| {
+        {
             let mut z = self.zone.lock_at(&ZONE_REFILL);
             for _ in 0..n {
                 match z.alloc(order).expect("order checked") {
@@ -361,7 +366,7 @@ impl FrameAllocator {
             if !z.watermark_ok(0, marks.high) {
                 self.below_high.store(true, Relaxed);
             }
-        });
+        }
         self.c.pcp_refills.fetch_add(1, Relaxed);
         self.c.refill_blocks.fetch_add(blocks.len() as u64, Relaxed);
         p.add_refilled(order, &blocks);
@@ -441,7 +446,7 @@ impl FrameAllocator {
         for &(pfn, o) in blocks {
             self.dismantle(pfn, o);
         }
-        with_nesting_allowed(|| {
+        {
             let mut z = self.zone.lock_at(site);
             for &(pfn, o) in blocks {
                 z.free(pfn, o).expect("a cached block is allocated in the buddy");
@@ -449,7 +454,7 @@ impl FrameAllocator {
             if z.watermark_ok(0, z.watermarks().high) {
                 self.below_high.store(false, Relaxed);
             }
-        });
+        }
         self.c.pcp_drains.fetch_add(1, Relaxed);
         self.c.drain_blocks.fetch_add(blocks.len() as u64, Relaxed);
     }
@@ -469,7 +474,7 @@ impl FrameAllocator {
         q.inserts += item.is_none() as u64;
         match self.rule.after_insert(slots, q.capacity()) {
             Flush::No => {}
-            Flush::Try => match with_nesting_allowed(|| self.zone.try_lock()) {
+            Flush::Try => match self.zone.try_lock() {
                 Some(z) => self.flush(&mut q, z, None),
                 None => {
                     self.c.queue_try_failures.fetch_add(1, Relaxed);
@@ -477,14 +482,14 @@ impl FrameAllocator {
             },
             Flush::Must => {
                 self.c.queue_blocking_flushes.fetch_add(1, Relaxed);
-                let z = with_nesting_allowed(|| self.zone.lock_at(&ZONE_FLUSH));
+                let z = self.zone.lock_at(&ZONE_FLUSH);
                 self.flush(&mut q, z, item);
             }
         }
     }
 
     fn flush(&self, q: &mut BatchQueue<(u32, u32)>, mut z: StatGuard<'_, Buddy>, extra: Option<(u32, u32)>) {
-        with_nesting_allowed(|| {
+        {
             for (pfn, o) in q.drain().chain(extra) {
                 z.free(pfn, o).expect("a queued block is allocated in the buddy");
             }
@@ -492,7 +497,7 @@ impl FrameAllocator {
                 self.below_high.store(false, Relaxed);
             }
             drop(z);
-        });
+        }
         self.c.queue_flushes.fetch_add(1, Relaxed);
     }
 
@@ -526,7 +531,7 @@ impl FrameAllocator {
             }
             let mut q = cpu.queue.lock();
             if !q.is_empty() {
-                let z = with_nesting_allowed(|| self.zone.lock_at(&ZONE_FLUSH));
+                let z = self.zone.lock_at(&ZONE_FLUSH);
                 self.flush(&mut q, z, None);
             }
         }

@@ -26,11 +26,10 @@
 //! acquisition, which the fast path does not pay otherwise). Sites are process-wide statistics,
 //! plain std atomics even under loom.
 //!
-//! Lock order: no arena path holds two `StatLock`s at once, except the invariant checker, which
-//! takes pool locks, then the free lock, then busy locks (DESIGN.md, "Locks"). The frame
-//! allocator nests a CPU's list or queue lock over the zone lock (pcp, then zone), as the
-//! kernel does. Debug builds count
-//! the `StatLock`s each thread holds and assert the count stays at one outside the checker.
+//! Lock order: every `StatLock` has a [`LockRank`], and a thread takes a lock (other than with
+//! `try_lock`, which cannot wait) only while every `StatLock` it holds ranks below it. The
+//! order itself is written once, on [`LockRank`]; debug builds (the test suite) assert it on
+//! every acquisition and panic on an inversion.
 #![allow(unsafe_code)]
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -50,6 +49,80 @@ pub fn set_timing(on: bool) {
 /// True while hold times are measured.
 pub fn timing() -> bool {
     TIMING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Where a `StatLock` stands in the one lock order of the engine. Ranks compare field by
+/// field; a thread may block on a lock only while every `StatLock` it holds ranks lower:
+///
+/// | field | order |
+/// |---|---|
+/// | owner kind | arenas, then frame allocators (the order in which `fork()` takes them) |
+/// | owner | creation order ([`next_owner`]) |
+/// | class | arena: `global` or `node`, then `free`, then Split's `busy`; frame allocator: `pcp`, then `queue`, then `zone` |
+/// | group | among the locks of one class, a node's or a CPU's index, in index order |
+///
+/// So an arena's invariant checker and `fork()` take node locks in index order and then the
+/// free lock (Split: free, then busy); a frame allocator nests a CPU's list or queue lock over
+/// its zone lock, as the kernel nests the pcp lock over the zone lock, and `fork()` takes every
+/// CPU's list, every CPU's queue, then the zone; `fork()` takes arena after arena, then frame
+/// allocator after frame allocator. Fast paths hold one at a time. Unranked locks (outside
+/// the engine's structures) may not be held with any other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LockRank {
+    owner_kind: u8,
+    owner: u64,
+    class: u8,
+    group: u32,
+}
+
+const OWNER_ARENA: u8 = 1;
+const OWNER_FRAMES: u8 = 2;
+
+/// A creation number for an owner of ranked locks (an arena or a frame allocator): later
+/// owners rank higher.
+pub fn next_owner() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl LockRank {
+    /// A lock outside the engine's structures: never held with another `StatLock`.
+    pub const UNRANKED: LockRank = LockRank { owner_kind: 0, owner: 0, class: 0, group: 0 };
+
+    /// The Global strategy's one lock of arena `owner`.
+    pub fn arena_global(owner: u64) -> LockRank {
+        LockRank { owner_kind: OWNER_ARENA, owner, class: 0, group: 0 }
+    }
+
+    /// Node `index`'s lock of arena `owner`.
+    pub fn arena_node(owner: u64, index: usize) -> LockRank {
+        LockRank { owner_kind: OWNER_ARENA, owner, class: 0, group: index as u32 }
+    }
+
+    /// The free-tree lock of arena `owner` (Split and Nodes).
+    pub fn arena_free(owner: u64) -> LockRank {
+        LockRank { owner_kind: OWNER_ARENA, owner, class: 1, group: 0 }
+    }
+
+    /// The Split strategy's busy-and-lazy lock of arena `owner`.
+    pub fn arena_busy(owner: u64) -> LockRank {
+        LockRank { owner_kind: OWNER_ARENA, owner, class: 2, group: 0 }
+    }
+
+    /// CPU `cpu`'s page-list lock of frame allocator `owner`.
+    pub fn frames_pcp(owner: u64, cpu: usize) -> LockRank {
+        LockRank { owner_kind: OWNER_FRAMES, owner, class: 0, group: cpu as u32 }
+    }
+
+    /// CPU `cpu`'s batch-queue lock of frame allocator `owner`.
+    pub fn frames_queue(owner: u64, cpu: usize) -> LockRank {
+        LockRank { owner_kind: OWNER_FRAMES, owner, class: 1, group: cpu as u32 }
+    }
+
+    /// The zone (buddy) lock of frame allocator `owner`.
+    pub fn frames_zone(owner: u64) -> LockRank {
+        LockRank { owner_kind: OWNER_FRAMES, owner, class: 2, group: 0 }
+    }
 }
 
 /// A snapshot of one lock's figures (or the sum over a class of locks).
@@ -123,6 +196,9 @@ impl LockSite {
 /// A spin lock around `T` with built-in statistics. See the module documentation.
 pub struct StatLock<T> {
     state: AtomicU32,
+    /// Checked in debug builds only; release builds do not keep it.
+    #[cfg(all(debug_assertions, not(loom)))]
+    rank: LockRank,
     acquisitions: AtomicU64,
     contended: AtomicU64,
     wait_ns: AtomicU64,
@@ -139,25 +215,51 @@ unsafe impl<T: Send> Send for StatLock<T> {}
 
 #[cfg(all(debug_assertions, not(loom)))]
 thread_local! {
-    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    static NESTING_ALLOWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The ranks of the `StatLock`s this thread holds, in acquisition order.
+    static HELD: std::cell::RefCell<Vec<LockRank>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Allow this thread to hold several `StatLock`s at once while `f` runs (the checker only).
-pub fn with_nesting_allowed<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(all(debug_assertions, not(loom)))]
-    NESTING_ALLOWED.with(|n| n.set(true));
-    let r = f();
-    #[cfg(all(debug_assertions, not(loom)))]
-    NESTING_ALLOWED.with(|n| n.set(false));
-    r
+/// Debug builds: record that this thread took a lock of rank `rank`; when `blocking`, first
+/// assert the order (every held lock ranks below, and unranked locks are held alone).
+#[cfg(all(debug_assertions, not(loom)))]
+fn note_acquired(rank: LockRank, blocking: bool) {
+    let _ = HELD.try_with(|h| {
+        let mut h = h.borrow_mut();
+        if blocking {
+            if let Some(worst) =
+                h.iter().find(|&&r| r >= rank || r == LockRank::UNRANKED || rank == LockRank::UNRANKED)
+            {
+                panic!("lock order: taking {rank:?} while holding {worst:?} (LockRank documents the order)");
+            }
+        }
+        h.push(rank);
+    });
+}
+
+#[cfg(all(debug_assertions, not(loom)))]
+fn note_released(rank: LockRank) {
+    let _ = HELD.try_with(|h| {
+        let mut h = h.borrow_mut();
+        if let Some(i) = h.iter().rposition(|&r| r == rank) {
+            h.remove(i);
+        }
+    });
 }
 
 impl<T> StatLock<T> {
-    /// A new unlocked lock around `value`.
+    /// A new unlocked lock around `value`, never held with another `StatLock`.
     pub fn new(value: T) -> Self {
+        Self::ranked(LockRank::UNRANKED, value)
+    }
+
+    /// A new unlocked lock around `value` at `rank` in the lock order.
+    pub fn ranked(rank: LockRank, value: T) -> Self {
+        #[cfg(any(not(debug_assertions), loom))]
+        let _ = rank;
         StatLock {
             state: AtomicU32::new(0),
+            #[cfg(all(debug_assertions, not(loom)))]
+            rank,
             acquisitions: AtomicU64::new(0),
             contended: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
@@ -170,6 +272,8 @@ impl<T> StatLock<T> {
     /// Take the lock.
     #[inline]
     pub fn lock(&self) -> StatGuard<'_, T> {
+        #[cfg(all(debug_assertions, not(loom)))]
+        note_acquired(self.rank, true);
         if self.state.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_contended(None);
         }
@@ -179,6 +283,8 @@ impl<T> StatLock<T> {
     /// Take the lock on behalf of the code path `site`.
     #[inline]
     pub fn lock_at(&self, site: &'static LockSite) -> StatGuard<'_, T> {
+        #[cfg(all(debug_assertions, not(loom)))]
+        note_acquired(self.rank, true);
         if self.state.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_contended(Some(site));
         }
@@ -189,6 +295,8 @@ impl<T> StatLock<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<StatGuard<'_, T>> {
         if self.state.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            #[cfg(all(debug_assertions, not(loom)))]
+            note_acquired(self.rank, false);
             Some(self.acquired(None))
         } else {
             None
@@ -197,13 +305,6 @@ impl<T> StatLock<T> {
 
     #[inline]
     fn acquired(&self, site: Option<&'static LockSite>) -> StatGuard<'_, T> {
-        #[cfg(all(debug_assertions, not(loom)))]
-        HELD.with(|h| {
-            let n = h.get() + 1;
-            h.set(n);
-            let allowed = NESTING_ALLOWED.with(|a| a.get());
-            debug_assert!(n == 1 || allowed, "lock order: two engine locks held at once");
-        });
         // Only the holder writes these; the lock orders the writes.
         self.acquisitions.store(self.acquisitions.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if timing() {
@@ -298,7 +399,7 @@ impl<T> Drop for StatGuard<'_, T> {
             }
         }
         #[cfg(all(debug_assertions, not(loom)))]
-        HELD.with(|h| h.set(h.get() - 1));
+        note_released(self.lock.rank);
         self.lock.state.store(0, Ordering::Release);
     }
 }
@@ -364,6 +465,42 @@ mod tests {
         drop(l.lock_at(&SITE));
         set_timing(false);
         assert_eq!(SITE.stats().acquisitions, 1, "counted only while timing was on");
+    }
+
+    /// Ranks rise: node locks in index order then the free lock pass; a planted inversion
+    /// (the free lock, then a node lock) panics before it can deadlock.
+    #[test]
+    #[cfg(debug_assertions)]
+    fn the_lock_order_is_asserted_on_every_acquisition() {
+        let owner = next_owner();
+        let nodes: Vec<_> = (0..3).map(|i| StatLock::ranked(LockRank::arena_node(owner, i), i)).collect();
+        let free = StatLock::ranked(LockRank::arena_free(owner), ());
+        {
+            let held: Vec<_> = nodes.iter().map(|n| n.lock()).collect();
+            let _f = free.lock();
+            drop(held);
+        }
+        // A later owner ranks above every lock of an earlier one.
+        let later = StatLock::ranked(LockRank::arena_node(next_owner(), 0), ());
+        drop((free.lock(), later.lock()));
+        // try_lock cannot wait, so it may go against the order.
+        let f = free.lock();
+        assert!(nodes[0].try_lock().is_some());
+        drop(f);
+        let inverted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _f = free.lock();
+            let _n = nodes[1].lock();
+        }));
+        let msg = inverted.expect_err("an inversion must panic");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("lock order"), "{msg}");
+        let backwards = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _a = nodes[2].lock();
+            let _b = nodes[1].lock();
+        }));
+        assert!(backwards.is_err(), "node locks against index order must panic");
+        // Every guard of the failed attempts was released on the way out.
+        let _all: Vec<_> = nodes.iter().map(|n| n.lock()).collect();
     }
 
     #[test]

@@ -23,7 +23,7 @@
 //! approximate counter in steps of [`lazy_sync_pages`], as a kernel `percpu_counter` does.
 
 pub(crate) use crate::lazy_list::{LazyArea, LazyList};
-use crate::lock::StatLock;
+use crate::lock::{LockRank, StatLock};
 use crate::AreaTag;
 use vmarena_core::{BusyMap, SizePools};
 
@@ -118,8 +118,8 @@ impl<T> std::ops::Deref for Padded<T> {
 
 pub(crate) type Node = Padded<StatLock<NodeState>>;
 
-pub(crate) fn new_node(index: usize) -> Node {
-    Padded(StatLock::new(NodeState { index, ..Default::default() }))
+pub(crate) fn new_node(owner: u64, index: usize) -> Node {
+    Padded(StatLock::ranked(LockRank::arena_node(owner, index), NodeState { index, ..Default::default() }))
 }
 
 #[cfg(test)]
