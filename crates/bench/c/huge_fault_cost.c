@@ -2,7 +2,7 @@
  * page fault (MADV_HUGEPAGE), and what a second pass over the same memory costs. Three rounds
  * of each: on a virtual machine whose balloon takes back free 2 MiB blocks, the first huge
  * round may land on memory the host must fault in again, the later ones on the blocks the
- * previous round just unmapped (BENCHMARKS.md, "A lazy list without B-trees").
+ * previous round just unmapped (docs/bench-log/shim-programs.md, "A lazy list without B-trees").
  *
  *   cc -O2 -o /tmp/huge_fault_cost crates/bench/c/huge_fault_cost.c && /tmp/huge_fault_cost
  */

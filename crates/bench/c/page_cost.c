@@ -1,5 +1,5 @@
 /* What a fresh page costs on this machine, against giving an area resident pages it did not
- * fault (BENCHMARKS.md, "Unmodified programs"): first-touch faults, MADV_POPULATE_WRITE over
+ * fault (docs/bench-log/shim-programs.md, "Unmodified programs"): first-touch faults, MADV_POPULATE_WRITE over
  * the same range, and mremap(MREMAP_FIXED | MREMAP_DONTUNMAP) of resident pages from a freed
  * range into a new one, with the mappings such moves leave behind.
  *

@@ -1,5 +1,5 @@
 /* What a TLB shootdown costs here, and what it does to the calls that send one
- * (BENCHMARKS.md, "TLB shootdowns"). A change to a present page-table entry must be flushed
+ * (docs/bench-log/shim-programs.md, "TLB shootdowns"). A change to a present page-table entry must be flushed
  * from every other CPU that runs the same address space, by an interrupt; a CPU that runs
  * another process, or none, is not interrupted. Three calls, each timed with a second thread
  * of this process spinning on the other CPU and without it:
