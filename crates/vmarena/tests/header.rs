@@ -76,11 +76,14 @@ fn rust_sigs() -> Sigs {
     sigs
 }
 
-/// Every function declaration of the header, comments and preprocessor lines removed.
-fn header_sigs() -> Sigs {
-    let text = std::fs::read_to_string(root().join("include/vmarena.h")).unwrap();
+fn header_text() -> String {
+    std::fs::read_to_string(root().join("include/vmarena.h")).unwrap()
+}
+
+/// Every function declaration of a header's text, comments and preprocessor lines removed.
+fn header_sigs(text: &str) -> Sigs {
     let mut code = String::new();
-    let mut rest = text.as_str();
+    let mut rest = text;
     while let Some(start) = rest.find("/*") {
         code.push_str(&rest[..start]);
         rest = &rest[start + rest[start..].find("*/").expect("closed comment") + 2..];
@@ -127,18 +130,48 @@ fn header_sigs() -> Sigs {
     sigs
 }
 
+/// What differs between the code's functions and a header's declarations, one line each.
+fn differences(rust: &Sigs, c: &Sigs) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, sig) in rust {
+        match c.get(name) {
+            None => out.push(format!("{name}: not in the header")),
+            Some(h) if h != sig => out.push(format!("{name}: the header says {h:?}, the code {sig:?}")),
+            Some(_) => {}
+        }
+    }
+    out.extend(
+        c.keys()
+            .filter(|k| !rust.contains_key(*k))
+            .map(|k| format!("{k}: in the header, not in the library")),
+    );
+    out
+}
+
 #[test]
 fn the_header_declares_every_c_abi_function_with_its_types() {
     let rust = rust_sigs();
-    let c = header_sigs();
     assert!(rust.len() >= 30, "only {} functions found in the sources", rust.len());
-    let missing: Vec<&String> = rust.keys().filter(|k| !c.contains_key(*k)).collect();
-    let extra: Vec<&String> = c.keys().filter(|k| !rust.contains_key(*k)).collect();
-    assert!(missing.is_empty(), "not in the header: {missing:?}");
-    assert!(extra.is_empty(), "in the header, not in the library: {extra:?}");
-    for (name, sig) in &rust {
-        assert_eq!(&c[name], sig, "{name}: the header's signature differs from the code's");
-    }
+    let diff = differences(&rust, &header_sigs(&header_text()));
+    assert!(diff.is_empty(), "header and code differ:\n{}", diff.join("\n"));
+}
+
+/// The comparison catches what it is for: a header with a changed signature, one without a
+/// function, and one with a function the library lacks.
+#[test]
+fn the_header_check_finds_planted_mismatches() {
+    let rust = rust_sigs();
+    let text = header_text();
+    let changed = text.replacen("int vmarena_vfree(void *p);", "int vmarena_vfree(const void *p);", 1);
+    assert_ne!(changed, text, "the declaration to change is in the header");
+    let diff = differences(&rust, &header_sigs(&changed));
+    assert!(diff.len() == 1 && diff[0].starts_with("vmarena_vfree:"), "{diff:?}");
+    let decl = "int vmarena_purge(void);";
+    assert!(text.contains(decl));
+    let diff = differences(&rust, &header_sigs(&text.replacen(decl, "", 1)));
+    assert_eq!(diff, ["vmarena_purge: not in the header"]);
+    let diff = differences(&rust, &header_sigs(&format!("{text}\nint vmarena_extra(int x);\n")));
+    assert_eq!(diff, ["vmarena_extra: in the header, not in the library"]);
 }
 
 #[test]
@@ -168,7 +201,7 @@ fn the_library_exports_the_headers_functions_under_its_soname() {
         .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
         .filter(|s| !s.starts_with('_'))
         .collect();
-    let header: Vec<String> = header_sigs().into_keys().collect();
+    let header: Vec<String> = header_sigs(&header_text()).into_keys().collect();
     let mut sorted = exported.clone();
     sorted.sort();
     assert_eq!(sorted, header, "the exported symbols are not the header's functions");
