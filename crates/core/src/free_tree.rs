@@ -146,6 +146,49 @@ impl FreeTree {
         Ok(self.clip(n, start, end - start))
     }
 
+    /// The lowest base for congruent areas (the kernel's `pcp_get_vm_areas` search): the
+    /// smallest `base`, a multiple of `align` (a power of two) and at least `lo`, such that every
+    /// part `(offset, pages)` — `[base + offset, base + offset + pages)` — lies inside one free
+    /// range and the whole span ends at most at `hi`. `None` when there is none (or the span
+    /// overflows). Changes nothing; take the parts with [`FreeTree::take`].
+    ///
+    /// A sweep: at a base where part `i` does not fit, no base below the next free range's
+    /// start minus `i`'s offset can fit it (no free range starts in between, and the one that
+    /// holds the part's start, if any, ends too early for every later start too), so the base
+    /// jumps there. Each jump passes a range boundary: O(parts × ranges × log ranges) at worst.
+    pub fn find_congruent(&self, parts: &[(u64, u64)], align: u64, lo: u64, hi: u64) -> Option<u64> {
+        if parts.is_empty() || parts.iter().any(|&(_, p)| p == 0) || !align.is_power_of_two() {
+            return None;
+        }
+        let span = parts.iter().map(|&(o, p)| o.checked_add(p)).collect::<Option<Vec<u64>>>()?;
+        let span = span.into_iter().max()?;
+        let align_up = |x: u64| x.checked_next_multiple_of(align);
+        let mut base = align_up(lo)?;
+        loop {
+            if base.checked_add(span)? > hi {
+                return None;
+            }
+            let mut jump = None;
+            for &(off, pages) in parts {
+                let s = base + off;
+                let n = self.floor(s);
+                if n != NIL && self.nodes[n as usize].end >= s + pages {
+                    continue;
+                }
+                let m = self.ceil_after(s);
+                if m == NIL {
+                    return None;
+                }
+                jump = Some(self.nodes[m as usize].start.saturating_sub(off).max(base + 1));
+                break;
+            }
+            match jump {
+                None => return Some(base),
+                Some(b) => base = align_up(b)?,
+            }
+        }
+    }
+
     /// Free pages touching the busy range `[start, end)`: `(before, after)`, the sizes of the
     /// free ranges that end at `start` and that begin at `end` (0 where none touches).
     pub fn free_around(&self, start: u64, end: u64) -> (u64, u64) {
@@ -524,6 +567,51 @@ mod tests {
         assert_eq!(t.alloc(&right), Some((82, FitType::RightEdge)));
         assert_eq!(t.ranges(), vec![(40, 82)]);
         t.check().unwrap();
+    }
+
+    /// Against a brute force over every base, on random trees over 0..200 and random parts.
+    #[test]
+    fn congruent_search_finds_the_lowest_base_where_every_part_fits() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..3000 {
+            let mut t = FreeTree::with_range(0, 200);
+            for _ in 0..rnd(12) {
+                let (s, len) = (rnd(200), 1 + rnd(20));
+                let _ = t.take(s, (s + len).min(200));
+            }
+            let parts: Vec<(u64, u64)> = (0..1 + rnd(4)).map(|_| (rnd(40), 1 + rnd(8))).collect();
+            let align = 1 << rnd(4);
+            let (lo, hi) = (rnd(30), 150 + rnd(51));
+            let fits = |b: u64| {
+                parts.iter().all(|&(o, p)| t.ranges().iter().any(|&(s, e)| s <= b + o && b + o + p <= e))
+                    && b + parts.iter().map(|&(o, p)| o + p).max().unwrap() <= hi
+            };
+            let want = (lo..=hi).find(|&b| b % align == 0 && fits(b));
+            let got = t.find_congruent(&parts, align, lo, hi);
+            assert_eq!(
+                got,
+                want,
+                "round {round}: parts {parts:?} align {align} window [{lo}, {hi}) ranges {:?}",
+                t.ranges()
+            );
+            if let Some(b) = got {
+                // The parts overlap each other in some rounds; take them only when they do not.
+                let mut sorted: Vec<(u64, u64)> = parts.iter().map(|&(o, p)| (b + o, b + o + p)).collect();
+                sorted.sort_unstable();
+                if sorted.windows(2).all(|w| w[0].1 <= w[1].0) {
+                    for (s, e) in sorted {
+                        t.take(s, e).unwrap();
+                    }
+                    t.check().unwrap();
+                }
+            }
+        }
     }
 
     #[test]

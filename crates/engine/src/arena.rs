@@ -1159,7 +1159,7 @@ impl Shared {
     }
 
     #[inline]
-    fn insert_busy(&self, nodes: &[Node], start: u64, area: BusyArea<AreaTag>) {
+    pub(crate) fn insert_busy(&self, nodes: &[Node], start: u64, area: BusyArea<AreaTag>) {
         let mut g = nodes[self.shard_of(start)].lock_at(&site::ALLOC_HOME_NODE);
         let ok = g.busy.insert(start, area);
         debug_assert!(ok, "allocator handed out a live start");
@@ -1521,7 +1521,7 @@ impl Shared {
         }
     }
 
-    fn free_summary(&self) -> (u64, u64) {
+    pub(crate) fn free_summary(&self) -> (u64, u64) {
         match &self.kind {
             Kind::Global(g) => {
                 let g = g.lock();
@@ -1534,7 +1534,7 @@ impl Shared {
         }
     }
 
-    fn stats(&self) -> ArenaStats {
+    pub(crate) fn stats(&self) -> ArenaStats {
         let c = &self.counters;
         let cf = self.cache.as_ref().map(|c| c.figures()).unwrap_or_default();
         let mut s = ArenaStats {

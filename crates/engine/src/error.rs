@@ -47,6 +47,11 @@ pub enum AllocError {
     },
     /// A non-blocking request found no room without purging.
     WouldBlock,
+    /// Two parts of a congruent allocation overlap ([`crate::Arena::alloc_congruent`]).
+    PartsOverlap {
+        /// The offset, in pages, of the part that overlaps the one before it.
+        offset_pages: u64,
+    },
 }
 
 impl fmt::Display for AllocError {
@@ -85,6 +90,9 @@ impl fmt::Display for AllocError {
                 window.0, window.1
             ),
             AllocError::WouldBlock => write!(f, "no room without purging, and the request may not block"),
+            AllocError::PartsOverlap { offset_pages } => {
+                write!(f, "the congruent part at offset {offset_pages} pages overlaps the part before it")
+            }
         }
     }
 }

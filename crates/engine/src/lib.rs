@@ -18,6 +18,7 @@ mod area_state;
 pub mod arena;
 pub mod backing;
 mod check;
+mod congruent;
 pub mod error;
 pub mod fixed_cache;
 #[cfg(not(loom))]

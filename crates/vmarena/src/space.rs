@@ -350,7 +350,53 @@ impl VmSpace {
                     st.live_areas
                 ))
             }
+            AllocError::PartsOverlap { offset_pages } => VmError::Invalid(format!(
+                "congruent areas overlap: the area at offset {} bytes starts inside the one before it or its guard page",
+                (offset_pages as u128) << self.page_shift
+            )),
         }
+    }
+
+    /// Congruent areas (the kernel's `pcpu_get_vm_areas(offsets, sizes, nr, align)`): one area
+    /// per `(offset, size)` pair, at `base + offset` for one base that is a multiple of
+    /// `align_bytes`, the lowest such base at which every area fits; all or nothing. Offsets
+    /// are in bytes and page aligned; sizes are rounded up to pages, and each area has its
+    /// guard page after it, which the next offset must leave room for. Each area is a
+    /// `vmalloc` area of its own: `vfree` frees it, `size` reports it. The areas are fresh
+    /// pages (a full purge gives lazily freed memory back to the search when nothing else
+    /// fits).
+    #[track_caller]
+    pub fn vmalloc_congruent(
+        &self,
+        parts: &[(usize, usize)],
+        align_bytes: usize,
+    ) -> Result<Vec<NonNull<u8>>, VmError> {
+        let _inside = reentry::enter();
+        if !align_bytes.is_power_of_two() {
+            return Err(VmError::BadAlignment(align_bytes));
+        }
+        let mut pages = Vec::with_capacity(parts.len());
+        for &(off, size) in parts {
+            if off & (self.page_bytes - 1) != 0 {
+                return Err(VmError::Invalid(format!(
+                    "congruent offset {off} is not a multiple of the page size"
+                )));
+            }
+            pages.push(((off >> self.page_shift) as u64, self.pages_for(size)?));
+        }
+        let tag = AreaTag { caller: Some(Location::caller()), requested_bytes: 0, kind: AreaKind::Vmalloc };
+        let total: usize = parts.iter().map(|p| p.1).sum();
+        let base = self
+            .arena
+            .alloc_congruent(&pages, self.align_pages_for(align_bytes), tag)
+            .map_err(|e| self.map_alloc_error(e, total))?;
+        Ok(pages
+            .iter()
+            .map(|&(off, _)| {
+                NonNull::new((((base + off) as usize) << self.page_shift) as *mut u8)
+                    .expect("inside the reservation")
+            })
+            .collect())
     }
 
     #[inline(always)]

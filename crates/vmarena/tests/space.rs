@@ -1,5 +1,7 @@
 //! `VmSpace` tests (tier 1): the vmalloc family on real memory, bad input, guards, purge.
 
+mod common;
+
 use std::ptr::NonNull;
 use vmarena::*;
 
@@ -286,5 +288,43 @@ fn an_area_reused_whole_within_the_slack_is_usable_and_zeroed_whole() {
     assert!(bytes.iter().all(|&b| b == 0), "the slack pages read zero too");
     assert_eq!(s.stats(false).arena.slack_pages, 50);
     s.vfree(z.as_ptr()).unwrap();
+    s.check().unwrap();
+}
+
+/// Congruent areas (`pcpu_get_vm_areas`): each at its offset from one aligned base, each its
+/// own area with its own contents, freed one by one; bad offsets and overlaps (a guard page
+/// included) are refused with nothing changed.
+#[test]
+fn congruent_areas_sit_at_their_offsets_and_are_areas_of_their_own() {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions { purge_thread: false, decay_interval_ms: 0, ..Default::default() };
+    let s = VmSpace::new("congruent", so, ao).unwrap();
+    let page = 4096;
+    let unit = 64 * page;
+    let parts: Vec<(usize, usize)> = (0..4).map(|cpu| (cpu * unit, 10 * page + 1)).collect();
+    let areas = s.vmalloc_congruent(&parts, 1 << 20).unwrap();
+    assert_eq!(areas.len(), 4);
+    let base = areas[0].as_ptr() as usize;
+    assert_eq!(base % (1 << 20), 0, "aligned base");
+    for (i, p) in areas.iter().enumerate() {
+        assert_eq!(p.as_ptr() as usize, base + i * unit, "area {i} at its offset");
+        assert_eq!(s.size(p.as_ptr()), Some(11 * page), "area {i}: its size in whole pages");
+        common::fill(p.as_ptr(), 11 * page, i as u64 + 1);
+    }
+    for (i, p) in areas.iter().enumerate() {
+        common::verify(p.as_ptr(), 11 * page, i as u64 + 1);
+    }
+    let before = s.stats(false).arena.live_areas;
+    assert!(matches!(s.vmalloc_congruent(&[(100, page)], page), Err(VmError::Invalid(_))));
+    assert!(matches!(s.vmalloc_congruent(&[(0, page)], 3 * page), Err(VmError::BadAlignment(_))));
+    // One page of data and its guard: the next area may start two pages on, not one.
+    assert!(matches!(s.vmalloc_congruent(&[(0, page), (page, page)], page), Err(VmError::Invalid(_))));
+    let tight = s.vmalloc_congruent(&[(0, page), (2 * page, page)], page).unwrap();
+    assert_eq!(tight[1].as_ptr() as usize - tight[0].as_ptr() as usize, 2 * page);
+    assert_eq!(s.stats(false).arena.live_areas, before + 2);
+    for p in areas.iter().chain(&tight) {
+        s.vfree(p.as_ptr()).unwrap();
+    }
+    assert_eq!(s.stats(false).arena.live_areas, 0);
     s.check().unwrap();
 }

@@ -1,0 +1,123 @@
+//! Congruent areas: the kernel's `pcpu_get_vm_areas`, which the per-CPU allocator uses to get
+//! one chunk per group at the same offsets from a common base.
+//!
+//! Owns nothing of its own: it searches the arena's free tree under the free lock
+//! ([`FreeTree::find_congruent`], lowest base first), takes every part out of the tree under
+//! that one hold (all or nothing), then enters each part in the busy map as an area of its own,
+//! under its shard's lock, one at a time (the lock order: the free lock is released first).
+//! The parts are fresh pages from the tree; when nothing fits, the lazily freed areas and the
+//! pools go back to the tree by full purges and the search runs again, as an allocation's last
+//! step does. Each part is freed like any other area ([`Arena::free`]).
+
+use crate::arena::PurgeKind;
+use crate::arena::{AreaTag, Arena, Kind, Shared, NO_NODE};
+use crate::error::AllocError;
+use crate::site;
+use crate::sync::Ordering::Relaxed;
+use vmarena_core::{BusyArea, FreeTree, RequestError};
+
+/// Full purges a congruent allocation tries, while they make progress, before it fails.
+const FULL_PURGE_RETRIES: usize = 3;
+
+impl Arena {
+    /// Allocate congruent areas: `parts[i] = (offset_pages, pages)` from one base that is a
+    /// multiple of `align_pages` (a power of two), the lowest base in the arena at which every
+    /// part lies in free space; all parts or none. Each part becomes an area of its own, with
+    /// `tag`, freed with [`Arena::free`]. Returns the base. Refused, with nothing changed, when
+    /// `parts` is empty, a part is empty, the alignment is not a power of two or two parts
+    /// overlap.
+    pub fn alloc_congruent(
+        &self,
+        parts: &[(u64, u64)],
+        align_pages: u64,
+        tag: AreaTag,
+    ) -> Result<u64, AllocError> {
+        if parts.is_empty() || parts.iter().any(|&(_, p)| p == 0) {
+            return Err(AllocError::Invalid(RequestError::ZeroSize));
+        }
+        if !align_pages.is_power_of_two() {
+            return Err(AllocError::Invalid(RequestError::BadAlignment));
+        }
+        let mut sorted = parts.to_vec();
+        sorted.sort_unstable();
+        for w in sorted.windows(2) {
+            if w[0].0.checked_add(w[0].1).is_none_or(|end| end > w[1].0) {
+                return Err(AllocError::PartsOverlap { offset_pages: w[1].0 });
+            }
+        }
+        let sh = &*self.shared;
+        if let Some(base) = sh.try_congruent(parts, align_pages, tag) {
+            return Ok(base);
+        }
+        for _ in 0..FULL_PURGE_RETRIES {
+            let progress = sh.purge(PurgeKind::Full).areas_to_tree > 0;
+            if let Some(base) = sh.try_congruent(parts, align_pages, tag) {
+                return Ok(base);
+            }
+            if !progress {
+                break;
+            }
+        }
+        sh.counters.alloc_failures.fetch_add(1, Relaxed);
+        let (free_pages, largest_free) = sh.free_summary();
+        let st = sh.stats();
+        let span = sorted.last().map_or(0, |&(o, p)| o.saturating_add(p));
+        Err(AllocError::NoSpace {
+            live_pages: st.live_pages,
+            lazy_pages: st.lazy_pages,
+            arena: sh.name.clone(),
+            pages: span,
+            align_pages,
+            window: (sh.lo, sh.hi),
+            free_pages,
+            largest_free,
+        })
+    }
+}
+
+impl Shared {
+    /// One search and, when it finds a base, the parts taken and entered in the busy map.
+    fn try_congruent(&self, parts: &[(u64, u64)], align_pages: u64, tag: AreaTag) -> Option<u64> {
+        let take = |f: &mut FreeTree| -> Option<u64> {
+            let base = f.find_congruent(parts, align_pages, self.lo, self.hi)?;
+            for &(off, pages) in parts {
+                f.take(base + off, base + off + pages).expect("the search found every part free");
+            }
+            Some(base)
+        };
+        let area = |pages: u64| BusyArea { pages, node: NO_NODE, tag };
+        let base = match &self.kind {
+            Kind::Global(g) => {
+                let mut g = g.lock_at(&site::ALLOC_GLOBAL);
+                let base = take(&mut g.free)?;
+                for &(off, pages) in parts {
+                    let ok = g.bl.busy.insert(base + off, area(pages));
+                    debug_assert!(ok, "the tree handed out a live start");
+                }
+                base
+            }
+            Kind::Split { free, busy } => {
+                let base = take(&mut free.lock_at(&site::ALLOC_FREE_TREE))?;
+                let mut b = busy.lock_at(&site::ALLOC_BUSY);
+                for &(off, pages) in parts {
+                    let ok = b.busy.insert(base + off, area(pages));
+                    debug_assert!(ok, "the tree handed out a live start");
+                }
+                base
+            }
+            Kind::Nodes { free, nodes } => {
+                let base = take(&mut free.lock_at(&site::ALLOC_FREE_TREE))?;
+                for &(off, pages) in parts {
+                    self.insert_busy(nodes, base + off, area(pages));
+                }
+                base
+            }
+        };
+        for &(off, pages) in parts {
+            self.counters.tree_allocs.fetch_add(1, Relaxed);
+            self.counters.tree_pages.fetch_add(pages, Relaxed);
+            self.backing.prepare(base + off, pages);
+        }
+        Some(base)
+    }
+}

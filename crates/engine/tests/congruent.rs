@@ -1,0 +1,114 @@
+//! Congruent areas (tier 1): the kernel's `pcpu_get_vm_areas` on every strategy — the lowest
+//! aligned base where every part fits, all or nothing, each part an area of its own, bad
+//! input refused with nothing changed, lazily freed space given back by a purge when nothing
+//! else fits.
+
+use vmarena_engine::*;
+
+fn arena(s: Strategy) -> Arena {
+    let o = ArenaOptions {
+        strategy: s,
+        nodes: 3,
+        purge_thread: false,
+        decay_interval_ms: 0,
+        ..Default::default()
+    };
+    Arena::new(format!("congruent-{s}"), 0x1000, 0x1000 + 4096, o, Box::new(NoBacking)).unwrap()
+}
+
+fn tag() -> AreaTag {
+    AreaTag { caller: None, requested_bytes: 0, kind: AreaKind::Vmalloc }
+}
+
+#[test]
+fn parts_land_at_their_offsets_from_the_lowest_aligned_base_and_free_one_by_one() {
+    for s in Strategy::ALL {
+        let a = arena(s);
+        let parts = [(0, 4), (64, 4), (128, 8)];
+        let base = a.alloc_congruent(&parts, 64, tag()).unwrap();
+        assert!(base.is_multiple_of(64), "{s}: aligned base");
+        assert_eq!(base, 0x1000, "{s}: the lowest base of an empty arena");
+        for &(off, pages) in &parts {
+            let area = a.lookup(base + off).unwrap_or_else(|| panic!("{s}: part at {off} is live"));
+            assert_eq!(area.pages, pages);
+        }
+        assert_eq!(a.stats().live_pages, 16);
+        a.check().unwrap();
+        // The gaps between parts stay free for others: a 60-page area fits in the first.
+        let w = AllocRequest { window: Some((base + 4, base + 64)), ..AllocRequest::pages(60) };
+        let gap = a.alloc(&w).unwrap();
+        assert_eq!(gap.start, base + 4, "{s}: the gap after the first part");
+        // A second set lands above the first, at the next base where every part fits.
+        let second = a.alloc_congruent(&parts, 64, tag()).unwrap();
+        assert!(second > base && second.is_multiple_of(64), "{s}: {second:#x}");
+        for &(off, _) in &parts {
+            a.free(base + off).unwrap();
+            a.free(second + off).unwrap();
+        }
+        a.free(gap.start).unwrap();
+        assert_eq!(a.stats().live_pages, 0);
+        a.check().unwrap();
+    }
+}
+
+#[test]
+fn a_busy_page_under_any_part_moves_the_base() {
+    for s in Strategy::ALL {
+        let a = arena(s);
+        // Occupy the page where the third part would start at base 0x1000.
+        let w = AllocRequest { window: Some((0x1000 + 130, 0x1000 + 131)), ..AllocRequest::pages(1) };
+        let blocker = a.alloc(&w).unwrap();
+        let base = a.alloc_congruent(&[(0, 2), (128, 4)], 16, tag()).unwrap();
+        assert_eq!(base, 0x1000 + 16, "{s}: the first base whose second part clears the blocker");
+        a.check().unwrap();
+        a.free(blocker.start).unwrap();
+    }
+}
+
+#[test]
+fn bad_parts_are_refused_and_change_nothing() {
+    for s in Strategy::ALL {
+        let a = arena(s);
+        let before = a.stats();
+        assert!(matches!(a.alloc_congruent(&[], 1, tag()), Err(AllocError::Invalid(_))));
+        assert!(matches!(a.alloc_congruent(&[(0, 0)], 1, tag()), Err(AllocError::Invalid(_))));
+        assert!(matches!(a.alloc_congruent(&[(0, 4)], 3, tag()), Err(AllocError::Invalid(_))));
+        let overlap = a.alloc_congruent(&[(0, 8), (4, 8)], 1, tag());
+        assert!(matches!(overlap, Err(AllocError::PartsOverlap { offset_pages: 4 })), "{s}: {overlap:?}");
+        assert!(matches!(
+            a.alloc_congruent(&[(0, 1), (u64::MAX, 1)], 1, tag()),
+            Err(AllocError::PartsOverlap { .. }) | Err(AllocError::NoSpace { .. })
+        ));
+        // Larger than the arena: no space, after the purges, and nothing taken.
+        let too_big = a.alloc_congruent(&[(0, 8), (4096, 8)], 1, tag());
+        assert!(matches!(too_big, Err(AllocError::NoSpace { .. })), "{s}: {too_big:?}");
+        let after = a.stats();
+        assert_eq!((after.live_pages, after.free_pages), (before.live_pages, before.free_pages), "{s}");
+        a.check().unwrap();
+    }
+}
+
+#[test]
+fn lazily_freed_space_is_purged_into_the_tree_when_nothing_else_fits() {
+    for s in Strategy::ALL {
+        let a = arena(s);
+        // Fill the arena with 64-page areas and free them: lazily freed or pooled, not in the
+        // tree, so only a purge can make room.
+        let mut areas = Vec::new();
+        while let Ok(x) = a.alloc(&AllocRequest { nonblocking: true, ..AllocRequest::pages(64) }) {
+            areas.push(x.start);
+        }
+        assert!(areas.len() >= 32, "{s}: {} areas", areas.len());
+        for st in areas {
+            a.free(st).unwrap();
+        }
+        let purges = a.stats().purges;
+        let base = a.alloc_congruent(&[(0, 512), (1024, 512), (2048, 512)], 512, tag()).unwrap();
+        assert!(base.is_multiple_of(512));
+        assert!(a.stats().purges > purges, "{s}: the space came back through a purge");
+        for off in [0, 1024, 2048] {
+            assert_eq!(a.lookup(base + off).map(|x| x.pages), Some(512), "{s}");
+        }
+        a.check().unwrap();
+    }
+}
