@@ -2,7 +2,7 @@
 //!
 //! Layers 4 and 5: [`VmSpace`], the vmalloc family over one large reservation, the
 //! process-wide [`default_space`], [`FixedPool`] (preallocated fixed-size slots with a per-CPU
-//! cache), [`FramePool`] (frames of a memory file, mapped with [`VmSpace::vmap`] and
+//! cache), [`PercpuPool`] (per-CPU objects on congruent areas), [`FramePool`] (frames of a memory file, mapped with [`VmSpace::vmap`] and
 //! [`VmSpace::vm_map_ram`]), low-memory events ([`pressure`](mod@pressure)), a Rust global allocator for large layouts
 //! ([`VmAlloc`]), and the C ABI of `include/vmarena.h`. The algorithms live in
 //! `vmarena-core`, the concurrency in `vmarena-engine`, the OS calls in `vmarena-platform`; this
@@ -32,6 +32,7 @@ mod frame_map;
 pub mod frame_pool;
 pub mod load;
 pub mod options;
+pub mod percpu_pool;
 pub mod pressure;
 pub mod rcu;
 pub mod size_class;
@@ -48,6 +49,7 @@ pub use default_space::{
 pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
 pub use frame_pool::FramePool;
 pub use options::{ReleaseAdvice, SpaceOptions};
+pub use percpu_pool::{PercpuPool, PercpuStats};
 pub use pressure::{pressure, MonitorStatus, PressureOptions};
 pub use size_class::size_class_bytes;
 pub use space::{SpaceStats, VmError, VmSpace};

@@ -761,6 +761,11 @@ impl VmSpace {
         ((pages - self.guard_pages) as usize) << self.page_shift
     }
 
+    /// The page size the space counts in, in bytes.
+    pub fn page_bytes(&self) -> usize {
+        self.page_bytes
+    }
+
     /// True when `p` lies inside this space's reservation (the kernel's `is_vmalloc_addr`):
     /// the address test a router uses, not a liveness test.
     #[inline]

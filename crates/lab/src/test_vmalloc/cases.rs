@@ -16,6 +16,8 @@ pub const LONG_BUSY_LIST: usize = 15_000;
 /// What a case runs with.
 pub struct CaseEnv<'a> {
     pub c: &'a dyn Contender,
+    /// `nr_pcpu_objects`: the objects `pcpu_alloc_test` holds at once.
+    pub nr_pcpu_objects: usize,
     /// `test_loop_count`.
     pub loops: u64,
     /// `max(nr_pages, 1)`.
@@ -56,12 +58,7 @@ pub const CASES: [Case; 13] = [
         skip: None,
     },
     Case { name: "align_shift_alloc_test", run: Some(align_shift_alloc_test), xfail: true, skip: None },
-    Case {
-        name: "pcpu_alloc_test",
-        run: None,
-        xfail: false,
-        skip: Some("needs a per-CPU object allocator, which vmarena does not have yet"),
-    },
+    Case { name: "pcpu_alloc_test", run: Some(pcpu_alloc_test), xfail: false, skip: None },
     Case {
         name: "kvfree_rcu_1_arg_vmalloc_test",
         run: Some(kvfree_rcu_1_arg_vmalloc_test),
@@ -298,6 +295,33 @@ fn no_block_alloc_test(e: &mut CaseEnv) -> i32 {
 
 /// Returned by a case the contender cannot run (vm_map_ram_test on a malloc peer).
 pub const UNSUPPORTED: i32 = 1;
+
+/// The kernel's case: `nr_pcpu_objects` per-CPU objects of 1 to PAGE_SIZE / 4 bytes, each
+/// aligned to 2^1 to 2^11 (2^(PAGE_SHIFT - 1)), every failure recorded, then all freed; it
+/// ignores `test_loop_count`, as the kernel's does. An object that comes back misaligned
+/// counts as a failure too.
+fn pcpu_alloc_test(e: &mut CaseEnv) -> i32 {
+    let Some(pool) = e.c.percpu() else { return UNSUPPORTED };
+    let mut rv = 0;
+    let mut objs: Vec<NonNull<u8>> = Vec::with_capacity(e.nr_pcpu_objects);
+    for _ in 0..e.nr_pcpu_objects {
+        let size = 1 + e.rng.below((PAGE / 4) as u64) as usize;
+        let align = 1usize << (1 + e.rng.below(11));
+        match pool.alloc(size, align) {
+            Some(p) => {
+                if !(p.as_ptr() as usize).is_multiple_of(align) {
+                    rv = -1;
+                }
+                objs.push(p);
+            }
+            None => rv = -1,
+        }
+    }
+    for p in objs {
+        pool.free(p);
+    }
+    rv
+}
 
 /// The kernel's case: bulk-allocate `nr_pages` pages once (the case fails if the allocation is
 /// short), then map them, write them and unmap them `loops` times.

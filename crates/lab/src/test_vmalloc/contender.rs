@@ -8,7 +8,9 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 use vmarena::rcu::Rcu;
-use vmarena::{ArenaOptions, FrameOptions, FramePool, LockStats, SpaceOptions, Strategy, VmSpace};
+use vmarena::{
+    ArenaOptions, FrameOptions, FramePool, LockStats, PercpuPool, SpaceOptions, Strategy, VmSpace,
+};
 
 /// Page-granular allocation as the kernel cases use it.
 pub trait Contender: Send + Sync {
@@ -49,6 +51,28 @@ pub trait Contender: Send + Sync {
     /// came back short.
     fn map_ram_session(&self, _pages: usize) -> Option<Result<Box<dyn MapRamSession + '_>, String>> {
         None
+    }
+    /// `pcpu_alloc_test`'s allocator (`__alloc_percpu` / `free_percpu`); `None`: the contender
+    /// has no per-CPU object allocator.
+    fn percpu(&self) -> Option<&dyn PercpuAlloc> {
+        None
+    }
+}
+
+/// Per-CPU objects as the kernel's per-CPU allocator hands them out.
+pub trait PercpuAlloc {
+    /// `__alloc_percpu(size, align)`: an object with a zeroed copy per possible CPU.
+    fn alloc(&self, size: usize, align: usize) -> Option<NonNull<u8>>;
+    /// `free_percpu`.
+    fn free(&self, p: NonNull<u8>);
+}
+
+impl PercpuAlloc for PercpuPool {
+    fn alloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        PercpuPool::alloc(self, size, align).ok()
+    }
+    fn free(&self, p: NonNull<u8>) {
+        PercpuPool::free(self, p).expect("pcpu_alloc_test frees each object once");
     }
 }
 
@@ -93,7 +117,12 @@ pub struct VmarenaContender {
     space: Arc<VmSpace>,
     rcu: Arc<Rcu>,
     frames: std::sync::OnceLock<Result<FramePool, String>>,
+    /// Per-CPU objects on the space's congruent areas, built on first use.
+    percpu: std::sync::OnceLock<Option<PercpuPool>>,
 }
+
+/// Bytes per CPU of a per-CPU chunk (the kernel's units are tens of KiB to a few MiB).
+const PERCPU_UNIT_BYTES: usize = 1 << 20;
 
 impl VmarenaContender {
     pub fn new(strategy: Strategy, space_bytes: u64) -> Result<Self, String> {
@@ -101,13 +130,26 @@ impl VmarenaContender {
         let ao = ArenaOptions { strategy, ..ArenaOptions::default().with_env()? };
         let space = Arc::new(VmSpace::new(&format!("test_vmalloc-{strategy}"), so, ao)?);
         let rcu = Rcu::new(space.clone());
-        Ok(VmarenaContender { strategy, space, rcu, frames: std::sync::OnceLock::new() })
+        Ok(VmarenaContender {
+            strategy,
+            space,
+            rcu,
+            frames: std::sync::OnceLock::new(),
+            percpu: std::sync::OnceLock::new(),
+        })
     }
 }
 
 impl Contender for VmarenaContender {
     fn name(&self) -> String {
         format!("vmarena-{}", self.strategy)
+    }
+
+    fn percpu(&self) -> Option<&dyn PercpuAlloc> {
+        self.percpu
+            .get_or_init(|| PercpuPool::new(self.space.clone(), PERCPU_UNIT_BYTES).ok())
+            .as_ref()
+            .map(|p| p as &dyn PercpuAlloc)
     }
 
     fn alloc(&self, bytes: usize, align: usize, zeroed: bool) -> Option<NonNull<u8>> {

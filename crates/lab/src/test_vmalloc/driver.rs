@@ -196,6 +196,7 @@ fn worker(
 ) -> WorkerResult {
     let mut env = CaseEnv {
         c,
+        nr_pcpu_objects: p.nr_pcpu_objects as usize,
         loops: p.test_loop_count,
         nr_pages: p.nr_pages,
         use_huge: p.use_huge,
@@ -223,7 +224,10 @@ fn worker(
             let rv = run(&mut env);
             r.total_us += t.elapsed().as_micros() as u64;
             if rv == super::cases::UNSUPPORTED {
-                r.skipped = Some(format!("{} cannot map existing pages", c.name()));
+                r.skipped = Some(match case.name {
+                    "pcpu_alloc_test" => format!("{} has no per-CPU object allocator", c.name()),
+                    _ => format!("{} cannot map existing pages", c.name()),
+                });
                 done.fetch_add(1, Relaxed);
                 continue;
             }

@@ -120,14 +120,16 @@ pub fn model(r: &RunResult) -> Option<crate::lock_model::Demands> {
     Some(crate::lock_model::Demands::from_run(r.workers.len(), worker_ns, &locks))
 }
 
-/// Nanoseconds per loop of case `i`, averaged over workers and repetitions.
+/// Nanoseconds per loop of case `i`, averaged over workers and repetitions. A loop of
+/// `pcpu_alloc_test`, which ignores `test_loop_count`, is one object allocated and freed.
 pub fn ns_per_loop(r: &RunResult, p: &Params, i: usize) -> Option<f64> {
     let ws = &r.workers;
     if ws.is_empty() || ws[0].cases[i].skipped.is_some() {
         return None;
     }
     let us: u64 = ws.iter().map(|w| w.cases[i].total_us).sum();
-    Some(us as f64 * 1000.0 / (ws.len() as f64 * p.test_repeat_count as f64 * p.test_loop_count as f64))
+    let loops = if CASES[i].name == "pcpu_alloc_test" { p.nr_pcpu_objects } else { p.test_loop_count };
+    Some(us as f64 * 1000.0 / (ws.len() as f64 * p.test_repeat_count as f64 * loops.max(1) as f64))
 }
 
 fn reference(results: &[RunResult]) -> usize {
