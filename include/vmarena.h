@@ -230,6 +230,25 @@ int vmarena_kvfree_rcu_embedded(void *p);
  * read-side section (it would wait for itself). */
 int vmarena_synchronize(void);
 
+/* ---- Per-CPU objects (the kernel's alloc_percpu) ------------------------------------------ */
+
+/* A per-CPU object: one copy per possible CPU, each zeroed, aligned to align (a power of two,
+ * at most a page), size at most 256 KiB. Returns the handle (CPU 0's copy), or NULL with errno
+ * EINVAL (size 0, bad alignment, too large) or ENOMEM. The copies sit at one stride from each
+ * other in chunks of congruent areas, so vmarena_percpu_ptr is arithmetic. */
+void *vmarena_percpu_alloc(size_t size, size_t align);
+
+/* CPU cpu's copy of the object, or NULL for cpu >= vmarena_percpu_cpus(). Checks nothing else
+ * (as the kernel's per_cpu_ptr); the copy of the CPU a thread runs on is the one to update
+ * (with rseq, or atomically, as the thread may move). */
+void *vmarena_percpu_ptr(void *handle, unsigned cpu);
+
+/* The CPUs an object has a copy for (the possible CPUs). */
+unsigned vmarena_percpu_cpus(void);
+
+/* Free a per-CPU object. 0; NULL is a no-op; -EINVAL for anything but a live handle. */
+int vmarena_percpu_free(void *handle);
+
 /* ---- Version ------------------------------------------------------------------------------ */
 
 /* The library's version, (major << 16) | (minor << 8) | patch. */

@@ -15,19 +15,21 @@
 //! Lock order, which [`lock_everything_for_fork`] follows and every other path respects:
 //!
 //! 1. the registry mutex, then the low-memory registry;
-//! 2. grace-period domains ([`Rank::DeferredFree`]): the reader list, every shard, and the C
-//!    layer's set of retired areas (never nested with each other or held while freeing);
-//! 3. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry,
-//!    the purge mutex, the `StatLock`s in the checker's order (nodes by index, then the free
-//!    lock; Global: the one lock; Split: free, then busy), the worker's state mutex last;
-//! 4. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
-//! 5. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
+//! 2. grace-period domains ([`Rank::DeferredFree`]): the reader list and every shard (never
+//!    nested with each other or held while freeing);
+//! 3. per-CPU object pools ([`Rank::PercpuObjects`]): the pool's mutex, which is held while
+//!    it makes a chunk in an arena;
+//! 4. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry,
+//!    the purge mutex, the `StatLock`s in their rank order (lock.rs, `LockRank`), the
+//!    worker's state mutex last;
+//! 5. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
+//! 6. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
 //!    then the zone.
 //!
 //! Every other path holds at most one `StatLock` of an arena at a time, takes the purge mutex
 //! and the registries before any of them, and takes nothing while holding the worker's mutex.
-//! No path holds locks of two arenas at once. A purge may free frames (rank 5) under its purge
-//! mutex (rank 3), never the reverse; a fixed cache releases memory with `madvise` only.
+//! No path holds locks of two arenas at once. A purge may free frames (rank 6) under its purge
+//! mutex (rank 4), never the reverse; a fixed cache releases memory with `madvise` only.
 //!
 //! In the child, [`after_fork_in_child`] lets each holder forget the threads the child does not
 //! have (a grace-period domain unpins their read-side sections, which would otherwise hold
@@ -51,6 +53,9 @@ pub enum Rank {
     /// A grace-period domain's locks (the `vmarena` crate's deferred frees), which free into
     /// arenas after releasing them.
     DeferredFree,
+    /// A per-CPU object pool's lock (the `vmarena` crate's `PercpuPool`), held while it makes
+    /// chunks in an arena.
+    PercpuObjects,
     /// An arena's locks.
     Arena,
     /// A fixed cache's locks.

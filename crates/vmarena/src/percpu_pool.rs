@@ -11,7 +11,9 @@
 //! anything else. A chunk that becomes empty is given back to the space, unless it is the last.
 //!
 //! Locks: one mutex over the chunks (the kernel's `pcpu_alloc_mutex`), held by alloc and free,
-//! also while a chunk is made or given back; never held while the caller touches objects.
+//! also while a chunk is made (which takes the arena's locks); never held while the caller
+//! touches objects. It is in the fork registry (rank `PercpuObjects`, before the arenas), so a
+//! `fork()` finds it free.
 //!
 //! Every new object reads as zero on every CPU (freed objects are cleared when reused).
 
@@ -21,6 +23,7 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use vmarena_core::{FreeTree, Request};
+use vmarena_engine::fork::{ForkLocks, Held, Rank};
 
 /// Bytes per placement granule inside a unit.
 const GRANULE: usize = 16;
@@ -66,8 +69,12 @@ pub struct PercpuPool<S: Deref<Target = VmSpace> = Arc<VmSpace>> {
 }
 
 impl<S: Deref<Target = VmSpace>> PercpuPool<S> {
-    /// A pool whose chunks hold `unit_bytes` (rounded up to pages) per possible CPU.
-    pub fn new(space: S, unit_bytes: usize) -> Result<Self, VmError> {
+    /// A pool whose chunks hold `unit_bytes` (rounded up to pages) per possible CPU, registered
+    /// with the fork handlers.
+    pub fn new(space: S, unit_bytes: usize) -> Result<Arc<Self>, VmError>
+    where
+        S: Send + Sync + 'static,
+    {
         let page = space.page_bytes();
         if unit_bytes == 0 {
             return Err(VmError::ZeroSize);
@@ -77,13 +84,17 @@ impl<S: Deref<Target = VmSpace>> PercpuPool<S> {
         let stride = unit_bytes.checked_add(page).ok_or(VmError::Overflow(unit_bytes))?;
         let cpus = vmarena_platform::cpu::possible();
         stride.checked_mul(cpus).ok_or(VmError::Overflow(unit_bytes))?;
-        Ok(PercpuPool {
+        crate::fork::register();
+        let pool = Arc::new(PercpuPool {
             space,
             unit_bytes,
             stride,
             cpus,
             chunks: Mutex::new((Vec::new(), PercpuStats::default())),
-        })
+        });
+        let weak: std::sync::Weak<dyn ForkLocks> = Arc::downgrade(&pool) as std::sync::Weak<dyn ForkLocks>;
+        vmarena_engine::fork::register(Rank::PercpuObjects, weak);
+        Ok(pool)
     }
 
     /// CPUs the pool keeps a copy for (the possible CPUs).
@@ -212,6 +223,12 @@ impl<S: Deref<Target = VmSpace>> PercpuPool<S> {
     }
 }
 
+impl<S: Deref<Target = VmSpace> + Send + Sync> ForkLocks for PercpuPool<S> {
+    fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
+        vec![Box::new(self.chunks.lock().unwrap_or_else(|e| e.into_inner()))]
+    }
+}
+
 impl<S: Deref<Target = VmSpace>> Drop for PercpuPool<S> {
     fn drop(&mut self) {
         let chunks = std::mem::take(&mut self.chunks.get_mut().unwrap_or_else(|e| e.into_inner()).0);
@@ -311,7 +328,7 @@ mod tests {
     /// freeing, with a pattern per owner checked before each free.
     #[test]
     fn threads_allocate_and_free_without_overlap() {
-        let pool = Arc::new(PercpuPool::new(space(), 16 << 10).unwrap());
+        let pool = PercpuPool::new(space(), 16 << 10).unwrap();
         let workers: Vec<_> = (0..4u8)
             .map(|t| {
                 let pool = pool.clone();

@@ -118,7 +118,7 @@ pub struct VmarenaContender {
     rcu: Arc<Rcu>,
     frames: std::sync::OnceLock<Result<FramePool, String>>,
     /// Per-CPU objects on the space's congruent areas, built on first use.
-    percpu: std::sync::OnceLock<Option<PercpuPool>>,
+    percpu: std::sync::OnceLock<Option<Arc<PercpuPool>>>,
 }
 
 /// Bytes per CPU of a per-CPU chunk (the kernel's units are tens of KiB to a few MiB).
@@ -148,7 +148,7 @@ impl Contender for VmarenaContender {
     fn percpu(&self) -> Option<&dyn PercpuAlloc> {
         self.percpu
             .get_or_init(|| PercpuPool::new(self.space.clone(), PERCPU_UNIT_BYTES).ok())
-            .as_ref()
+            .as_deref()
             .map(|p| p as &dyn PercpuAlloc)
     }
 

@@ -204,6 +204,42 @@ int main(void) {
     CHECK(vmarena_fixed_destroy(fp) == 0);
     CHECK(vmarena_fixed_destroy(NULL) == 0);
 
+    /* Per-CPU objects: a copy per CPU at one stride, zero when new, each CPU's copy its own;
+     * bad input and a second free refused. */
+    {
+        unsigned cpus = vmarena_percpu_cpus();
+        CHECK(cpus >= 1);
+        enum { N = 300 };
+        void *h[N];
+        for (int i = 0; i < N; i++) {
+            size_t size = 1 + (size_t)(i * 37) % 1024, align = (size_t)1 << (1 + i % 11);
+            h[i] = vmarena_percpu_alloc(size, align);
+            CHECK(h[i] != NULL && ((uintptr_t)h[i] & (align - 1)) == 0);
+            for (unsigned c = 0; c < cpus; c++) {
+                unsigned char *q = vmarena_percpu_ptr(h[i], c);
+                CHECK(q[0] == 0 && q[size - 1] == 0);
+                memset(q, (int)(i + c * 7) & 0xff, size);
+            }
+        }
+        int intact = 1;
+        for (int i = 0; i < N; i++) {
+            size_t size = 1 + (size_t)(i * 37) % 1024;
+            for (unsigned c = 0; c < cpus; c++) {
+                unsigned char *q = vmarena_percpu_ptr(h[i], c);
+                for (size_t k = 0; k < size; k++) intact &= q[k] == ((i + c * 7) & 0xff);
+            }
+        }
+        CHECK(intact);
+        CHECK(vmarena_percpu_ptr(h[0], cpus) == NULL);
+        errno = 0;
+        CHECK(vmarena_percpu_alloc(0, 8) == NULL && errno == EINVAL);
+        CHECK(vmarena_percpu_alloc(8, 3) == NULL && errno == EINVAL);
+        CHECK(vmarena_percpu_free((char *)h[0] + 1) == -EINVAL); /* inside an object */
+        for (int i = 0; i < N; i++) CHECK(vmarena_percpu_free(h[i]) == 0);
+        CHECK(vmarena_percpu_free(h[0]) == -EINVAL);
+        CHECK(vmarena_percpu_free(NULL) == 0);
+    }
+
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
