@@ -14,6 +14,7 @@ mod lock_model;
 mod machine;
 mod median;
 mod pair;
+mod percpu_counter;
 mod preload;
 mod python_tests;
 mod suite;
@@ -96,6 +97,14 @@ enum Command {
     /// alternating: median ns per operation, vmarena's ratio to the best peer and to tcmalloc,
     /// and throughput at the highest thread count over the first.
     UserPath(user_path::UserPathConfig),
+    /// A per-CPU counter on vmarena's per-CPU objects against one shared atomic counter.
+    ///
+    /// Threads increment one counter: shared (one atomic counter), rseq (a vmarena_percpu_alloc'd
+    /// counter, each increment a plain add to the current CPU's copy in a restartable
+    /// sequence), atomic (the same counter, an atomic add to the current CPU's copy); the sum
+    /// of the copies is checked exact. Fresh processes, modes alternating: median ns per
+    /// increment and each mode's ratio to shared, at 1, 2 and 64 threads by default.
+    PercpuCounter(percpu_counter::PercpuCounterConfig),
     /// The first allocation of a thread in a process that already has threads, per contender.
     ///
     /// vmarena's C ABI (vmarena_vmalloc, the default space built on this call), malloc under
@@ -161,6 +170,12 @@ fn main() {
         Command::UserPath(cfg) => {
             if let Err(e) = user_path::main(&cfg, &m) {
                 eprintln!("vmarena user-path: {e}");
+                std::process::exit(2);
+            }
+        }
+        Command::PercpuCounter(cfg) => {
+            if let Err(e) = percpu_counter::main(&cfg, &m) {
+                eprintln!("vmarena percpu-counter: {e}");
                 std::process::exit(2);
             }
         }

@@ -249,3 +249,35 @@ fn output_into_a_closed_pipe_ends_quietly() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The per-CPU counter program runs each mode, and each run's sum is checked exact by the
+/// program (a per-CPU copy that lost or doubled increments would fail the command).
+#[test]
+fn percpu_counter_runs_every_mode_with_exact_sums() {
+    let libs = std::path::Path::new(env!("CARGO_BIN_EXE_vmarena")).parent().unwrap().to_path_buf();
+    if !libs.join("libvmarena.so").exists() {
+        eprintln!("skipped: no libvmarena.so beside the lab binary in this build");
+        return;
+    }
+    let out = vmarena(&[
+        "percpu-counter",
+        "--runs",
+        "1",
+        "--threads",
+        "1,3",
+        "--increments",
+        "300000",
+        "--lib-dir",
+        libs.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("| threads | shared | rseq | atomic | rseq / shared | atomic / shared |"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("| 3 |")), "{text}");
+    let out = vmarena(&["percpu-counter", "--modes", "lock"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mode 'lock'"));
+}
