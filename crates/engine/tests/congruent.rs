@@ -112,3 +112,87 @@ fn lazily_freed_space_is_purged_into_the_tree_when_nothing_else_fits() {
         a.check().unwrap();
     }
 }
+
+/// Random operations against a shadow model of live areas, on every strategy: plain
+/// allocations and frees mixed with congruent ones of random offsets and sizes. A congruent
+/// allocation either gives every part, at its offset from an aligned base, overlapping no live
+/// area, or fails with nothing changed; the arena checks clean throughout.
+#[test]
+fn congruent_allocations_against_a_shadow_model() {
+    for s in Strategy::ALL {
+        let a = arena(s);
+        let mut live: std::collections::BTreeMap<u64, u64> = Default::default();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ s as u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let overlaps = |live: &std::collections::BTreeMap<u64, u64>, st: u64, pages: u64| {
+            live.range(..st + pages).next_back().is_some_and(|(&ls, &lp)| ls + lp > st)
+        };
+        let (mut made, mut refused) = (0, 0);
+        for step in 0..3000 {
+            match rnd(4) {
+                0 => {
+                    let pages = 1 + rnd(24);
+                    if let Ok(x) = a.alloc(&AllocRequest { nonblocking: true, ..AllocRequest::pages(pages) })
+                    {
+                        assert!(!overlaps(&live, x.start, x.pages), "{s} step {step}: plain area overlaps");
+                        live.insert(x.start, x.pages);
+                    }
+                }
+                1 => {
+                    let n = 1 + rnd(4);
+                    let mut parts = Vec::new();
+                    let mut off = rnd(8);
+                    for _ in 0..n {
+                        let pages = 1 + rnd(32);
+                        parts.push((off, pages));
+                        // Now and then a gap that leaves little room: some requests cannot fit.
+                        off += pages + if rnd(8) == 0 { 1024 + rnd(2048) } else { rnd(64) };
+                    }
+                    let align = 1 << rnd(6);
+                    let before: (usize, u64) = (live.len(), live.values().sum());
+                    match a.alloc_congruent(&parts, align, tag()) {
+                        Ok(base) => {
+                            made += 1;
+                            assert!(base.is_multiple_of(align), "{s} step {step}");
+                            for &(o, p) in &parts {
+                                assert!(
+                                    !overlaps(&live, base + o, p),
+                                    "{s} step {step}: part overlaps a live area"
+                                );
+                                assert_eq!(a.lookup(base + o).map(|x| x.pages), Some(p), "{s} step {step}");
+                                live.insert(base + o, p);
+                            }
+                        }
+                        Err(e) => {
+                            refused += 1;
+                            assert!(matches!(e, AllocError::NoSpace { .. }), "{s} step {step}: {e:?}");
+                            let st = a.stats();
+                            assert_eq!(
+                                (st.live_areas as usize, st.live_pages),
+                                before,
+                                "{s} step {step}: all or nothing"
+                            );
+                        }
+                    }
+                }
+                _ => {
+                    if let Some((&st, _)) = live.iter().nth(rnd(live.len().max(1) as u64) as usize) {
+                        a.free(st).unwrap();
+                        live.remove(&st);
+                    }
+                }
+            }
+            if step % 500 == 0 {
+                a.check().unwrap();
+            }
+        }
+        a.check().unwrap();
+        eprintln!("{s}: {made} congruent allocations made, {refused} refused");
+        assert!(made > 100 && refused > 10, "{s}: {made} congruent allocations made, {refused} refused");
+    }
+}
