@@ -4,7 +4,9 @@
 //! and set errno: EINVAL for bad input (size 0, alignment not a power of two, a pointer that is
 //! not the start of a live area), ENOMEM when the space is exhausted after a full purge or the
 //! size overflows, EAGAIN never for these calls.
-#![allow(clippy::missing_safety_doc)]
+//!
+//! The C ABI: raw pointers from C, checked before use, and the writes to out-parameters.
+#![allow(unsafe_code)]
 
 use crate::default_space::{default_space, existing_default_space};
 use crate::space::VmError;
@@ -217,12 +219,24 @@ fn with_pool<T: Copy>(
 }
 
 /// `void *vmarena_fixed_get(vmarena_fixed *pool);` blocks until a slot is free.
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_fixed_create` returned and no `vmarena_fixed_destroy` freed
+/// (its magic is checked before anything else is read, so a foreign or destroyed handle is
+/// refused unless its memory has been reused); a pointer out-parameter is NULL or points to
+/// writable memory of its type.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_get(pool: *mut FixedHandle) -> *mut libc::c_void {
     with_pool(pool, null_mut(), |p| Some(p.get().as_ptr().cast()))
 }
 
 /// `void *vmarena_fixed_try_get(vmarena_fixed *pool);` NULL and EAGAIN when none is free.
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_fixed_create` returned and no `vmarena_fixed_destroy` freed
+/// (its magic is checked before anything else is read, so a foreign or destroyed handle is
+/// refused unless its memory has been reused); a pointer out-parameter is NULL or points to
+/// writable memory of its type.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_try_get(pool: *mut FixedHandle) -> *mut libc::c_void {
     with_pool(pool, null_mut(), |p| match p.try_get() {
@@ -236,6 +250,12 @@ pub unsafe extern "C" fn vmarena_fixed_try_get(pool: *mut FixedHandle) -> *mut l
 
 /// `void *vmarena_fixed_get_timeout(vmarena_fixed *pool, uint64_t timeout_ns);` NULL and
 /// ETIMEDOUT when none is free in time.
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_fixed_create` returned and no `vmarena_fixed_destroy` freed
+/// (its magic is checked before anything else is read, so a foreign or destroyed handle is
+/// refused unless its memory has been reused); a pointer out-parameter is NULL or points to
+/// writable memory of its type.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_get_timeout(
     pool: *mut FixedHandle,
@@ -251,18 +271,36 @@ pub unsafe extern "C" fn vmarena_fixed_get_timeout(
 }
 
 /// `int vmarena_fixed_put(vmarena_fixed *pool, void *p);` 0, or -EINVAL (nothing changes).
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_fixed_create` returned and no `vmarena_fixed_destroy` freed
+/// (its magic is checked before anything else is read, so a foreign or destroyed handle is
+/// refused unless its memory has been reused); a pointer out-parameter is NULL or points to
+/// writable memory of its type.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_put(pool: *mut FixedHandle, p: *mut libc::c_void) -> libc::c_int {
     with_pool(pool, -libc::EINVAL, |pool| Some(status(pool.put(p.cast()))))
 }
 
 /// `size_t vmarena_fixed_slot_size(const vmarena_fixed *pool);` 0 for an invalid pool.
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_fixed_create` returned and no `vmarena_fixed_destroy` freed
+/// (its magic is checked before anything else is read, so a foreign or destroyed handle is
+/// refused unless its memory has been reused); a pointer out-parameter is NULL or points to
+/// writable memory of its type.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_slot_size(pool: *const FixedHandle) -> usize {
     with_pool(pool, 0, |p| Some(p.slot_bytes()))
 }
 
 /// `int vmarena_fixed_stats(const vmarena_fixed *pool, struct vmarena_fixed_stats *out);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_fixed_create` returned and no `vmarena_fixed_destroy` freed
+/// (its magic is checked before anything else is read, so a foreign or destroyed handle is
+/// refused unless its memory has been reused); a pointer out-parameter is NULL or points to
+/// writable memory of its type.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_stats(pool: *const FixedHandle, out: *mut FixedStatsC) -> libc::c_int {
     with_pool(pool, -libc::EINVAL, |p| {
@@ -292,6 +330,12 @@ pub unsafe extern "C" fn vmarena_fixed_stats(pool: *const FixedHandle, out: *mut
 
 /// `int vmarena_fixed_destroy(vmarena_fixed *pool);` 0; -EBUSY while a slot is held (nothing
 /// changes); NULL is a no-op returning 0.
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_fixed_create` returned and no `vmarena_fixed_destroy` freed
+/// (its magic is checked before anything else is read, so a foreign or destroyed handle is
+/// refused unless its memory has been reused); a pointer out-parameter is NULL or points to
+/// writable memory of its type.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_fixed_destroy(pool: *mut FixedHandle) -> libc::c_int {
     // SAFETY: the header's contract on `pool`, as for every fixed-pool function.
@@ -439,6 +483,12 @@ pub extern "C" fn vmarena_frames_create(bytes: usize) -> *mut FramesHandle {
 }
 
 /// `int64_t vmarena_frames_alloc(vmarena_frames *pool, unsigned order);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_alloc(pool: *mut FramesHandle, order: libc::c_uint) -> i64 {
     with_frames(pool, -libc::EINVAL as i64, |p| match p.alloc(order) {
@@ -451,6 +501,12 @@ pub unsafe extern "C" fn vmarena_frames_alloc(pool: *mut FramesHandle, order: li
 }
 
 /// `size_t vmarena_frames_alloc_bulk(vmarena_frames *pool, size_t n, uint32_t *out);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_alloc_bulk(
     pool: *mut FramesHandle,
@@ -474,6 +530,12 @@ pub unsafe extern "C" fn vmarena_frames_alloc_bulk(
 }
 
 /// `int vmarena_frames_free(vmarena_frames *pool, uint32_t frame, unsigned order);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_free(
     pool: *mut FramesHandle,
@@ -484,12 +546,24 @@ pub unsafe extern "C" fn vmarena_frames_free(
 }
 
 /// `int vmarena_frames_fd(const vmarena_frames *pool);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_fd(pool: *const FramesHandle) -> libc::c_int {
     with_frames(pool, -1, |p| p.fd())
 }
 
 /// `int vmarena_frames_stats(const vmarena_frames *pool, struct vmarena_frame_stats *out);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_stats(
     pool: *const FramesHandle,
@@ -534,6 +608,12 @@ pub unsafe extern "C" fn vmarena_frames_stats(
 }
 
 /// `int vmarena_frames_destroy(vmarena_frames *pool);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_frames_destroy(pool: *mut FramesHandle) -> libc::c_int {
     // Mappings vm_unmap_ram left in place would keep the pool's pages referenced after it.
@@ -581,6 +661,12 @@ fn status(r: Result<(), VmError>) -> libc::c_int {
 }
 
 /// `void *vmarena_vmap(vmarena_frames *pool, const uint32_t *frames, size_t count);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_vmap(
     pool: *mut FramesHandle,
@@ -600,6 +686,12 @@ pub extern "C" fn vmarena_vunmap(p: *mut libc::c_void) -> libc::c_int {
 }
 
 /// `void *vmarena_vm_map_ram(vmarena_frames *pool, const uint32_t *frames, size_t count);`
+///
+/// # Safety
+/// `pool` is NULL or what `vmarena_frames_create` returned and no `vmarena_frames_destroy`
+/// freed (its magic is checked first, as for fixed pools); an array argument points to
+/// `count` (or `n`) elements of its type, readable (input) or writable (output), or is NULL
+/// with a count of 0; a struct out-parameter is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_vm_map_ram(
     pool: *mut FramesHandle,

@@ -11,6 +11,9 @@
 //! Lock: one mutex over the block table, never held across a syscall or a pool call.
 //! Frames-backed spaces never split a lazy area (`ArenaOptions::lazy_split` off), so an area's
 //! blocks always cover exactly its data pages.
+//!
+//! Unsafe: mapping a frame pool's memory file over an area's pages.
+#![allow(unsafe_code)]
 
 use crate::backing::MemoryBacking;
 use crate::frame_map::FrameMap;

@@ -18,6 +18,8 @@
 //! assert!(space.vfree(p.as_ptr()).is_err(), "a second free is refused");
 //! ```
 #![warn(missing_docs)]
+// `unsafe` only in the modules that say why (`#![allow(unsafe_code)]` there).
+#![deny(unsafe_code)]
 
 #[cfg(feature = "allocator-api2")]
 mod allocator;

@@ -18,6 +18,10 @@
 //! opened later with `dlopen` in a threaded process pays the wait once, in `dlopen`, and not in
 //! a request. A kernel without the call (or a seccomp filter) fails the registration; the
 //! failure is remembered, and the caches are built without barriers.
+//!
+//! Unsafe (in the lint's sense): the constructor's placement in `.init_array`, a static with a
+//! link section, which holds a plain function pointer and nothing else.
+#![allow(unsafe_code)]
 
 extern "C" fn at_load() {
     crate::fork::register();

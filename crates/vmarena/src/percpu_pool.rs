@@ -16,6 +16,9 @@
 //! `fork()` finds it free.
 //!
 //! Every new object reads as zero on every CPU (freed objects are cleared when reused).
+//!
+//! Unsafe: clearing a new object's copy on every CPU, and `Send` for chunks of raw area pointers.
+#![allow(unsafe_code)]
 
 use crate::space::{VmError, VmSpace};
 use std::collections::BTreeMap;

@@ -38,6 +38,9 @@
 //! Locks: each shard's mutex guards its retired lists (one at a time, never nested); the
 //! `readers` mutex guards the reader list and is never held with a shard's; reader slots are
 //! atomics.
+//!
+//! Unsafe: the two-argument form's link written into a retired area's first 16 bytes.
+#![allow(unsafe_code)]
 
 use crate::space::VmSpace;
 use std::ptr::NonNull;

@@ -19,6 +19,9 @@
 //! Every entry point that takes engine locks raises this thread's inside-vmarena flag
 //! (`vmarena_platform::reentry`) while it runs, so a global allocator built on vmarena
 //! ([`crate::VmAlloc`]) sends vmarena's own allocations to its inner allocator.
+//!
+//! Unsafe: clearing reused pages, copying a moved area's bytes, and advising huge pages over live areas.
+#![allow(unsafe_code)]
 
 use crate::backing::MemoryBacking;
 use crate::options::SpaceOptions;

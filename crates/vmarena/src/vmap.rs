@@ -31,6 +31,9 @@
 //! past it, or with the option at 0, an unmap restores its slot at once. Until then a stray
 //! access through the old pointer still reaches the frames, as a stale TLB entry would in the
 //! kernel.
+//!
+//! Unsafe: mapping a frame pool's memory file over a range of the reservation.
+#![allow(unsafe_code)]
 
 use crate::frame_map::{run_count, runs};
 use crate::space::{VmError, VmSpace};
