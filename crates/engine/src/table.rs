@@ -94,6 +94,11 @@ macro_rules! options_table {
                 }, )*
             ];
 
+            /// Every field's value, as `Debug` prints it, in the table's order.
+            pub fn values(&self) -> Vec<(&'static str, String)> {
+                vec![ $( (stringify!($field), format!("{:?}", self.$field)), )* ]
+            }
+
             /// Override fields from the environment variables of the table.
             pub fn with_env(mut self) -> Result<Self, String> {
                 $(

@@ -240,9 +240,9 @@ fn main() {
 fn print_tables() {
     use vmarena_engine_tables::*;
     println!("### Space options (`VmSpace`, default space)\n");
-    options_md(vmarena::SpaceOptions::TABLE);
+    options_with_default_space_md(vmarena::SpaceOptions::TABLE);
     println!("\n### Arena options (every strategy)\n");
-    options_md(vmarena::ArenaOptions::TABLE);
+    options_with_default_space_md(vmarena::ArenaOptions::TABLE);
     println!("\n### Fixed pool options (`FixedPool`; the C ABI's pools read the environment)\n");
     options_md(vmarena::FixedOptions::TABLE);
     println!("\n### Frame pool options (`FramePool`; the C ABI's pools read the environment)\n");
@@ -264,6 +264,21 @@ mod vmarena_engine_tables {
         println!("| name | unit | meaning |\n|---|---|---|");
         for d in t {
             println!("| `{}` | {} | {} |", d.name, d.unit, d.doc);
+        }
+    }
+
+    /// The options table with a column for the default space's value where it differs.
+    pub fn options_with_default_space_md(t: &[vmarena::OptionDoc]) {
+        println!(
+            "| option | unit | default | default space (C ABI, shim, `VmAlloc`) | environment | meaning |\n|---|---|---|---|---|---|"
+        );
+        for d in t {
+            let unit = d.unit.replace('|', "\\|");
+            let own = vmarena::DEFAULT_SPACE_DIFFERENCES
+                .iter()
+                .find(|x| x.0 == d.name)
+                .map_or("same".to_string(), |x| format!("`{}`", x.1));
+            println!("| `{}` | {} | `{}` | {} | `{}` | {} |", d.name, unit, d.default, own, d.env, d.doc);
         }
     }
 

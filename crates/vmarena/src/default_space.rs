@@ -75,6 +75,11 @@ pub const DEFAULT_SPACE_LAZY_SLACK_PAGES: u64 = 256;
 /// then the environment (a malformed variable is reported on stderr and ignored, as
 /// [`ArenaOptions::from_env`] does).
 pub fn default_space_options() -> ArenaOptions {
+    default_space_arena_defaults().with_env_or_report()
+}
+
+/// The default space's arena options before the environment is read.
+fn default_space_arena_defaults() -> ArenaOptions {
     let kernel = ArenaOptions::default();
     ArenaOptions {
         pool_max_pages: DEFAULT_SPACE_POOL_MAX_PAGES,
@@ -84,8 +89,24 @@ pub fn default_space_options() -> ArenaOptions {
         lazy_slack_pages: DEFAULT_SPACE_LAZY_SLACK_PAGES,
         ..kernel
     }
-    .with_env_or_report()
 }
+
+/// The default space's space options before the environment is read.
+fn default_space_space_defaults() -> SpaceOptions {
+    SpaceOptions { huge_pages: false, ..SpaceOptions::default() }
+}
+
+/// Where the default space (the C ABI's, the shim's, `VmAlloc`'s) departs from the options'
+/// defaults, as the options tables print it: (option, the default space's value). A test holds
+/// it equal to the code.
+pub const DEFAULT_SPACE_DIFFERENCES: &[(&str, &str)] = &[
+    ("huge_pages", "false"),
+    ("lazy_max_pages", "2 x fls(CPUs) x 8192"),
+    ("lazy_slack_pages", "256"),
+    ("lazy_slack_percent", "50"),
+    ("pool_max_pages", "16"),
+    ("thread_cache_max_pages", "257"),
+];
 
 /// The default space's space options: [`SpaceOptions::default`] without huge pages, then the
 /// environment (`VMARENA_HUGE_PAGES=1` asks for them). Every huge page the shim's areas made
@@ -94,7 +115,7 @@ pub fn default_space_options() -> ArenaOptions {
 /// at once, which on a virtual machine whose host takes free memory back costs 4.3-5.5 ms
 /// against 0.78-1.23 ms for the same memory in 4 KiB faults (DESIGN.md, section 14).
 pub fn default_space_space_options() -> SpaceOptions {
-    SpaceOptions { huge_pages: false, ..SpaceOptions::default() }.with_env_or_report()
+    default_space_space_defaults().with_env_or_report()
 }
 
 /// The default space if it was created already (never creates it): for paths that only act on
@@ -105,6 +126,34 @@ pub fn existing_default_space() -> Option<&'static VmSpace> {
 
 #[cfg(test)]
 mod tests {
+    /// The list the options tables print is the code's: the same options differ, with the
+    /// same values (the lazy threshold as its factor of the kernel's).
+    #[test]
+    fn the_listed_differences_are_the_default_spaces() {
+        use super::*;
+        let mut differ: Vec<(&str, String)> = Vec::new();
+        let pairs = [
+            (default_space_space_defaults().values(), SpaceOptions::default().values()),
+            (default_space_arena_defaults().values(), ArenaOptions::default().values()),
+        ];
+        for (mine, base) in pairs {
+            differ.extend(mine.into_iter().zip(base).filter(|(m, b)| m.1 != b.1).map(|(m, _)| m));
+        }
+        differ.sort();
+        let names: Vec<&str> = differ.iter().map(|d| d.0).collect();
+        let listed: Vec<&str> = DEFAULT_SPACE_DIFFERENCES.iter().map(|d| d.0).collect();
+        assert_eq!(names, listed, "DEFAULT_SPACE_DIFFERENCES lists other options than the code changes");
+        for (name, value) in &differ {
+            let text = DEFAULT_SPACE_DIFFERENCES.iter().find(|d| d.0 == *name).unwrap().1;
+            if *name == "lazy_max_pages" {
+                assert_eq!(DEFAULT_SPACE_LAZY_MAX_FACTOR, 2);
+                assert_eq!(value, &(2 * ArenaOptions::default().lazy_max()).to_string());
+            } else {
+                assert_eq!(text, value, "{name}");
+            }
+        }
+    }
+
     use super::*;
 
     /// The four arena defaults and the space default that differ, and the headroom that does

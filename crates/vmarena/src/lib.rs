@@ -45,8 +45,8 @@ pub mod vmap;
 
 pub use default_space::{
     default_space, default_space_options, default_space_space_options, existing_default_space,
-    DEFAULT_SPACE_LAZY_MAX_FACTOR, DEFAULT_SPACE_LAZY_SLACK_PAGES, DEFAULT_SPACE_LAZY_SLACK_PERCENT,
-    DEFAULT_SPACE_POOL_MAX_PAGES, DEFAULT_SPACE_THREAD_CACHE_MAX_PAGES,
+    DEFAULT_SPACE_DIFFERENCES, DEFAULT_SPACE_LAZY_MAX_FACTOR, DEFAULT_SPACE_LAZY_SLACK_PAGES,
+    DEFAULT_SPACE_LAZY_SLACK_PERCENT, DEFAULT_SPACE_POOL_MAX_PAGES, DEFAULT_SPACE_THREAD_CACHE_MAX_PAGES,
 };
 pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
 pub use frame_pool::FramePool;
