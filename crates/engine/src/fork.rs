@@ -19,9 +19,9 @@
 //!    nested with each other or held while freeing);
 //! 3. per-CPU object pools ([`Rank::PercpuObjects`]): the pool's mutex, which is held while
 //!    it makes a chunk in an arena;
-//! 4. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry,
-//!    the purge mutex, the `StatLock`s in their rank order (lock.rs, `LockRank`), the
-//!    worker's state mutex last;
+//! 4. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry and
+//!    the figures of given-back magazines, the purge mutex, the `StatLock`s in their rank order
+//!    (lock.rs, `LockRank`), the worker's state mutex, the list of areas that moves split;
 //! 5. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
 //! 6. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
 //!    then the zone.
@@ -145,7 +145,7 @@ impl ForkLocks for Shared {
     fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
         let mut held: Vec<Box<dyn Held + '_>> = Vec::with_capacity(8 + self.nr_nodes);
         if let Some(c) = &self.cache {
-            held.push(c.lock_for_fork());
+            held.extend(c.lock_for_fork());
         }
         held.push(Box::new(self.purge_lock.lock().unwrap_or_else(|e| e.into_inner())));
         // In the lock order (lock.rs, `LockRank`).
@@ -163,6 +163,7 @@ impl ForkLocks for Shared {
             }
         }
         held.push(self.worker.lock_for_fork());
+        held.push(self.mosaics.lock_for_fork());
         held
     }
 }

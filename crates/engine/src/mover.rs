@@ -69,6 +69,12 @@ impl Mosaics {
         self.maps.load(Relaxed)
     }
 
+    /// The list's mutex, for `fork()` (nothing is taken under it).
+    #[cfg(not(loom))]
+    pub(crate) fn lock_for_fork(&self) -> Box<dyn crate::fork::Held + '_> {
+        Box::new(self.areas.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     fn add(&self, start: u64, pages: u64, maps: u64) {
         self.areas.lock().unwrap_or_else(|e| e.into_inner()).push((start, pages, maps));
         self.maps.fetch_add(maps, Relaxed);
