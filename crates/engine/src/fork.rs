@@ -22,13 +22,15 @@
 //! 4. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry and
 //!    the figures of given-back magazines, the purge mutex, the `StatLock`s in their rank order
 //!    (lock.rs, `LockRank`), the worker's state mutex, the list of areas that moves split;
-//! 5. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
-//! 6. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
+//! 5. spaces' own mutexes ([`Rank::SpaceMaps`]): vmap free lists, index shards and blocks,
+//!    then the frame maps;
+//! 6. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
+//! 7. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
 //!    then the zone.
 //!
 //! Every other path holds at most one `StatLock` of an arena at a time, takes the purge mutex
 //! and the registries before any of them, and takes nothing while holding the worker's mutex.
-//! No path holds locks of two arenas at once. A purge may free frames (rank 6) under its purge
+//! No path holds locks of two arenas at once. A purge may free frames (rank 7) under its purge
 //! mutex (rank 4), never the reverse; a fixed cache releases memory with `madvise` only.
 //!
 //! In the child, [`after_fork_in_child`] lets each holder forget the threads the child does not
@@ -58,6 +60,10 @@ pub enum Rank {
     PercpuObjects,
     /// An arena's locks.
     Arena,
+    /// A space's own mutexes (the `vmarena` crate's vmap blocks and frames-backed block maps):
+    /// taken under an arena's purge mutex (a purge gives a frames-backed area's frames back),
+    /// never holding an arena's lock themselves.
+    SpaceMaps,
     /// A fixed cache's locks.
     FixedCache,
     /// A frame allocator's locks.

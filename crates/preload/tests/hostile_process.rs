@@ -87,6 +87,13 @@ fn children_forked_during_allocation_can_allocate() {
     both("fork_alloc", &["200"]);
 }
 
+/// Forks while other threads map and unmap frames (`vm_map_ram`, `vm_unmap_aliases`): the
+/// space's own mutexes (vmap blocks, the frame map) must be free in the child too.
+#[test]
+fn children_forked_during_frame_mappings_can_map() {
+    both("fork_maps", &["200"]);
+}
+
 /// A thread makes the first call (the default space is being built) while another forks: the
 /// child's first call must not wait for a construction no thread of its own is doing.
 #[test]

@@ -39,6 +39,11 @@ impl FrameBacking {
         self.blocks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The block map's mutex, for `fork()` (held alone everywhere else).
+    pub(crate) fn lock_for_fork(&self) -> Box<dyn vmarena_engine::fork::Held + '_> {
+        Box::new(self.table())
+    }
+
     /// True when the area at `start` has its frames.
     pub(crate) fn has_frames(&self, start: u64) -> bool {
         self.table().contains_key(&start)

@@ -15,6 +15,11 @@ pub(crate) struct FrameMap {
 }
 
 impl FrameMap {
+    /// The map's mutex, for `fork()` (held alone everywhere else).
+    pub(crate) fn lock_for_fork(&self) -> Box<dyn vmarena_engine::fork::Held + '_> {
+        Box::new(self.runs.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     pub(crate) fn insert(&self, start_page: u64, frames: Vec<u32>) {
         let old = self.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(start_page, frames);
         debug_assert!(old.is_none(), "two mappings at one page");

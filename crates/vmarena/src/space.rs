@@ -99,6 +99,26 @@ impl fmt::Display for VmError {
 
 impl std::error::Error for VmError {}
 
+/// A space's own mutexes (vmap blocks, the frame map, a frames-backed space's block map), for
+/// `fork()`: each is held alone, or (vmap) in the order `lock_for_fork` takes them, and none is
+/// held while an arena lock is taken.
+struct SpaceMaps {
+    blocks: Arc<crate::vmap::VmapBlocks>,
+    frame_map: Arc<crate::frame_map::FrameMap>,
+    frames: Option<Arc<crate::frame_backing::FrameBacking>>,
+}
+
+impl vmarena_engine::ForkLocks for SpaceMaps {
+    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
+        let mut held = self.blocks.lock_for_fork();
+        held.push(self.frame_map.lock_for_fork());
+        if let Some(f) = &self.frames {
+            held.push(f.lock_for_fork());
+        }
+        held
+    }
+}
+
 /// The vmalloc family over one reservation. All methods take `&self` and are thread safe.
 pub struct VmSpace {
     name: String,
@@ -116,7 +136,9 @@ pub struct VmSpace {
     guard_calls: Arc<AtomicU64>,
     pub(crate) frame_map: Arc<crate::frame_map::FrameMap>,
     frames: Option<Arc<crate::frame_backing::FrameBacking>>,
-    pub(crate) blocks: crate::vmap::VmapBlocks,
+    pub(crate) blocks: Arc<crate::vmap::VmapBlocks>,
+    /// The space's own mutexes, registered with the fork handlers while the space lives.
+    _fork_maps: Arc<SpaceMaps>,
     /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks).
     pub(crate) mapped_live: AtomicU64,
     pub(crate) map_calls: AtomicU64,
@@ -246,6 +268,15 @@ impl VmSpace {
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
         crate::pressure::start_monitor();
         let lingering_max = opts.map_ram_lazy_max;
+        let blocks = Arc::new(crate::vmap::VmapBlocks::new(lingering_max));
+        let fork_maps = Arc::new(SpaceMaps {
+            blocks: blocks.clone(),
+            frame_map: frame_map.clone(),
+            frames: frames.clone(),
+        });
+        let weak: std::sync::Weak<dyn vmarena_engine::ForkLocks> =
+            Arc::downgrade(&fork_maps) as std::sync::Weak<dyn vmarena_engine::ForkLocks>;
+        vmarena_engine::fork::register(vmarena_engine::fork::Rank::SpaceMaps, weak);
         Ok(VmSpace {
             name: name.to_string(),
             arena,
@@ -261,7 +292,8 @@ impl VmSpace {
             guard_calls,
             frame_map,
             frames,
-            blocks: crate::vmap::VmapBlocks::new(lingering_max),
+            blocks,
+            _fork_maps: fork_maps,
             mapped_live: AtomicU64::new(0),
             map_calls: AtomicU64::new(0),
             huge_advised: AtomicU64::new(0),

@@ -254,6 +254,29 @@ impl VmapBlocks {
         Ok(())
     }
 
+    /// Every mutex of the blocks, for `fork()`: the free lists, the index shards, then each
+    /// block's state (the order of `alloc`, which holds a free list and a block's state; a
+    /// shard is held alone everywhere else).
+    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
+        let mut held: Vec<Box<dyn vmarena_engine::fork::Held + '_>> = Vec::new();
+        held.extend(self.free_lists.iter().map(|l| Box::new(lock(l)) as Box<dyn vmarena_engine::fork::Held>));
+        let shards: Vec<MutexGuard<'_, HashMap<u64, Arc<Block>>>> = self.index.iter().map(lock).collect();
+        let mut states: Vec<Box<dyn vmarena_engine::fork::Held + '_>> = Vec::new();
+        for shard in &shards {
+            for b in shard.values() {
+                // SAFETY: the block lives in an `Arc` that this shard's map holds; the shard's
+                // guard goes into `held` before the state guards, and `fork` drops guards
+                // last-taken first, so the map, and the block with it, outlive the state guard
+                // (nobody can remove the entry while the shard is held).
+                let block: &Block = unsafe { &*Arc::as_ptr(b) };
+                states.push(Box::new(lock(&block.state)));
+            }
+        }
+        held.extend(shards.into_iter().map(|g| Box::new(g) as Box<dyn vmarena_engine::fork::Held>));
+        held.extend(states);
+        held
+    }
+
     /// Put anonymous memory back over the stale pages of every live block (one `mmap` per run
     /// of adjacent stale pages). Returns the mappings restored.
     pub(crate) fn unmap_aliases(&self, space: &VmSpace) -> u64 {

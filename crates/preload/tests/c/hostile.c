@@ -100,6 +100,62 @@ static void fork_during_allocation(int forks) {
     CHECK(good == forks);
 }
 
+/* Fork while other threads map frames with vm_map_ram (vmap blocks, the frame map) and unmap
+ * them, some left lingering for vm_unmap_aliases: the child maps, writes, unmaps and removes
+ * the aliases itself. */
+static vmarena_frames *frames_pool;
+
+static void *map_churn(void *arg) {
+    (void)arg;
+    unsigned seed = (unsigned)(uintptr_t)pthread_self();
+    uint32_t f[4];
+    for (int i = 0; i < 4; i++) f[i] = (uint32_t)vmarena_frames_alloc(frames_pool, 0);
+    while (!stop) {
+        size_t n = 1 + rand_r(&seed) % 4;
+        char *p = vmarena_vm_map_ram(frames_pool, f, n);
+        if (p) {
+            p[0] = 1;
+            vmarena_vm_unmap_ram(p, n);
+        }
+        if (rand_r(&seed) % 64 == 0) vmarena_vm_unmap_aliases();
+    }
+    for (int i = 0; i < 4; i++) vmarena_frames_free(frames_pool, f[i], 0);
+    return NULL;
+}
+
+static int child_maps(void) {
+    alarm(20);
+    int64_t fr = vmarena_frames_alloc(frames_pool, 0);
+    if (fr < 0) return 2;
+    uint32_t f = (uint32_t)fr;
+    for (int i = 0; i < 8; i++) {
+        char *p = vmarena_vm_map_ram(frames_pool, &f, 1);
+        if (!p) return 3;
+        p[0] = (char)i;
+        if (vmarena_vm_unmap_ram(p, 1) != 0) return 4;
+    }
+    if (vmarena_vm_unmap_aliases() < 0) return 5;
+    return vmarena_frames_free(frames_pool, f, 0) == 0 ? 0 : 6;
+}
+
+static void fork_during_mapping(int forks) {
+    frames_pool = vmarena_frames_create(16u << 20);
+    CHECK(frames_pool != NULL);
+    if (!frames_pool) return;
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, map_churn, NULL);
+    int good = 0;
+    for (int i = 0; i < forks; i++) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(child_maps());
+        good += pid > 0 && wait_child(pid);
+    }
+    stop = 1;
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    fprintf(stderr, "%d of %d children exited 0\n", good, forks);
+    CHECK(good == forks);
+}
+
 /* One process per round: a thread makes the first vmarena call (the default space is being
  * built) while the main thread forks. */
 static void *first_call(void *arg) {
@@ -404,6 +460,7 @@ int main(int argc, char **argv) {
     int n = argc > 2 ? atoi(argv[2]) : 0;
     if (!strcmp(c, "fork_alloc")) fork_during_allocation(n ? n : 100);
     else if (!strcmp(c, "fork_first_use")) fork_during_first_use(n ? n : 100);
+    else if (!strcmp(c, "fork_maps")) fork_during_mapping(n ? n : 100);
     else if (!strcmp(c, "ownership")) ownership();
     else if (!strcmp(c, "resize")) resize();
     else if (!strcmp(c, "signals")) signals();
