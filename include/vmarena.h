@@ -43,6 +43,12 @@ void *vmarena_vmalloc_aligned(size_t size, size_t align);
  * "always"); below, or where the kernel refuses the advice, base pages. Freed with vmarena_vfree. */
 void *vmarena_vmalloc_huge(size_t size);
 
+/* vmarena_vmalloc_huge backed by reserved huge pages (MAP_HUGETLB), taken from the system's
+ * reserve (/proc/sys/vm/nr_hugepages) at this call, when it can cover the request; otherwise the
+ * same as vmarena_vmalloc_huge. vmarena_vfree frees it (base pages go back over it first);
+ * vmarena_vrealloc and vmarena_kvfree_rcu refuse it. */
+void *vmarena_vmalloc_hugetlb(size_t size);
+
 /* Resize; keeps contents up to the smaller size. NULL `p` allocates. On failure returns NULL,
  * sets errno and leaves `p` untouched; size 0 is refused (EINVAL), use vmarena_vfree. */
 void *vmarena_vrealloc(void *p, size_t size);

@@ -110,8 +110,13 @@ pub enum AreaKind {
     FixedSlot,
     /// A `Vmalloc` area handed to a deferred free (`kvfree_rcu`) and waiting for its grace
     /// period: readable, refused by every free and resize ([`Arena::retire`]). Small areas
-    /// keep the kind `Vmalloc` in their record and say `retired` in their state word.
+    /// keep the kind `Vmalloc` in their record and say `retired` in their state word. Also the
+    /// passing kind of a `HugeTlb` area while the one free that claimed it puts base pages
+    /// back.
     Retired,
+    /// The space's memory backed by reserved huge pages (`MAP_HUGETLB`) over the area's data
+    /// pages: a free puts base pages back before the area goes.
+    HugeTlb,
 }
 
 /// A small area as its state word describes it ([`Arena::small_area`]).
@@ -730,7 +735,11 @@ impl Arena {
         self.swap_kind(start, AreaKind::Retired, AreaKind::Vmalloc)
     }
 
-    fn swap_kind(&self, start: u64, from: AreaKind, to: AreaKind) -> Result<(), FreeError> {
+    /// Change the kind of the live area at `start` from `from` to `to` under its busy lock (for
+    /// a small `Vmalloc` area, through its state word: only `Vmalloc` <-> `Retired`). Refused,
+    /// nothing changed, when the area is not live or not of kind `from`: of two racing calls
+    /// exactly one succeeds.
+    pub fn swap_kind(&self, start: u64, from: AreaKind, to: AreaKind) -> Result<(), FreeError> {
         let sh = &*self.shared;
         if let Some(c) = &sh.cache {
             let claim =

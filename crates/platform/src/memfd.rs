@@ -124,6 +124,32 @@ pub unsafe fn map_anonymous_fixed(addr: usize, len: usize, huge: bool) -> io::Re
     Ok(())
 }
 
+/// Map reserved huge pages (`MAP_HUGETLB`, the system's default huge page size) over
+/// `[addr, addr + len)`. Without `MAP_NORESERVE` the kernel takes the pages from the
+/// reserve at this call, so a system without enough of them fails here with `ENOMEM` instead
+/// of a fault later. On failure the caller puts its own mapping back over the range
+/// ([`map_anonymous_fixed`]): what was there may be gone.
+///
+/// # Safety
+/// The range must be huge-page-aligned address space the caller owns, with nothing live in it.
+pub unsafe fn map_hugetlb_fixed(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: the caller owns the range (contract above).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_HUGETLB,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Lines of `/proc/self/maps`: the process's mapping count.
 pub fn map_count() -> u64 {
     std::fs::read_to_string("/proc/self/maps").map(|s| s.lines().count() as u64).unwrap_or(0)

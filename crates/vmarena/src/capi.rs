@@ -84,6 +84,16 @@ pub extern "C" fn vmarena_vmalloc_huge(size: usize) -> *mut libc::c_void {
     })
 }
 
+/// `void *vmarena_vmalloc_hugetlb(size_t size);` `vmarena_vmalloc_huge` backed by reserved huge
+/// pages (`MAP_HUGETLB`) when the system has them reserved, else as `vmarena_vmalloc_huge`.
+#[no_mangle]
+pub extern "C" fn vmarena_vmalloc_hugetlb(size: usize) -> *mut libc::c_void {
+    guarded(null_mut(), || match default_space() {
+        Ok(s) => ptr_or_errno(s.vmalloc_hugetlb(size)),
+        Err(_) => no_space(),
+    })
+}
+
 /// `void *vmarena_vrealloc(void *p, size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void {

@@ -147,6 +147,8 @@ pub struct VmSpace {
     huge_advised: AtomicU64,
     huge_small: AtomicU64,
     huge_refused: AtomicU64,
+    hugetlb_mapped: AtomicU64,
+    hugetlb_refused: AtomicU64,
 }
 
 /// Figures of a space: the arena's table plus the space's own.
@@ -175,6 +177,11 @@ pub struct SpaceStats {
     pub huge_small: u64,
     /// `vmalloc_huge` areas whose advice the kernel refused (THP off or missing): base pages.
     pub huge_refused: u64,
+    /// `vmalloc_hugetlb` areas backed by reserved huge pages (`MAP_HUGETLB`).
+    pub hugetlb_mapped: u64,
+    /// `vmalloc_hugetlb` requests the system had no reserved huge pages for: served by
+    /// `vmalloc_huge` instead (transparent huge pages where allowed, else base pages).
+    pub hugetlb_refused: u64,
 }
 
 /// The space's error for a free the arena refused at `p`.
@@ -299,6 +306,8 @@ impl VmSpace {
             huge_advised: AtomicU64::new(0),
             huge_small: AtomicU64::new(0),
             huge_refused: AtomicU64::new(0),
+            hugetlb_mapped: AtomicU64::new(0),
+            hugetlb_refused: AtomicU64::new(0),
         })
     }
 
@@ -625,6 +634,51 @@ impl VmSpace {
         Ok(p)
     }
 
+    /// [`VmSpace::vmalloc_huge`] backed by reserved huge pages (`MAP_HUGETLB`) when the caller
+    /// asks for them and the system has them reserved (`/proc/sys/vm/nr_hugepages`): whole
+    /// huge pages, aligned to one, mapped over the area's data pages and taken from the reserve
+    /// now, so they never fault in base pages. When the reserve cannot cover the request, the
+    /// area comes from `vmalloc_huge` instead (counted in [`SpaceStats`] as `hugetlb_refused`).
+    /// `vfree` puts base pages back over the area before it goes; `vrealloc` refuses it.
+    #[track_caller]
+    pub fn vmalloc_hugetlb(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {
+        let huge = vmarena_platform::huge_page_size();
+        if bytes == 0 {
+            return Err(VmError::ZeroSize);
+        }
+        let rounded = bytes.checked_next_multiple_of(huge).ok_or(VmError::Overflow(bytes))?;
+        let caller = Location::caller();
+        let p = self.alloc_slow(rounded, huge, false, false, caller, AreaKind::HugeTlb)?;
+        // SAFETY: the area's data pages (`rounded` bytes from `p`, huge-page aligned) were just
+        // handed out and are nobody else's; nothing lives in them yet.
+        match unsafe { vmarena_platform::memfd::map_hugetlb_fixed(p.as_ptr() as usize, rounded) } {
+            Ok(()) => {
+                self.hugetlb_mapped.fetch_add(1, Relaxed);
+                Ok(p)
+            }
+            Err(_) => {
+                // Base pages back over the range, then the area goes, and the request falls
+                // back to transparent huge pages.
+                let start = (p.as_ptr() as usize >> self.page_shift) as u64;
+                self.unmap_pages(start, rounded >> self.page_shift);
+                let _inside = reentry::enter();
+                self.arena.free_uncached_of(start, AreaKind::HugeTlb).expect("the area allocated above");
+                self.hugetlb_refused.fetch_add(1, Relaxed);
+                self.vmalloc_huge(bytes)
+            }
+        }
+    }
+
+    /// Free a `HugeTlb` area: the one call that moves its kind to `Retired` (a passing state
+    /// every other free refuses) puts base pages back over its data, then frees it; a racing
+    /// second free is refused.
+    fn vfree_hugetlb(&self, p: *mut u8, start: u64) -> Result<u64, VmError> {
+        self.arena.swap_kind(start, AreaKind::HugeTlb, AreaKind::Retired).map_err(|e| free_error(p, e))?;
+        let pages = self.arena.lookup(start).map(|a| a.pages).expect("a claimed area stays busy");
+        self.unmap_pages(start, (pages - self.guard_pages) as usize);
+        self.arena.free_uncached_of(start, AreaKind::Retired).map(|a| a.pages).map_err(|e| free_error(p, e))
+    }
+
     /// Allocate `bytes` of zeroed memory aligned to `align_bytes` (a power of two): the
     /// kernel's `__vmalloc_node(size, align, GFP_KERNEL | __GFP_ZERO, ...)`.
     #[track_caller]
@@ -754,6 +808,13 @@ impl VmSpace {
         let _inside = reentry::enter();
         // `vfree` tried the thread cache already. The kind is checked under the lock that
         // removes the record: no second lookup.
+        // Areas of reserved huge pages need their base pages back first; a lookup tells them
+        // apart only once the space has made one.
+        if self.hugetlb_mapped.load(Relaxed) > 0
+            && self.arena.lookup(start).is_some_and(|a| a.tag.kind == AreaKind::HugeTlb)
+        {
+            return self.vfree_hugetlb(p, start);
+        }
         self.arena.free_uncached_of(start, AreaKind::Vmalloc).map(|a| a.pages).map_err(|e| free_error(p, e))
     }
 
@@ -833,6 +894,8 @@ impl VmSpace {
             huge_advised: self.huge_advised.load(Relaxed),
             huge_small: self.huge_small.load(Relaxed),
             huge_refused: self.huge_refused.load(Relaxed),
+            hugetlb_mapped: self.hugetlb_mapped.load(Relaxed),
+            hugetlb_refused: self.hugetlb_refused.load(Relaxed),
             guard_calls: self.guard_calls.load(Relaxed),
             map_calls: self.map_calls.load(Relaxed),
             mapped_areas: self.mapped_live.load(Relaxed),

@@ -38,6 +38,7 @@ pub(crate) fn format(arena: &Arena, page_shift: u32, guard_pages: u64) -> String
                 AreaKind::VmMapRam | AreaKind::VmapBlock => "vm_map_ram",
                 AreaKind::FixedSlot => "fixed_slot",
                 AreaKind::Retired => "vmalloc retired",
+                AreaKind::HugeTlb => "vmalloc hugetlb",
             };
             let _ = writeln!(out, " pages={} {kind}", a.pages - guard_pages);
         }

@@ -182,3 +182,49 @@ fn vmalloc_huge_maps_huge_pages_where_plain_vmalloc_does_not() {
     s.vfree(p.as_ptr()).unwrap();
     s.vfree(small.as_ptr()).unwrap();
 }
+
+/// Free reserved huge pages of the default size (`HugePages_Free` in /proc/meminfo).
+fn hugetlb_free_pages() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| l.strip_prefix("HugePages_Free:").map(|v| v.trim().parse().ok()))?
+        })
+        .unwrap_or(0)
+}
+
+/// `vmalloc_hugetlb`: reserved huge pages when the system has enough (`KernelPageSize` 2048 kB
+/// over the area), else the `vmalloc_huge` fallback, counted; either way the memory holds
+/// what is written, `vfree` frees it once, and the range serves base-page areas afterwards.
+#[test]
+fn hugetlb_areas_take_reserved_huge_pages_or_fall_back() {
+    let _serial = serial();
+    let s = space(true);
+    let huge = vmarena_platform::huge_page_size();
+    let reserved = hugetlb_free_pages() >= 2;
+    let before = s.stats(false);
+    let p = s.vmalloc_hugetlb(huge + 1).unwrap();
+    assert_eq!(p.as_ptr() as usize % huge, 0, "aligned to a huge page");
+    assert_eq!(s.size(p.as_ptr()), Some(2 * huge), "whole huge pages");
+    common::fill(p.as_ptr(), 2 * huge, 41);
+    common::verify(p.as_ptr(), 2 * huge, 41);
+    let st = s.stats(false);
+    if reserved {
+        assert_eq!(st.hugetlb_mapped, before.hugetlb_mapped + 1);
+        assert_eq!(smaps_kib(p.as_ptr() as usize, "KernelPageSize:"), (huge >> 10) as u64);
+        assert!(s.vrealloc(Some(p), 3 * huge).is_err(), "vrealloc refuses a hugetlb area");
+    } else {
+        eprintln!("no reserved huge pages: the fallback path");
+        assert_eq!(st.hugetlb_refused, before.hugetlb_refused + 1);
+    }
+    s.vfree(p.as_ptr()).unwrap();
+    assert!(s.vfree(p.as_ptr()).is_err(), "a second free is refused");
+    s.purge();
+    // The range is base-page memory again: areas carved there hold what is written.
+    let q = s.vmalloc(4 * huge).unwrap();
+    common::fill(q.as_ptr(), 4 * huge, 42);
+    common::verify(q.as_ptr(), 4 * huge, 42);
+    s.vfree(q.as_ptr()).unwrap();
+    assert!(matches!(s.vmalloc_hugetlb(0), Err(VmError::ZeroSize)));
+    s.check().unwrap();
+}
