@@ -98,21 +98,18 @@ fn touch(p: NonNull<u8>, v: u8) {
     unsafe { p.as_ptr().write_volatile(v) };
 }
 
+/// Every page of the area is written: the kernel's vmalloc maps every page when it allocates
+/// (its case writes one byte), and here pages are mapped by the writes, so writing each one is
+/// what costs the same; with `use_huge` they are mapped as huge pages where the advice took.
+/// With the default `nr_pages=1` that is the one byte the kernel writes.
 fn fix_size_alloc_test(e: &mut CaseEnv) -> i32 {
     for _ in 0..e.loops {
         let bytes = e.nr_pages * PAGE;
         let p = if e.use_huge { e.c.alloc_huge(bytes) } else { e.c.alloc(bytes, 1, false) };
         let Some(p) = p else { return -1 };
-        if e.use_huge {
-            // Every page written: the kernel's vmalloc_huge maps the pages when it allocates;
-            // here they are mapped by the writes, as huge pages where the advice took.
-            for off in (0..bytes).step_by(PAGE) {
-                // SAFETY: `p` holds `bytes` bytes.
-                touch(unsafe { NonNull::new_unchecked(p.as_ptr().add(off)) }, 1);
-            }
-        } else {
-            // The first byte, as the kernel's case writes.
-            touch(p, 1);
+        for off in (0..bytes).step_by(PAGE) {
+            // SAFETY: `p` holds `bytes` bytes.
+            touch(unsafe { NonNull::new_unchecked(p.as_ptr().add(off)) }, 1);
         }
         e.c.free(p);
     }
