@@ -20,23 +20,23 @@ options_table! {
         /// Share of each pool a normal purge gives back to the free tree (the kernel's 25%).
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
         /// Share of the lazy limit (lazy_max_pages plus any headroom) a threshold purge leaves resident, newest frees first (Nodes; 0 = release all, as the kernel).
-        purge_keep_percent: u64 = 75, "percent", "VMARENA_PURGE_KEEP_PERCENT";
+        purge_keep_percent: u64 = 75, "percent", "VMARENA_PURGE_KEEP_PERCENT", experiment;
         /// Raise the lazy threshold by the live pages below their high-water mark since the last purge not started by the threshold (Nodes).
-        lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM";
+        lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM", experiment;
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
         /// A lazy area at most this share larger than a request is handed out whole, not split (0: always split, as the kernel; Nodes).
-        lazy_slack_percent: u64 = 0, "percent", "VMARENA_LAZY_SLACK_PERCENT";
+        lazy_slack_percent: u64 = 0, "percent", "VMARENA_LAZY_SLACK_PERCENT", experiment;
         /// A lazy area at most this many pages larger than a request, and at most twice the request larger, is handed out whole too (Nodes).
-        lazy_slack_pages: u64 = 0, "pages", "VMARENA_LAZY_SLACK_PAGES";
+        lazy_slack_pages: u64 = 0, "pages", "VMARENA_LAZY_SLACK_PAGES", experiment;
         /// Largest area, in pages, that goes to the size pools of freed areas (at most 256, the kernel's; Nodes). Larger areas go to the lazy lists, where they can be split and joined.
         pool_max_pages: u64 = 256, "pages", "VMARENA_POOL_MAX_PAGES";
         /// Areas above pool_max_pages are allocated and freed through node 0 whatever the CPU, so that their freed memory is one lazy list that reuse, joins and extensions see whole (Nodes).
-        shared_lazy: bool = true, "bool", "VMARENA_SHARED_LAZY";
+        shared_lazy: bool = true, "bool", "VMARENA_SHARED_LAZY", experiment;
         /// On a miss, take a resident freed area from another node before fresh pages (Nodes; areas above pool_max_pages, when shared_lazy is off).
-        node_steal: bool = true, "bool", "VMARENA_NODE_STEAL";
+        node_steal: bool = true, "bool", "VMARENA_NODE_STEAL", experiment;
         /// Fill an area carved from the free tree, or the growth of a lazy run, with the resident memory of the oldest lazy areas, moved (UFFDIO_MOVE or mremap), instead of fresh pages (Nodes; 256 pages and more a call).
-        page_moves: bool = true, "bool", "VMARENA_PAGE_MOVES";
+        page_moves: bool = true, "bool", "VMARENA_PAGE_MOVES", experiment;
         /// Per-thread magazines of freed small areas in front of the node pools (Nodes only).
         thread_cache: bool = true, "bool", "VMARENA_THREAD_CACHE";
         /// Largest area a thread cache holds, in pages, guard pages included (at most 8191).

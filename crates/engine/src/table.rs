@@ -18,6 +18,44 @@ pub struct OptionDoc {
     pub env: &'static str,
     /// One line of documentation.
     pub doc: &'static str,
+    /// An experiment: the library reads its environment variable only when
+    /// `VMARENA_EXPERIMENTS=1` (see [`experiments_enabled`]); its default is what every user
+    /// gets.
+    pub experiment: bool,
+}
+
+/// True when `VMARENA_EXPERIMENTS` is `1`: the environment variables of options marked as
+/// experiments are read too (the lab's comparisons set it). Otherwise a set variable of an
+/// experiment is reported once on stderr and ignored.
+pub fn experiments_enabled() -> bool {
+    std::env::var("VMARENA_EXPERIMENTS").is_ok_and(|v| v.trim() == "1")
+}
+
+/// An experiment's variable `env` was set without `VMARENA_EXPERIMENTS=1`: say so, once per
+/// variable and process.
+pub fn report_ignored_experiment(env: &'static str) {
+    static SEEN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !seen.contains(&env) {
+        seen.push(env);
+        eprintln!("vmarena: ignoring {env}: an experiment, read only with VMARENA_EXPERIMENTS=1");
+    }
+}
+
+/// The one word that marks an option as an experiment in an options table.
+pub const fn is_experiment_marker(word: &str) -> bool {
+    let (a, b) = (word.as_bytes(), b"experiment");
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// One row of a statistics table.
@@ -74,7 +112,7 @@ macro_rules! options_table {
     (
         $(#[$meta:meta])*
         pub struct $name:ident {
-            $( #[doc = $doc:literal] $field:ident : $ty:ty = $default:expr, $unit:literal, $env:literal; )*
+            $( #[doc = $doc:literal] $field:ident : $ty:ty = $default:expr, $unit:literal, $env:literal $(, $experiment:ident)?; )*
         }
     ) => {
         $(#[$meta])*
@@ -91,6 +129,7 @@ macro_rules! options_table {
                 $( $crate::table::OptionDoc {
                     name: stringify!($field), unit: $unit, default: stringify!($default),
                     env: $env, doc: $doc.trim_ascii(),
+                    experiment: false $( || $crate::table::is_experiment_marker(stringify!($experiment)) )?,
                 }, )*
             ];
 
@@ -99,10 +138,22 @@ macro_rules! options_table {
                 vec![ $( (stringify!($field), format!("{:?}", self.$field)), )* ]
             }
 
-            /// Override fields from the environment variables of the table.
+            /// Override fields from the environment variables of the table (an experiment's
+            /// only with `VMARENA_EXPERIMENTS=1`).
             pub fn with_env(mut self) -> Result<Self, String> {
                 $(
-                    if let Ok(v) = std::env::var($env) {
+                    $( const {
+                        assert!(
+                            $crate::table::is_experiment_marker(stringify!($experiment)),
+                            "an option is marked with the word `experiment` or nothing"
+                        )
+                    }; )?
+                    let experiment = false $( || $crate::table::is_experiment_marker(stringify!($experiment)) )?;
+                    if experiment && !$crate::table::experiments_enabled() {
+                        if std::env::var_os($env).is_some() {
+                            $crate::table::report_ignored_experiment($env);
+                        }
+                    } else if let Ok(v) = std::env::var($env) {
                         self.$field = <$ty as $crate::table::OptionValue>::parse_option(&v)
                             .map_err(|e| format!("{}: {}", $env, e))?;
                     }

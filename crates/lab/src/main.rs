@@ -249,6 +249,18 @@ fn print_tables() {
     options_md(vmarena::FrameOptions::TABLE);
     println!("\n### Memory-pressure options (read once per process)\n");
     options_md(vmarena::PressureOptions::TABLE);
+    println!(
+        "\n### Experiments (read from the environment only with `VMARENA_EXPERIMENTS=1`)\n\n\
+         Switches that compare a design choice with its alternative; their defaults are what every \
+         user gets.\n"
+    );
+    let experiments: Vec<vmarena::OptionDoc> = [vmarena::SpaceOptions::TABLE, vmarena::ArenaOptions::TABLE]
+        .into_iter()
+        .flatten()
+        .filter(|d| d.experiment)
+        .copied()
+        .collect();
+    experiments_md(&experiments);
     println!("\n### Arena statistics (`Arena::stats`, `VmSpace::stats`)\n");
     stats_md(vmarena::ArenaStats::TABLE);
     println!("\n### Fixed pool statistics (`FixedPool::cache_stats`, `FixedPool::stats`)\n");
@@ -267,8 +279,28 @@ mod vmarena_engine_tables {
         }
     }
 
-    /// The options table with a column for the default space's value where it differs.
+    /// The options table with a column for the default space's value where it differs
+    /// (experiments are listed apart).
     pub fn options_with_default_space_md(t: &[vmarena::OptionDoc]) {
+        println!(
+            "| option | unit | default | default space (C ABI, shim, `VmAlloc`) | environment | meaning |\n|---|---|---|---|---|---|"
+        );
+        for d in t.iter().filter(|d| !d.experiment) {
+            let unit = d.unit.replace('|', "\\|");
+            let own = vmarena::DEFAULT_SPACE_DIFFERENCES
+                .iter()
+                .find(|x| x.0 == d.name)
+                .map_or("same".to_string(), |x| format!("`{}`", x.1));
+            println!("| `{}` | {} | `{}` | {} | `{}` | {} |", d.name, unit, d.default, own, d.env, d.doc);
+        }
+    }
+
+    /// The experiments of every table, with the default space's value where it differs.
+    pub fn experiments_md(t: &[vmarena::OptionDoc]) {
+        options_with_default_space_rows(t);
+    }
+
+    fn options_with_default_space_rows(t: &[vmarena::OptionDoc]) {
         println!(
             "| option | unit | default | default space (C ABI, shim, `VmAlloc`) | environment | meaning |\n|---|---|---|---|---|---|"
         );
@@ -284,7 +316,7 @@ mod vmarena_engine_tables {
 
     pub fn options_md(t: &[vmarena::OptionDoc]) {
         println!("| option | unit | default | environment | meaning |\n|---|---|---|---|---|");
-        for d in t {
+        for d in t.iter().filter(|d| !d.experiment) {
             let unit = d.unit.replace('|', "\\|");
             println!("| `{}` | {} | `{}` | `{}` | {} |", d.name, unit, d.default, d.env, d.doc);
         }

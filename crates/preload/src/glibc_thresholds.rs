@@ -34,7 +34,7 @@
 //! glibc's four threshold parameters itself turns glibc's own adjustment off, and so this one:
 //! through `mallopt` (the shim passes the call on and stops here), `GLIBC_TUNABLES`
 //! (`glibc.malloc.trim_threshold`, `top_pad`, `mmap_threshold`, `mmap_max`) or the older
-//! `MALLOC_TRIM_THRESHOLD_`-style variables. `VMARENA_PRELOAD_GLIBC_THRESHOLDS=0` leaves glibc's
+//! `MALLOC_TRIM_THRESHOLD_`-style variables. `VMARENA_EXPERIMENTS=1 VMARENA_PRELOAD_GLIBC_THRESHOLDS=0` leaves glibc's
 //! thresholds alone as well.
 //!
 //! State: the size last set (`SET_BYTES`, rising only) and a try-lock (`SETTING`) held

@@ -11,7 +11,7 @@
 //! per idle purge: after the large frees of a burst stop, not while they go on.
 //!
 //! Only when the next allocator is glibc (`malloc` and `malloc_trim` both from the C library);
-//! `VMARENA_PRELOAD_GLIBC_TRIM=0` turns it off.
+//! `VMARENA_EXPERIMENTS=1 VMARENA_PRELOAD_GLIBC_TRIM=0` turns it off.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;

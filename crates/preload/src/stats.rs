@@ -18,9 +18,9 @@ options_table! {
         /// With `stats`: also count acquisitions and time how long each lock is held.
         lock_timing: bool = false, "bool", "VMARENA_PRELOAD_LOCK_TIMING";
         /// With glibc next: each large free raises glibc's mmap and trim thresholds as glibc's own free of that block would, the trim threshold to eight shim thresholds at most.
-        glibc_thresholds: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_THRESHOLDS";
+        glibc_thresholds: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_THRESHOLDS", experiment;
         /// With glibc next: when the default space's worker releases an idle program's memory, glibc's malloc_trim gives back glibc's free memory too.
-        glibc_trim: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_TRIM";
+        glibc_trim: bool = true, "bool", "VMARENA_PRELOAD_GLIBC_TRIM", experiment;
     }
 }
 

@@ -80,7 +80,8 @@ fn large_frees_move_glibcs_thresholds_as_its_own_frees_would() {
         summary.contains("glibc mmap threshold 4194304 bytes, trim threshold 524288\n"),
         "the cap at the default threshold: {summary}"
     );
-    assert_case_ok(&case(t, &[("VMARENA_PRELOAD_GLIBC_THRESHOLDS", "0")], &[&mode("kept")]), t);
+    let off = [("VMARENA_EXPERIMENTS", "1"), ("VMARENA_PRELOAD_GLIBC_THRESHOLDS", "0")];
+    assert_case_ok(&case(t, &off, &[&mode("kept")]), t);
     assert_case_ok(&case(t, &[], &[&mode("mallopt")]), t);
     assert_case_ok(&case(t, &[("GLIBC_TUNABLES", "glibc.malloc.top_pad=131072")], &[&mode("kept")]), t);
     assert_case_ok(&case(t, &[("MALLOC_TRIM_THRESHOLD_", "131072")], &[&mode("kept")]), t);
@@ -92,7 +93,8 @@ fn large_frees_move_glibcs_thresholds_as_its_own_frees_would() {
 fn glibcs_free_memory_goes_back_after_an_idle_purge() {
     let t = "glibc_trim";
     assert_case_ok(&case(t, &[], &[&PathBuf::from("on")]), t);
-    assert_case_ok(&case(t, &[("VMARENA_PRELOAD_GLIBC_TRIM", "0")], &[&PathBuf::from("off")]), t);
+    let off = [("VMARENA_EXPERIMENTS", "1"), ("VMARENA_PRELOAD_GLIBC_TRIM", "0")];
+    assert_case_ok(&case(t, &off, &[&PathBuf::from("off")]), t);
 }
 
 /// The shim registers the process for `membarrier` at its first `malloc`, while the process

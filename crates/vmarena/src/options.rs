@@ -31,7 +31,7 @@ options_table! {
         /// Large areas may fault in transparent huge pages (MADV_HUGEPAGE; with enforced guards only).
         huge_pages: bool = true, "bool", "VMARENA_HUGE_PAGES";
         /// Step Move moves pages with UFFDIO_MOVE (Linux 6.8+; the reservation is registered with a userfaultfd, no fault events) where the kernel allows, else with mremap.
-        uffd_moves: bool = true, "bool", "VMARENA_UFFD_MOVES";
+        uffd_moves: bool = true, "bool", "VMARENA_UFFD_MOVES", experiment;
         /// How purges release memory: dontneed (RSS falls now) or free (lazily, under pressure).
         release: ReleaseAdvice = ReleaseAdvice(Advice::DontNeed), "dontneed|free", "VMARENA_RELEASE";
         /// Mappings vm_unmap_ram may leave until their vmap block is freed (0: unmap at once).
