@@ -264,14 +264,17 @@ fn readme_lists_the_shims_options_as_declared() {
     for (i, l) in lines.iter().enumerate() {
         let l = l.trim();
         let Some((name, rest)) = l.split_once(':') else { continue };
-        if !l.ends_with("\";") || !l.contains("\"VMARENA_PRELOAD_") {
+        let experiment = l.ends_with("\", experiment;");
+        if !(l.ends_with("\";") || experiment) || !l.contains("\"VMARENA_PRELOAD_") {
             continue;
         }
+        let rest = rest.trim_end_matches(", experiment;");
         let default = rest.split_once('=').unwrap().1.split(',').next().unwrap().trim();
         let env = rest.rsplit('"').nth(1).unwrap();
         let unit = rest.split('"').nth(1).unwrap();
         let doc = lines[i - 1].trim().trim_start_matches("///").trim();
-        let row = format!("| `{name}` | {unit} | `{default}` | `{env}` | {doc} |");
+        let note = if experiment { "Experiment (read only with `VMARENA_EXPERIMENTS=1`). " } else { "" };
+        let row = format!("| `{name}` | {unit} | `{default}` | `{env}` | {note}{doc} |");
         assert!(readme.contains(&row), "README.md lacks the row\n{row}");
         seen += 1;
     }
