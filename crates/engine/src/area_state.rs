@@ -40,7 +40,7 @@
 #![allow(unsafe_code)]
 #![cfg_attr(loom, allow(dead_code))]
 
-use crate::arena::{AreaKind, AreaTag};
+use crate::area::{AreaKind, AreaTag};
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};

@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod area;
 mod area_state;
 pub mod arena;
 pub mod backing;
