@@ -7,10 +7,7 @@
 
 use crate::fork_once::ForkOnce;
 
-/// `MADV_GUARD_INSTALL` (not yet in every libc).
-pub const MADV_GUARD_INSTALL: i32 = 102;
-/// `MADV_GUARD_REMOVE`.
-pub const MADV_GUARD_REMOVE: i32 = 103;
+pub use crate::release::{MADV_GUARD_INSTALL, MADV_GUARD_REMOVE};
 
 /// True when the running kernel enforces guard markers.
 pub fn supported() -> bool {

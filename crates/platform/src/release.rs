@@ -34,6 +34,12 @@ impl Advice {
     }
 }
 
+/// `MADV_GUARD_INSTALL` (Linux 6.13; not yet in every libc): the advice [`crate::guard`] installs
+/// guard markers with.
+pub const MADV_GUARD_INSTALL: i32 = 102;
+/// `MADV_GUARD_REMOVE`: the advice that clears them (batched here like the others).
+pub const MADV_GUARD_REMOVE: i32 = 103;
+
 const IOV_MAX: usize = 1024;
 const BATCH_UNKNOWN: u8 = 0;
 const BATCH_YES: u8 = 1;
@@ -45,7 +51,7 @@ fn batch_slot(advice: i32) -> &'static AtomicU8 {
     &BATCH[match advice {
         libc::MADV_DONTNEED => 0,
         libc::MADV_FREE => 1,
-        crate::guard::MADV_GUARD_REMOVE => 2,
+        MADV_GUARD_REMOVE => 2,
         _ => 3,
     }]
 }
