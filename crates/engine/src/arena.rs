@@ -726,6 +726,35 @@ impl Drop for Arena {
 }
 
 /// A low-memory event shrinks the arena: every lazy area released, every pool drained.
+/// `fork()` takes every lock of the arena, in the order of fork.rs's module documentation.
+#[cfg(not(loom))]
+impl crate::fork::ForkLocks for Shared {
+    fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
+        let mut held: Vec<Box<dyn crate::fork::Held + '_>> = Vec::with_capacity(8 + self.nr_nodes);
+        if let Some(c) = &self.cache {
+            held.extend(c.lock_for_fork());
+        }
+        held.push(Box::new(self.purge_lock.lock().unwrap_or_else(|e| e.into_inner())));
+        // In the lock order (lock.rs, `LockRank`).
+        match &self.kind {
+            Kind::Global(g) => held.push(Box::new(g.lock())),
+            Kind::Split { free, busy } => {
+                held.push(Box::new(free.lock()));
+                held.push(Box::new(busy.lock()));
+            }
+            Kind::Nodes { free, nodes } => {
+                for n in nodes.iter() {
+                    held.push(Box::new(n.lock()));
+                }
+                held.push(Box::new(free.lock()));
+            }
+        }
+        held.push(self.worker.lock_for_fork());
+        held.push(self.mosaics.lock_for_fork());
+        held
+    }
+}
+
 impl crate::pressure::Reclaim for Shared {
     fn reclaim_name(&self) -> String {
         format!("space {}", self.name)

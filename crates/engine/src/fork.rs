@@ -42,7 +42,6 @@
 //! the guards that borrow from them, and drops the guards first.
 #![allow(unsafe_code)]
 
-use crate::arena::{Kind, Shared};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Anything held until dropped (a lock guard of any type).
@@ -144,32 +143,5 @@ impl Drop for ProcessForkGuard {
     fn drop(&mut self) {
         // Release the last-taken first.
         self.held.clear();
-    }
-}
-
-impl ForkLocks for Shared {
-    fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
-        let mut held: Vec<Box<dyn Held + '_>> = Vec::with_capacity(8 + self.nr_nodes);
-        if let Some(c) = &self.cache {
-            held.extend(c.lock_for_fork());
-        }
-        held.push(Box::new(self.purge_lock.lock().unwrap_or_else(|e| e.into_inner())));
-        // In the lock order (lock.rs, `LockRank`).
-        match &self.kind {
-            Kind::Global(g) => held.push(Box::new(g.lock())),
-            Kind::Split { free, busy } => {
-                held.push(Box::new(free.lock()));
-                held.push(Box::new(busy.lock()));
-            }
-            Kind::Nodes { free, nodes } => {
-                for n in nodes.iter() {
-                    held.push(Box::new(n.lock()));
-                }
-                held.push(Box::new(free.lock()));
-            }
-        }
-        held.push(self.worker.lock_for_fork());
-        held.push(self.mosaics.lock_for_fork());
-        held
     }
 }
