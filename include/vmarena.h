@@ -252,6 +252,11 @@ void *vmarena_percpu_ptr(void *handle, unsigned cpu);
 /* The CPUs an object has a copy for (the possible CPUs). */
 unsigned vmarena_percpu_cpus(void);
 
+/* The bytes between one CPU's copy of any per-CPU object and the next CPU's: CPU cpu's copy is
+ * at (char *)handle + cpu * vmarena_percpu_stride(), which a hot path can compute inline once
+ * it has read the stride. 0 when the pool cannot be built. */
+size_t vmarena_percpu_stride(void);
+
 /* Free a per-CPU object. 0; NULL is a no-op; -EINVAL for anything but a live handle. */
 int vmarena_percpu_free(void *handle);
 

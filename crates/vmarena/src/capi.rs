@@ -838,6 +838,14 @@ pub extern "C" fn vmarena_percpu_cpus() -> libc::c_uint {
     guarded(0, || percpu_pool().map_or(0, |p| p.cpus() as libc::c_uint))
 }
 
+/// `size_t vmarena_percpu_stride(void);` the bytes between CPU `c`'s copy of any per-CPU
+/// object and CPU `c + 1`'s (the same for every object): `handle + cpu * stride` is CPU
+/// `cpu`'s copy, as `vmarena_percpu_ptr` computes it. 0 when the pool cannot be built.
+#[no_mangle]
+pub extern "C" fn vmarena_percpu_stride() -> usize {
+    guarded(0, || percpu_pool().map_or(0, |p| p.stride()))
+}
+
 /// `int vmarena_percpu_free(void *handle);` free a per-CPU object. 0; NULL is a no-op;
 /// -EINVAL for anything but a live handle.
 #[no_mangle]

@@ -8,8 +8,9 @@
  *           restarts if the thread is preempted or migrated before it commits: no atomic
  *           instruction, no shared line
  *   atomic  the same per-CPU counter, incremented with an atomic add on the copy of the CPU
- *           read from rseq's cpu_id (or sched_getcpu): correct where rseq critical sections
- *           are not available, at the cost of a locked instruction on a mostly private line
+ *           read from rseq's cpu_id (or sched_getcpu), its address computed inline from the
+ *           pool's stride: correct where rseq critical sections are not available, at the cost
+ *           of a locked instruction on a mostly private line
  * The reader sums the copies of every CPU; the program checks the sum is THREADS x
  * INCREMENTS, exactly, and prints "ns_per_increment X" (wall time / (threads x increments)).
  * Exits 3 when rseq is not registered for the rseq mode (glibc registers it from 2.35). */
@@ -96,7 +97,7 @@ static void *worker(void *arg) {
             }
     } else {
         for (long i = 0; i < increments; i++) {
-            _Atomic long *mine = vmarena_percpu_ptr(counter, current_cpu());
+            _Atomic long *mine = (_Atomic long *)((char *)counter + current_cpu() * stride);
             atomic_fetch_add_explicit(mine, 1, memory_order_relaxed);
         }
     }
@@ -130,7 +131,7 @@ int main(int argc, char **argv) {
     }
     counter = vmarena_percpu_alloc(sizeof(long), 64);
     if (!counter) { perror("vmarena_percpu_alloc"); return 1; }
-    stride = (uintptr_t)vmarena_percpu_ptr(counter, vmarena_percpu_cpus() > 1 ? 1 : 0) - (uintptr_t)counter;
+    stride = vmarena_percpu_stride();
     pthread_t *t = calloc((size_t)threads, sizeof *t);
     pthread_barrier_init(&start_line, NULL, (unsigned)threads + 1);
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);

@@ -231,6 +231,9 @@ int main(void) {
         }
         CHECK(intact);
         CHECK(vmarena_percpu_ptr(h[0], cpus) == NULL);
+        size_t stride = vmarena_percpu_stride();
+        CHECK(stride > 0);
+        for (unsigned c = 0; c < cpus; c++) CHECK((char *)vmarena_percpu_ptr(h[7], c) == (char *)h[7] + c * stride);
         errno = 0;
         CHECK(vmarena_percpu_alloc(0, 8) == NULL && errno == EINVAL);
         CHECK(vmarena_percpu_alloc(8, 3) == NULL && errno == EINVAL);
