@@ -83,6 +83,14 @@ pub(crate) struct Seen<'a> {
     pub(crate) pages: u64,
 }
 
+impl Seen<'_> {
+    /// The area's latest caller, as the word records it.
+    #[inline(always)]
+    pub(crate) fn caller(&self) -> Option<&'static Location<'static>> {
+        decode_caller(self.value)
+    }
+}
+
 /// A tracked word, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WordState {

@@ -457,7 +457,7 @@ impl Arena {
     /// anything else (call [`Arena::free`] then, which frees or refuses it).
     #[inline(always)]
     pub fn free_hit(&self, start: u64) -> bool {
-        self.shared.cache.as_ref().is_some_and(|c| c.free_hit(start))
+        self.shared.cache.as_ref().is_some_and(|c| c.free_hit(start).is_some())
     }
 
     /// Free a small area into this thread's cache: `None` when `start` is not a small live

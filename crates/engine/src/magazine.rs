@@ -319,15 +319,6 @@ impl Magazine {
         self.pages.store(room.held + pages, Relaxed);
     }
 
-    /// [`Magazine::push`] when no eviction is needed: false, nothing changed, when the stack is
-    /// at its cap or the budget has no room for the area.
-    #[inline(always)]
-    fn push_within_budget(&self, pages: u64, start: u64) -> bool {
-        let Some(room) = self.room(pages) else { return false };
-        self.fill(room, pages, start);
-        true
-    }
-
     /// The oldest entry of `pages` pages (the bottom of its stack).
     fn take_oldest(&self, pages: u64) -> Option<u64> {
         let n = self.classes[pages as usize - 1].len.load(Relaxed);
@@ -667,21 +658,22 @@ impl ThreadCaches {
     /// [`ThreadCaches::free`] then handles. The room is checked before the word is claimed,
     /// so a claimed area always fits.
     #[inline(always)]
-    pub(crate) fn free_hit(&self, start: u64) -> bool {
-        let Some(seen) = self.states.seen_live(start) else { return false };
+    /// Returns the area's pages and latest caller when it went in.
+    pub(crate) fn free_hit(&self, start: u64) -> Option<(u64, Option<&'static Location<'static>>)> {
+        let seen = self.states.seen_live(start)?;
         let pages = seen.pages;
-        let Some(m) = self.front() else { return false };
+        let m = self.front()?;
         if m.hs.enter() != Enter::Go {
-            return false;
+            return None;
         }
         // The slot is found before the word is claimed: once claimed, the area must go in.
         let done = match m.room(pages) {
             Some(room) if self.states.claim_seen(&seen) => {
                 m.fill(room, pages, start);
                 bump(&m.pushes);
-                true
+                Some((pages, seen.caller()))
             }
-            _ => false,
+            _ => None,
         };
         m.hs.leave();
         done
@@ -703,18 +695,8 @@ impl ThreadCaches {
         caller: Option<&'static Location<'static>>,
     ) -> Option<u64> {
         if align_pages == 1 {
-            if let Some(m) = self.front() {
-                if m.hs.enter() == Enter::Go {
-                    let got = m.pop_top(pages);
-                    if let Some(s) = got {
-                        self.states.reuse(s, pages, caller);
-                        bump(&m.hits);
-                    }
-                    m.hs.leave();
-                    if got.is_some() {
-                        return got;
-                    }
-                }
+            if let Some(s) = self.alloc_hit(pages, caller) {
+                return Some(s);
             }
         }
         self.alloc_rest(arena, pages, align_pages, caller)
@@ -757,23 +739,14 @@ impl ThreadCaches {
     /// rest, once the word is claimed, is [`ThreadCaches::free_rest`].
     #[inline(always)]
     pub(crate) fn free(&self, arena: &Arc<Shared>, start: u64) -> FreeFast {
+        if let Some((pages, caller)) = self.free_hit(start) {
+            return FreeFast::Cached { pages, caller };
+        }
         let (pages, caller) = match self.states.claim(start) {
             Claim::Untracked => return FreeFast::Untracked,
             Claim::AlreadyFree => return FreeFast::Refused,
             Claim::Won { pages, caller } => (pages, caller),
         };
-        if let Some(m) = self.front() {
-            if m.hs.enter() == Enter::Go {
-                let ok = m.push_within_budget(pages, start);
-                if ok {
-                    bump(&m.pushes);
-                }
-                m.hs.leave();
-                if ok {
-                    return FreeFast::Cached { pages, caller };
-                }
-            }
-        }
         self.free_rest(arena, start, pages, caller)
     }
 

@@ -58,8 +58,8 @@ impl ThreadCaches {
     pub(crate) fn alloc_hit(&self, _: u64, _: Option<&'static Location<'static>>) -> Option<u64> {
         None
     }
-    pub(crate) fn free_hit(&self, _: u64) -> bool {
-        false
+    pub(crate) fn free_hit(&self, _: u64) -> Option<(u64, Option<&'static Location<'static>>)> {
+        None
     }
     pub(crate) fn spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
         Vec::new()

@@ -50,3 +50,15 @@ pub fn compile(
     }
     Ok(bin)
 }
+
+/// The value a program printed after the word `key` ("ns_per_op 12.5"), if it exited 0.
+pub fn reported(out: &std::process::Output, key: &str) -> Option<f64> {
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != key)
+        .nth(1)
+        .and_then(|v| v.parse::<f64>().ok())
+}

@@ -279,32 +279,22 @@ mod vmarena_engine_tables {
         }
     }
 
-    /// The options table with a column for the default space's value where it differs
-    /// (experiments are listed apart).
+    /// The stable options of a table, with a column for the default space's value where it
+    /// differs (experiments are listed apart).
     pub fn options_with_default_space_md(t: &[vmarena::OptionDoc]) {
-        println!(
-            "| option | unit | default | default space (C ABI, shim, `VmAlloc`) | environment | meaning |\n|---|---|---|---|---|---|"
-        );
-        for d in t.iter().filter(|d| !d.experiment) {
-            let unit = d.unit.replace('|', "\\|");
-            let own = vmarena::DEFAULT_SPACE_DIFFERENCES
-                .iter()
-                .find(|x| x.0 == d.name)
-                .map_or("same".to_string(), |x| format!("`{}`", x.1));
-            println!("| `{}` | {} | `{}` | {} | `{}` | {} |", d.name, unit, d.default, own, d.env, d.doc);
-        }
+        rows_with_default_space(t.iter().filter(|d| !d.experiment));
     }
 
-    /// The experiments of every table, with the default space's value where it differs.
+    /// The experiments of every table, with the same columns.
     pub fn experiments_md(t: &[vmarena::OptionDoc]) {
-        options_with_default_space_rows(t);
+        rows_with_default_space(t.iter());
     }
 
-    fn options_with_default_space_rows(t: &[vmarena::OptionDoc]) {
+    fn rows_with_default_space<'a>(rows: impl Iterator<Item = &'a vmarena::OptionDoc>) {
         println!(
             "| option | unit | default | default space (C ABI, shim, `VmAlloc`) | environment | meaning |\n|---|---|---|---|---|---|"
         );
-        for d in t {
+        for d in rows {
             let unit = d.unit.replace('|', "\\|");
             let own = vmarena::DEFAULT_SPACE_DIFFERENCES
                 .iter()

@@ -72,20 +72,14 @@ pub fn run(cfg: &PercpuCounterConfig) -> Result<Vec<Cell>, String> {
                     .args([m.clone(), t.to_string(), per_thread.to_string()])
                     .output()
                     .map_err(|e| format!("{}: {e}", bin.display()))?;
-                let text = String::from_utf8_lossy(&out.stdout);
-                let ns = text
-                    .split_whitespace()
-                    .skip_while(|w| *w != "ns_per_increment")
-                    .nth(1)
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .filter(|_| out.status.success())
-                    .ok_or_else(|| {
-                        format!(
-                            "{m} at {t} threads: {} {text}{}",
-                            out.status,
-                            String::from_utf8_lossy(&out.stderr)
-                        )
-                    })?;
+                let ns = cc::reported(&out, "ns_per_increment").ok_or_else(|| {
+                    format!(
+                        "{m} at {t} threads: {} {}{}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    )
+                })?;
                 cells[first + i].ns_per_increment.push(ns);
             }
         }

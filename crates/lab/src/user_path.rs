@@ -135,21 +135,15 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
                         cmd.env("LD_PRELOAD", p);
                     }
                     let out = cmd.output().map_err(|e| format!("{}: {e}", s.bin.display()))?;
-                    let text = String::from_utf8_lossy(&out.stdout);
-                    let ns = text
-                        .split_whitespace()
-                        .skip_while(|w| *w != "ns_per_op")
-                        .nth(1)
-                        .and_then(|v| v.parse::<f64>().ok())
-                        .filter(|_| out.status.success())
-                        .ok_or_else(|| {
-                            format!(
-                                "{w} under {}: {} {text}{}",
-                                cfg.contenders[i],
-                                out.status,
-                                String::from_utf8_lossy(&out.stderr)
-                            )
-                        })?;
+                    let ns = cc::reported(&out, "ns_per_op").ok_or_else(|| {
+                        format!(
+                            "{w} under {}: {} {}{}",
+                            cfg.contenders[i],
+                            out.status,
+                            String::from_utf8_lossy(&out.stdout),
+                            String::from_utf8_lossy(&out.stderr)
+                        )
+                    })?;
                     cells[first + i].ns_per_op.push(ns);
                 }
             }
