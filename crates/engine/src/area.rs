@@ -94,6 +94,9 @@ impl AllocRequest {
     }
 }
 
+/// No allocating node (the kernel's `vn_id` 0).
+pub const NO_NODE: u16 = u16::MAX;
+
 /// A successful allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Allocation {

@@ -1,5 +1,5 @@
-//! Why an arena refused a request. Every refusal leaves the arena unchanged; the texts name the
-//! arena, the request and the limits that were hit.
+//! Why an arena or a frame allocator refused a request. Every refusal leaves it unchanged; the
+//! texts name the arena, the request and the limits that were hit.
 
 use std::fmt;
 use vmarena_core::RequestError;
@@ -133,3 +133,25 @@ impl fmt::Display for FreeError {
 }
 
 impl std::error::Error for FreeError {}
+
+/// Why a frame call was refused. Nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Order above 10, or a count of 0.
+    BadRequest(String),
+    /// No frames, even after draining every list and queue. The text gives the figures.
+    NoFrames(String),
+    /// The frame is not the head of a block of that order held by a caller.
+    NotHeld(u32),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::BadRequest(m) | FrameError::NoFrames(m) => f.write_str(m),
+            FrameError::NotHeld(p) => write!(f, "frame {p} is not the head of a block held with that order"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}

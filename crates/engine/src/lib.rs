@@ -18,8 +18,6 @@ pub mod area;
 mod area_state;
 pub mod arena;
 pub mod backing;
-mod check;
-mod congruent;
 pub mod error;
 pub mod fixed_cache;
 #[cfg(not(loom))]
@@ -31,20 +29,20 @@ mod lazy_list;
 pub mod lock;
 #[cfg(not(loom))]
 mod magazine;
-#[cfg(loom)]
-#[path = "magazine_loom.rs"]
-mod magazine;
-mod mover;
 mod node;
 pub mod options;
 mod page_map;
 pub mod pressure;
-mod purge;
 pub mod site;
 pub mod stats;
 pub mod strategy;
 pub mod sync;
 pub mod table;
+#[cfg(not(loom))]
+mod thread_caches;
+#[cfg(loom)]
+#[path = "thread_caches_loom.rs"]
+mod thread_caches;
 mod worker;
 
 pub use arena::{

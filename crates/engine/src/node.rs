@@ -5,7 +5,7 @@
 //!   `(start / ZONE_PAGES) % N == id` (the kernel's `addr_to_node`);
 //! - `pools`: freed areas this node allocated, 1..=256 pages, memory still resident (dirty) or
 //!   released (clean);
-//! - `lazy_tree`: other freed areas homed here (larger than `pool_max_pages`, or allocated in
+//! - `lazy_list`: other freed areas homed here (larger than `pool_max_pages`, or allocated in
 //!   a caller's window) until a purge releases them and returns them to the free tree, indexed
 //!   by free order, size and address ([`LazyList`]);
 //! - `chunk`: one zone of this node's stripe, taken from the free tree, from which the node
@@ -49,7 +49,7 @@ pub(crate) struct NodeState {
     pub index: usize,
     pub busy: BusyMap<AreaTag>,
     pub pools: SizePools,
-    pub lazy_tree: LazyList,
+    pub lazy_list: LazyList,
     /// `[start, end)` not yet carved; empty when `start == end`.
     pub chunk: (u64, u64),
     /// Lazy pages already added to the arena-wide counter.
@@ -78,7 +78,7 @@ impl NodeState {
     /// Exact lazy pages of this node.
     #[inline]
     pub fn lazy_pages(&self) -> u64 {
-        self.pools.dirty_pages() + self.lazy_tree.pages()
+        self.pools.dirty_pages() + self.lazy_list.pages()
     }
 
     /// Fold the change since the last sync into `global` when it reaches `step` pages (or
@@ -140,13 +140,13 @@ mod tests {
     fn a_node_folds_its_change_in_steps() {
         let global = crate::sync::AtomicI64::new(0);
         let mut n = NodeState::default();
-        n.lazy_tree.push(LazyArea { start: 0, pages: 100, reusable: true });
+        n.lazy_list.push(LazyArea { start: 0, pages: 100, reusable: true });
         n.sync(&global, 128, false);
         assert_eq!(global.load(crate::sync::Ordering::Relaxed), 0, "below the step");
-        n.lazy_tree.push(LazyArea { start: 1000, pages: 100, reusable: true });
+        n.lazy_list.push(LazyArea { start: 1000, pages: 100, reusable: true });
         n.sync(&global, 128, false);
         assert_eq!((global.load(crate::sync::Ordering::Relaxed), n.synced), (200, 200));
-        n.lazy_tree.take_front(1000, 50);
+        n.lazy_list.take_front(1000, 50);
         n.sync(&global, 128, true);
         assert_eq!(global.load(crate::sync::Ordering::Relaxed), 150, "forced");
     }

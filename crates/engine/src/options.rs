@@ -63,6 +63,12 @@ impl ArenaOptions {
         }
     }
 
+    /// Step Move is asked for and the strategy has it (Nodes); the arena also needs a backing
+    /// that can move memory.
+    pub fn moves_pages(&self) -> bool {
+        self.page_moves && self.strategy == Strategy::Nodes
+    }
+
     /// The lazy threshold these options give on this machine.
     pub fn lazy_max(&self) -> u64 {
         if self.lazy_max_pages == 0 {

@@ -1,17 +1,20 @@
-//! The three lock designs an arena can use, and the state of the two older ones.
+//! The three lock designs an arena can use (their state and operations: `arena/global.rs`,
+//! `arena/split.rs`, `arena/nodes/`).
 //!
 //! ```text
 //!  Global (before 2019)      Split (2019)                 Nodes (Linux 6.9)
 //!  +-------------------+     +-------------+              +-------------+
-//!  | global lock       |     | free lock   |              | free lock   |  taken on pool misses
+//!  | global lock       |     | free lock   |              | free lock   |  taken on misses
 //!  |  free tree        |     |  free tree  |              |  free tree  |
 //!  |  busy map         |     +-------------+              +-------------+
 //!  |  lazy list        |     | busy lock   |              node 0 .. node N-1, N = min(CPUs, 128)
-//!  +-------------------+     |  busy map   |              +-------------+ +-------------+
-//!                            |  lazy list  |              | busy lock   | | pool lock   |
-//!                            +-------------+              |  busy shard | |  size pools |
-//!                                                         +-------------+ |  lazy list  |
-//!                                                                         +-------------+
+//!  +-------------------+     |  busy map   |              +---------------+
+//!                            |  lazy list  |              | node lock     |
+//!                            +-------------+              |  busy shard   |
+//!                                                         |  size pools   |
+//!                                                         |  lazy list    |
+//!                                                         |  chunk        |
+//!                                                         +---------------+
 //! ```
 //!
 //! Global and Split follow the older kernels: a freed area waits on the lazy list until a purge
@@ -19,10 +22,8 @@
 //! 6.9 design with the user-space twist of DESIGN.md: a freed area goes straight back to the
 //! pool of the node that allocated it, memory still resident, and can be reused at once.
 
-use crate::AreaTag;
 use std::fmt;
 use std::str::FromStr;
-use vmarena_core::{BusyMap, FreeTree};
 
 /// Which lock design an arena uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,20 +72,4 @@ impl crate::table::OptionValue for Strategy {
     fn parse_option(s: &str) -> Result<Self, String> {
         s.parse()
     }
-}
-
-/// Busy areas and the lazy list (under the global lock, or the Split busy lock).
-#[derive(Default)]
-pub(crate) struct BusyLazy {
-    pub busy: BusyMap<AreaTag>,
-    /// Freed areas awaiting a purge: `(start, pages)`.
-    pub lazy: Vec<(u64, u64)>,
-    pub lazy_pages: u64,
-    pub frees: u64,
-}
-
-/// Everything of the Global strategy, under its one lock.
-pub(crate) struct GlobalState {
-    pub free: FreeTree,
-    pub bl: BusyLazy,
 }

@@ -21,6 +21,19 @@
 
 use std::sync::OnceLock;
 
+/// What the worker needs of the arena it purges for.
+pub(crate) trait Purged: Send + Sync {
+    /// The decay interval (0: no idle purges).
+    fn decay_interval_ms(&self) -> u64;
+
+    /// The purge a free that passed the lazy limit asked for.
+    fn threshold_purge(&self);
+
+    /// An idle interval passed: give the thread caches' areas back and purge if anything is
+    /// lazy. True when it purged.
+    fn idle_purge(&self) -> bool;
+}
+
 /// What a worker calls after it purged the memory of an idle program (see [`set_idle_hook`]).
 static IDLE_HOOK: OnceLock<fn()> = OnceLock::new();
 
@@ -41,23 +54,22 @@ pub(crate) use thread::Worker;
 /// Under loom there is no background thread: models purge inline or from a model thread.
 #[cfg(loom)]
 mod stub {
-    use crate::arena::Shared;
+    use super::Purged;
     use crate::sync::Arc;
 
     #[derive(Default)]
     pub(crate) struct Worker;
 
     impl Worker {
-        pub fn wake(&self, _arena: &Arc<Shared>) {}
-        pub fn start(&self, _arena: &Arc<Shared>) {}
+        pub fn wake<A: Purged + 'static>(&self, _arena: &Arc<A>) {}
+        pub fn start<A: Purged + 'static>(&self, _arena: &Arc<A>) {}
         pub fn shutdown(&self) {}
     }
 }
 
 #[cfg(not(loom))]
 mod thread {
-    use crate::arena::{PurgeKind, Shared};
-    use std::sync::atomic::Ordering::Relaxed;
+    use super::Purged;
     use std::sync::{Arc, Condvar, Mutex, Weak};
     use std::thread::JoinHandle;
     use std::time::Duration;
@@ -79,16 +91,16 @@ mod thread {
 
     impl Worker {
         /// Wake the worker for a purge now, starting it if this process has none yet.
-        pub fn wake(self: &Arc<Self>, arena: &Arc<Shared>) {
+        pub fn wake<A: Purged + 'static>(self: &Arc<Self>, arena: &Arc<A>) {
             self.start_or_wake(arena, true);
         }
 
         /// Start the worker (for the decay interval) without asking for a purge now.
-        pub fn start(self: &Arc<Self>, arena: &Arc<Shared>) {
+        pub fn start<A: Purged + 'static>(self: &Arc<Self>, arena: &Arc<A>) {
             self.start_or_wake(arena, false);
         }
 
-        fn start_or_wake(self: &Arc<Self>, arena: &Arc<Shared>, wake: bool) {
+        fn start_or_wake<A: Purged + 'static>(self: &Arc<Self>, arena: &Arc<A>, wake: bool) {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             if st.shutdown {
                 return;
@@ -100,7 +112,8 @@ mod thread {
                     // Inherited from the parent across fork(): that thread does not exist here.
                     std::mem::forget(st.thread.take());
                 }
-                let weak = Arc::downgrade(arena);
+                let arena_dyn: Arc<dyn Purged> = arena.clone();
+                let weak = Arc::downgrade(&arena_dyn);
                 let me = self.clone();
                 let spawned = vmarena_platform::helper_thread::spawn("vmarena-purge", move || run(me, weak));
                 match spawned {
@@ -112,7 +125,7 @@ mod thread {
                         // No thread to be had: purge on this thread instead.
                         drop(st);
                         if wake {
-                            arena.purge(PurgeKind::Threshold);
+                            arena.threshold_purge();
                         }
                         return;
                     }
@@ -146,7 +159,7 @@ mod thread {
         }
     }
 
-    fn run(w: Arc<Worker>, weak: Weak<Shared>) {
+    fn run(w: Arc<Worker>, weak: Weak<dyn Purged>) {
         // `helper_thread::spawn` raised the inside-vmarena flag for good and blocked signals.
         loop {
             let Some(arena) = weak.upgrade() else { return };
@@ -175,16 +188,12 @@ mod thread {
             };
             let Some(arena) = weak.upgrade() else { return };
             if woken {
-                arena.purge(PurgeKind::Threshold);
-            } else {
-                // An idle interval: thread caches give their areas back, so that the memory
+                arena.threshold_purge();
+            } else if arena.idle_purge() {
+                // An idle interval: thread caches gave their areas back, so that the memory
                 // of a program that stopped allocating falls like the rest.
-                arena.drain_caches();
-                if arena.purge_requested.load(Relaxed) || arena.lazy_pages_exact() > 0 {
-                    arena.purge(PurgeKind::Normal);
-                    if let Some(hook) = super::IDLE_HOOK.get() {
-                        hook();
-                    }
+                if let Some(hook) = super::IDLE_HOOK.get() {
+                    hook();
                 }
             }
         }

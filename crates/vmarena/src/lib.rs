@@ -27,6 +27,7 @@ mod backing;
 pub mod capi;
 mod default_space;
 mod deferred_free;
+mod error;
 pub mod fixed_pool;
 pub mod fork;
 mod frame_backing;
@@ -42,6 +43,7 @@ pub mod space;
 mod vm_alloc;
 mod vmallocinfo;
 pub mod vmap;
+mod vmap_blocks;
 
 pub use default_space::{
     default_space, default_space_options, default_space_space_options, existing_default_space,

@@ -24,8 +24,8 @@
 #![allow(unsafe_code)]
 
 use crate::backing::MemoryBacking;
+pub use crate::error::VmError;
 use crate::options::SpaceOptions;
-use std::fmt;
 use std::panic::Location;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -36,74 +36,11 @@ use vmarena_engine::{
 use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, reentry, Reservation};
 
-/// Why a `VmSpace` call failed. Nothing was changed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VmError {
-    /// Size 0.
-    ZeroSize,
-    /// The size overflows when rounded up to pages (with the guard).
-    Overflow(usize),
-    /// The alignment is not a power of two.
-    BadAlignment(usize),
-    /// The pointer is not the start of a live area of this space.
-    NotLive(usize),
-    /// No room, even after a full purge. The text names the space and its limits.
-    NoSpace(String),
-    /// A non-blocking request found no room without purging.
-    WouldBlock,
-    /// The pointer is not the start of a slot of this fixed pool held by a caller.
-    NotHeld(usize),
-    /// A parameter is out of range; the text says which.
-    Invalid(String),
-    /// The area holds caller's frames (vmap, vm_map_ram): unmap it with the matching call.
-    WrongKind(usize),
-    /// The frame pool has no frames left; the text gives its figures.
-    NoFrames(String),
-}
-
-impl VmError {
-    /// The errno the C ABI reports for this error.
-    pub fn errno(&self) -> i32 {
-        match self {
-            VmError::ZeroSize
-            | VmError::BadAlignment(_)
-            | VmError::NotLive(_)
-            | VmError::NotHeld(_)
-            | VmError::Invalid(_)
-            | VmError::WrongKind(_) => libc::EINVAL,
-            VmError::Overflow(_) | VmError::NoSpace(_) | VmError::NoFrames(_) => libc::ENOMEM,
-            VmError::WouldBlock => libc::EAGAIN,
-        }
-    }
-}
-
-impl fmt::Display for VmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VmError::ZeroSize => write!(f, "size 0"),
-            VmError::Overflow(b) => write!(f, "size {b} overflows when rounded up to pages"),
-            VmError::BadAlignment(a) => write!(f, "alignment {a} is not a power of two"),
-            VmError::NotLive(p) => write!(f, "{p:#x} is not the start of a live area"),
-            VmError::NoSpace(m) => f.write_str(m),
-            VmError::NotHeld(p) => write!(f, "{p:#x} is not the start of a slot held from this pool"),
-            VmError::Invalid(m) | VmError::NoFrames(m) => f.write_str(m),
-            VmError::WrongKind(p) => {
-                write!(f, "{p:#x} is not an area of this call's kind (frames mapped by vmap or vm_map_ram, or a fixed pool's slot): release it with the call that matches how it was made")
-            }
-            VmError::WouldBlock => {
-                write!(f, "no room without purging, and the request may not block")
-            }
-        }
-    }
-}
-
-impl std::error::Error for VmError {}
-
 /// A space's own mutexes (vmap blocks, the frame map, a frames-backed space's block map), for
 /// `fork()`: each is held alone, or (vmap) in the order `lock_for_fork` takes them, and none is
 /// held while an arena lock is taken.
 struct SpaceMaps {
-    blocks: Arc<crate::vmap::VmapBlocks>,
+    blocks: Arc<crate::vmap_blocks::VmapBlocks>,
     frame_map: Arc<crate::frame_map::FrameMap>,
     frames: Option<Arc<crate::frame_backing::FrameBacking>>,
 }
@@ -136,7 +73,7 @@ pub struct VmSpace {
     guard_calls: Arc<AtomicU64>,
     pub(crate) frame_map: Arc<crate::frame_map::FrameMap>,
     frames: Option<Arc<crate::frame_backing::FrameBacking>>,
-    pub(crate) blocks: Arc<crate::vmap::VmapBlocks>,
+    pub(crate) blocks: Arc<crate::vmap_blocks::VmapBlocks>,
     /// The space's own mutexes, registered with the fork handlers while the space lives.
     _fork_maps: Arc<SpaceMaps>,
     /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks).
@@ -236,7 +173,7 @@ impl VmSpace {
         // can take a huge page. Without enforced guards that would not hold.
         let huge_pages = opts.huge_pages && guards_enforced && pool.is_none() && reservation.advise_huge();
         // Only Nodes moves pages, and only in memory spaces (not frames-backed ones).
-        let moves = arena_opts.page_moves && arena_opts.strategy == vmarena_engine::Strategy::Nodes;
+        let moves = arena_opts.moves_pages();
         let uffd = if opts.uffd_moves && moves && pool.is_none() {
             Uffd::new().filter(|u| u.register(reservation.base(), reservation.len_bytes())).map(Arc::new)
         } else {
@@ -275,7 +212,7 @@ impl VmSpace {
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
         crate::pressure::start_monitor();
         let lingering_max = opts.map_ram_lazy_max;
-        let blocks = Arc::new(crate::vmap::VmapBlocks::new(lingering_max));
+        let blocks = Arc::new(crate::vmap_blocks::VmapBlocks::new(lingering_max));
         let fork_maps = Arc::new(SpaceMaps {
             blocks: blocks.clone(),
             frame_map: frame_map.clone(),

@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use crate::area_state::AreaStates;
-use crate::arena::Shared;
 use crate::sync::Arc;
 use std::panic::Location;
 
@@ -35,6 +34,14 @@ pub(crate) struct Budget {
     pub(crate) max_pages: u64,
 }
 
+pub(crate) trait CacheOwner: Send + Sync {
+    fn caches(&self) -> Option<&ThreadCaches>;
+    fn free_from_cache(&self, start: u64);
+    fn registered(me: &Arc<Self>)
+    where
+        Self: Sized;
+}
+
 pub(crate) struct ThreadCaches {
     pub(crate) states: AreaStates,
 }
@@ -43,16 +50,16 @@ impl ThreadCaches {
     pub(crate) fn new(_lo: u64, _hi: u64, _max_pages: u64, _budget: Budget) -> Result<ThreadCaches, String> {
         Err("not built under loom".into())
     }
-    pub(crate) fn alloc(
+    pub(crate) fn alloc<A: CacheOwner>(
         &self,
-        _: &Arc<Shared>,
+        _: &Arc<A>,
         _: u64,
         _: u64,
         _: Option<&'static Location<'static>>,
     ) -> Option<u64> {
         None
     }
-    pub(crate) fn free(&self, _: &Arc<Shared>, _: u64) -> FreeFast {
+    pub(crate) fn free<A: CacheOwner>(&self, _: &Arc<A>, _: u64) -> FreeFast {
         FreeFast::Untracked
     }
     pub(crate) fn alloc_hit(&self, _: u64, _: Option<&'static Location<'static>>) -> Option<u64> {
@@ -64,7 +71,7 @@ impl ThreadCaches {
     pub(crate) fn spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
         Vec::new()
     }
-    pub(crate) fn drain_all(&self, _: &Shared) -> u64 {
+    pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, _: &A) -> u64 {
         0
     }
     pub(crate) fn figures(&self) -> CacheFigures {

@@ -3,18 +3,20 @@
 //!
 //! Owns nothing of its own: it searches the arena's free tree under the free lock
 //! ([`FreeTree::find_congruent`], lowest base first), takes every part out of the tree under
-//! that one hold (all or nothing), then enters each part in the busy map as an area of its own,
-//! under its shard's lock, one at a time (the lock order: the free lock is released first).
+//! that one hold (all or nothing), then, with the free lock released, enters each part in the
+//! busy map as an area of its own (Nodes: under its shard's lock, one at a time).
 //! The parts are fresh pages from the tree; when nothing fits, the lazily freed areas and the
 //! pools go back to the tree by full purges and the search runs again, as an allocation's last
 //! step does. Each part is freed like any other area ([`Arena::free`]).
 
-use crate::arena::PurgeKind;
-use crate::arena::{AreaTag, Arena, Kind, Shared, NO_NODE};
+use super::locks::{with_strategy, StrategyLocks};
+use super::shared::Shared;
+use crate::area::{AreaTag, PurgeKind};
+use crate::arena::Arena;
 use crate::error::AllocError;
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{BusyArea, FreeTree, RequestError};
+use vmarena_core::{FreeTree, RequestError};
 
 /// Full purges a congruent allocation tries, while they make progress, before it fails.
 const FULL_PURGE_RETRIES: usize = 3;
@@ -85,34 +87,9 @@ impl Shared {
             }
             Some(base)
         };
-        let area = |pages: u64| BusyArea { pages, node: NO_NODE, tag };
-        let base = match &self.kind {
-            Kind::Global(g) => {
-                let mut g = g.lock_at(&site::ALLOC_GLOBAL);
-                let base = take(&mut g.free)?;
-                for &(off, pages) in parts {
-                    let ok = g.bl.busy.insert(base + off, area(pages));
-                    debug_assert!(ok, "the tree handed out a live start");
-                }
-                base
-            }
-            Kind::Split { free, busy } => {
-                let base = take(&mut free.lock_at(&site::ALLOC_FREE_TREE))?;
-                let mut b = busy.lock_at(&site::ALLOC_BUSY);
-                for &(off, pages) in parts {
-                    let ok = b.busy.insert(base + off, area(pages));
-                    debug_assert!(ok, "the tree handed out a live start");
-                }
-                base
-            }
-            Kind::Nodes { free, nodes } => {
-                let base = take(&mut free.lock_at(&site::ALLOC_FREE_TREE))?;
-                for &(off, pages) in parts {
-                    self.insert_busy(nodes, base + off, area(pages));
-                }
-                base
-            }
-        };
+        let base = with_strategy!(&self.locks, s => s.with_free_tree(&site::ALLOC_FREE_TREE, take))?;
+        let placed: Vec<(u64, u64)> = parts.iter().map(|&(off, pages)| (base + off, pages)).collect();
+        with_strategy!(&self.locks, s => s.insert_parts(self, &placed, tag));
         for &(off, pages) in parts {
             self.counters.tree_allocs.fetch_add(1, Relaxed);
             self.counters.tree_pages.fetch_add(pages, Relaxed);

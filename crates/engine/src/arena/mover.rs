@@ -24,9 +24,10 @@
 //! [`Mosaics`] until a purge finds that area's whole range free and heals it; moves stop while
 //! the mappings they added pass [`MOVE_MAX_MAPS`].
 
-use crate::arena::Shared;
+use super::nodes::Nodes;
+use super::shared::Shared;
 use crate::backing::Moved;
-use crate::node::{LazyArea, Node, NodeState};
+use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
 use crate::sync::{AtomicU64, Mutex};
@@ -63,6 +64,15 @@ pub(crate) struct Mosaics {
     maps: AtomicU64,
 }
 
+/// Step Move's part of the arena.
+#[derive(Default)]
+pub(crate) struct Moves {
+    /// Step Move is on: `page_moves`, Nodes, and a backing that can move memory.
+    pub(crate) on: bool,
+    /// Areas whose ranges moves split into several mappings.
+    pub(crate) mosaics: Mosaics,
+}
+
 impl Mosaics {
     /// Mappings that moves added and no heal has removed yet (an estimate: two per move).
     pub(crate) fn maps(&self) -> u64 {
@@ -86,9 +96,9 @@ impl Shared {
     /// from the free tree (no lock held): the data pages of an area carved from the tree, or
     /// the growth of a lazy run (step Extend). Fills them, front first, with the memory of the
     /// oldest reusable lazy areas of this node, then of the others. Returns the pages moved in.
-    pub(crate) fn move_into(&self, nodes: &[Node], me: usize, start: u64, data: u64) -> u64 {
+    pub(crate) fn move_into(&self, n: &Nodes, me: usize, start: u64, data: u64) -> u64 {
         let guard = self.backing.guard_pages();
-        if data < MOVE_MIN_PAGES || self.mosaics.maps() >= MOVE_MAX_MAPS {
+        if data < MOVE_MIN_PAGES || self.moves.mosaics.maps() >= MOVE_MAX_MAPS {
             return 0;
         }
         let mut need = data;
@@ -97,12 +107,12 @@ impl Shared {
             if need < MOVE_MIN_PAGES || donors.len() >= MOVE_MAX_DONORS {
                 break;
             }
-            let n = (me + k) % self.nr_nodes;
+            let i = (me + k) % self.nr_nodes;
             // A node whose lazy list cannot hold one donor is passed over without its lock.
-            if self.lazy_lists[n].load(Relaxed) < MOVE_MIN_PAGES + guard {
+            if self.lazy.list_pages[i].load(Relaxed) < MOVE_MIN_PAGES + guard {
                 continue;
             }
-            let mut g = nodes[n].lock_at(&site::ALLOC_MOVE);
+            let mut g = n.nodes[i].lock_at(&site::ALLOC_MOVE);
             Self::take_donors(&mut g, guard, &mut need, &mut donors);
             self.sync_node(&mut g, false);
         }
@@ -156,7 +166,7 @@ impl Shared {
         }
         calls += self.merge_batch(&whole, &fronts, &spill);
         if maps > 0 {
-            self.mosaics.add(start, data, maps);
+            self.moves.mosaics.add(start, data, maps);
         }
         let c = &self.counters;
         c.page_moves.fetch_add(moves.len() as u64, Relaxed);
@@ -170,7 +180,7 @@ impl Shared {
     /// covered: whole areas that fit, then the front of the next larger one (its rest stays
     /// lazy, in its place, with its guard).
     fn take_donors(g: &mut NodeState, guard: u64, need: &mut u64, donors: &mut Vec<Donor>) {
-        g.lazy_tree.retain_mut(|l| {
+        g.lazy_list.retain_mut(|l| {
             if *need < MOVE_MIN_PAGES || donors.len() >= MOVE_MAX_DONORS || !l.reusable {
                 return true;
             }
@@ -196,7 +206,8 @@ impl Shared {
     /// and carved again took moves twice): overlapping ones are healed together or not at all.
     /// Returns the syscalls made.
     pub(crate) fn heal_mosaics(&self) -> u64 {
-        let mut areas = std::mem::take(&mut *self.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut areas =
+            std::mem::take(&mut *self.moves.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()));
         if areas.is_empty() {
             return 0;
         }
@@ -240,13 +251,13 @@ impl Shared {
                 }
             }
         });
-        self.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()).extend(keep);
+        self.moves.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()).extend(keep);
         if healed.is_empty() {
             return 0;
         }
         let calls = self.backing.heal(&healed) as u64;
         self.merge_into_tree(&healed);
-        self.mosaics.maps.fetch_sub(maps, Relaxed);
+        self.moves.mosaics.maps.fetch_sub(maps, Relaxed);
         self.counters.heals.fetch_add(healed.len() as u64, Relaxed);
         calls
     }

@@ -28,8 +28,11 @@
 //! `compound_retention` a block stays compound while on a per-CPU list and is dismantled only
 //! when it drains to the zone; a list hit then skips the preparation (the seed's experiment).
 
-use crate::frame_options::{FrameOptions, FrameStats};
-use crate::lock::{next_owner, LockRank, LockSite, LockStats, StatGuard, StatLock};
+mod figures;
+
+pub use crate::error::FrameError;
+use crate::frame_options::FrameOptions;
+use crate::lock::{next_owner, LockRank, LockSite, StatGuard, StatLock};
 use crate::node::Padded;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -54,28 +57,6 @@ const KERNEL: u64 = 0;
 const USER: u64 = 1 << 8;
 const TAIL: u64 = 1 << 9;
 const COMPOUND: u64 = 1 << 10;
-
-/// Why a frame call was refused. Nothing changed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FrameError {
-    /// Order above 10, or a count of 0.
-    BadRequest(String),
-    /// No frames, even after draining every list and queue. The text gives the figures.
-    NoFrames(String),
-    /// The frame is not the head of a block of that order held by a caller.
-    NotHeld(u32),
-}
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::BadRequest(m) | FrameError::NoFrames(m) => f.write_str(m),
-            FrameError::NotHeld(p) => write!(f, "frame {p} is not the head of a block held with that order"),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {}
 
 /// The kernel's `struct page`, reduced: 64 bytes per frame, in one dense array.
 #[repr(C, align(64))]
@@ -582,122 +563,6 @@ impl FrameAllocator {
         });
         d.state.store(KERNEL, Relaxed);
         self.c.compound_dismantles.fetch_add(1, Relaxed);
-    }
-
-    /// The order of the block headed by `pfn` if a caller holds it.
-    pub fn held_order(&self, pfn: u32) -> Option<u32> {
-        let s = self.desc.get(pfn as usize)?.state.load(Relaxed);
-        (s & USER != 0).then_some((s & 0xff) as u32)
-    }
-
-    /// True when a caller holds the block that frame `pfn` belongs to (its head, or a tail of
-    /// a held compound block).
-    pub fn is_held(&self, pfn: u32) -> bool {
-        let Some(d) = self.desc.get(pfn as usize) else { return false };
-        let s = d.state.load(Relaxed);
-        if s & USER != 0 {
-            return true;
-        }
-        s == TAIL && self.held_order(d.head.load(Relaxed) as u32).is_some()
-    }
-
-    /// Call `f(pfn, order)` for every free block of the zone, with the zone lock held (so no
-    /// block can be handed out meanwhile). Returns the number of blocks.
-    pub fn for_each_free_block(&self, mut f: impl FnMut(u32, u32)) -> usize {
-        let z = self.zone.lock();
-        let blocks = z.free_blocks();
-        for &(p, o) in &blocks {
-            f(p, o);
-        }
-        blocks.len()
-    }
-
-    /// The zone lock's figures.
-    pub fn zone_lock_stats(&self) -> LockStats {
-        self.zone.stats()
-    }
-
-    /// The per-CPU list locks' figures, summed.
-    pub fn pcp_lock_stats(&self) -> LockStats {
-        let mut s = LockStats::default();
-        for c in self.cpus.iter() {
-            s.merge(&c.pcp.stats());
-        }
-        s
-    }
-
-    /// A snapshot of the figures.
-    pub fn stats(&self) -> FrameStats {
-        let c = &self.c;
-        let (mut pcp_frames, mut pcp_hits, mut queued_frames, mut queue_inserts) = (0, 0, 0, 0);
-        for cpu in self.cpus.iter() {
-            let p = cpu.pcp.lock();
-            (pcp_frames, pcp_hits) = (pcp_frames + p.count(), pcp_hits + p.hits);
-            drop(p);
-            let q = cpu.queue.lock();
-            (queued_frames, queue_inserts) = (queued_frames + queued(&q), queue_inserts + q.inserts);
-        }
-        let free_frames = self.zone.lock().free_frames();
-        FrameStats {
-            frames: self.frames(),
-            free_frames,
-            pcp_frames,
-            queued_frames,
-            // Derived: a snapshot taken while threads run may be off by what moved meanwhile.
-            user_frames: self.frames().saturating_sub(free_frames + pcp_frames + queued_frames),
-            pcp_hits,
-            pcp_refills: c.pcp_refills.load(Relaxed),
-            refill_blocks: c.refill_blocks.load(Relaxed),
-            pcp_drains: c.pcp_drains.load(Relaxed),
-            drain_blocks: c.drain_blocks.load(Relaxed),
-            free_high: c.free_high.load(Relaxed),
-            trylock_failures: c.trylock_failures.load(Relaxed),
-            zone_allocs: c.zone_allocs.load(Relaxed),
-            zone_frees: c.zone_frees.load(Relaxed),
-            queue_inserts,
-            queue_flushes: c.queue_flushes.load(Relaxed),
-            queue_try_failures: c.queue_try_failures.load(Relaxed),
-            queue_blocking_flushes: c.queue_blocking_flushes.load(Relaxed),
-            compound_preps: c.compound_preps.load(Relaxed),
-            compound_dismantles: c.compound_dismantles.load(Relaxed),
-            compound_ns: c.compound_ns.load(Relaxed),
-            pcp_decays: c.pcp_decays.load(Relaxed),
-            alloc_failures: c.alloc_failures.load(Relaxed),
-            bad_frees: c.bad_frees.load(Relaxed),
-        }
-    }
-
-    /// Check the zone, every list, and that every frame is accounted for exactly once (call
-    /// it when no other thread uses the allocator).
-    pub fn check(&self) -> Result<(), String> {
-        let z = self.zone.lock();
-        z.check()?;
-        let mut total = z.free_frames();
-        drop(z);
-        for cpu in self.cpus.iter() {
-            {
-                let p = cpu.pcp.lock();
-                p.check()?;
-                total += p.count();
-            }
-            total += queued(&cpu.queue.lock());
-        }
-        // Blocks held by callers, from their head descriptors.
-        total += self
-            .desc
-            .iter()
-            .map(|d| d.state.load(Relaxed))
-            .filter(|s| s & USER != 0)
-            .map(|s| 1u64 << (s & 0xff))
-            .sum::<u64>();
-        if total != self.frames() {
-            return Err(format!(
-                "{}: {total} frames accounted for, {} in the zone",
-                self.name,
-                self.frames()
-            ));
-        }
-        Ok(())
     }
 }
 

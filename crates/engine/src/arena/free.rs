@@ -1,0 +1,164 @@
+//! Free: the thread's cache first, then the strategy's free under the busy lock of the area,
+//! then the purge if the lazy pages passed their limit.
+//!
+//! Owns nothing: the record's removal is the strategy's (under its busy lock, where the kind
+//! check happens too, so it costs no second lookup); the threshold check reads two atomics of
+//! the lazy accounting and wakes the worker, or purges on this thread when the worker has
+//! fallen far behind.
+
+use super::locks::{with_strategy, StrategyLocks};
+use super::shared::Shared;
+use super::Arena;
+use crate::area::{AreaKind, AreaTag, PurgeKind, NO_NODE, UNKNOWN_BYTES};
+use crate::error::FreeError;
+use crate::sync::Arc;
+use crate::sync::Ordering::Relaxed;
+use crate::thread_caches::FreeFast;
+use vmarena_core::{BusyArea, BusyMap};
+
+/// Lazy pages, as a multiple of the lazy limit, at which a freeing thread purges itself
+/// because the worker has fallen behind (many more runnable threads than CPUs).
+const LAZY_BACKPRESSURE: i64 = 2;
+
+/// Remove the record of the live area at `start` from `busy` when its kind is `kind` (any, for
+/// `None`); nothing changes otherwise.
+#[inline]
+pub(crate) fn remove_record(
+    busy: &mut BusyMap<AreaTag>,
+    start: u64,
+    kind: Option<AreaKind>,
+) -> Result<BusyArea<AreaTag>, FreeError> {
+    match busy.remove_if(start, |a| kind.is_none_or(|k| a.tag.kind == k)) {
+        None => Err(FreeError::NotLive { start }),
+        Some(Err(a)) => Err(FreeError::WrongKind { start, kind: a.tag.kind }),
+        Some(Ok(a)) => Ok(a),
+    }
+}
+
+impl Arena {
+    /// Free the area that starts at `start`. Its memory stays resident until a purge. A small
+    /// area goes to the thread's cache; its record then reports an unknown requested size.
+    pub fn free(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        if let Some(r) = self.free_cached(start) {
+            return r;
+        }
+        self.free_uncached(start)
+    }
+
+    /// A plain free into this thread's cache for callers whose fast path must make no call:
+    /// true when the small live area at `start` is freed; false with nothing changed for
+    /// anything else (call [`Arena::free`] then, which frees or refuses it).
+    #[inline(always)]
+    pub fn free_hit(&self, start: u64) -> bool {
+        self.shared.cache.as_ref().is_some_and(|c| c.free_hit(start).is_some())
+    }
+
+    /// Free a small area into this thread's cache: `None` when `start` is not a small live
+    /// area (nothing changed; call [`Arena::free_uncached`]). Takes no lock unless the cache is
+    /// full.
+    #[inline]
+    pub fn free_cached(&self, start: u64) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
+        let sh = &*self.shared;
+        let c = sh.cache.as_ref()?;
+        match c.free(&self.shared, start) {
+            FreeFast::Cached { pages, caller } => Some(Ok(BusyArea {
+                pages,
+                node: NO_NODE,
+                tag: AreaTag { caller, requested_bytes: UNKNOWN_BYTES, kind: AreaKind::Vmalloc },
+            })),
+            FreeFast::Refused => Some(Err(self.refused_free(start))),
+            FreeFast::Flush => Some(self.flush_claimed(start)),
+            FreeFast::Untracked => None,
+        }
+    }
+
+    /// A free the thread cache refused (a second free of a cached or retired area).
+    #[cold]
+    #[inline(never)]
+    fn refused_free(&self, start: u64) -> FreeError {
+        self.shared.counters.bad_frees.fetch_add(1, Relaxed);
+        FreeError::NotLive { start }
+    }
+
+    /// A small area claimed by this thread (its word is cached) that its magazine could not
+    /// take: finish the free through the busy map, which may allocate.
+    #[cold]
+    #[inline(never)]
+    fn flush_claimed(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        let _inside = vmarena_platform::reentry::enter();
+        self.free_uncached(start)
+    }
+
+    /// Free through the busy map only (the kernel's path), then start a purge if one is due:
+    /// for a caller that tried [`Arena::free_cached`] already, or that must not put the area in
+    /// a thread cache.
+    #[inline(always)]
+    pub fn free_uncached(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        self.free_uncached_as(start, None)
+    }
+
+    /// [`Arena::free_uncached`] of an area of `kind` only: an area of another kind is refused
+    /// ([`FreeError::WrongKind`]) under the same lock that would have removed it, so the check
+    /// costs no second lookup.
+    #[inline(always)]
+    pub fn free_uncached_of(&self, start: u64, kind: AreaKind) -> Result<BusyArea<AreaTag>, FreeError> {
+        self.free_uncached_as(start, Some(kind))
+    }
+
+    #[inline(always)]
+    fn free_uncached_as(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+        let sh = &*self.shared;
+        let r = sh.free(start, kind);
+        match r {
+            Err(_) => {
+                sh.counters.bad_frees.fetch_add(1, Relaxed);
+            }
+            Ok(_) => {
+                Shared::start_decay_worker(&self.shared);
+                let lazy = sh.lazy.approx.load(Relaxed);
+                let limit = sh.lazy.limit.load(Relaxed) as i64;
+                if lazy > limit && !sh.purging.requested.swap(true, Relaxed) {
+                    sh.kick(&self.shared);
+                } else if lazy > LAZY_BACKPRESSURE * limit {
+                    sh.purge_unless_running();
+                }
+            }
+        }
+        r
+    }
+}
+
+impl Shared {
+    /// The strategy's free: the record removed (when of `kind`), the area made lazy.
+    #[inline]
+    pub(crate) fn free(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+        with_strategy!(&self.locks, s => s.free(self, start, kind))
+    }
+
+    /// Start the worker for the decay interval (which needs it even below the threshold), once.
+    #[inline]
+    pub(crate) fn start_decay_worker(me: &Arc<Shared>) {
+        if !me.purging.worker_started.load(Relaxed) && me.opts.purge_thread && me.opts.decay_interval_ms > 0 {
+            me.purging.worker_started.store(true, Relaxed);
+            me.purging.worker.start(me);
+        }
+    }
+
+    /// Start the purge: wake the worker, or purge on this thread when there is none.
+    pub(crate) fn kick(&self, me: &Arc<Shared>) {
+        if self.opts.purge_thread {
+            self.purging.worker.wake(me);
+        } else {
+            self.purge(PurgeKind::Threshold);
+        }
+    }
+
+    /// Purge on this thread unless a purge is already running.
+    #[cold]
+    fn purge_unless_running(&self) {
+        if let Ok(guard) = self.purging.lock.try_lock() {
+            drop(guard);
+            self.purge(PurgeKind::Threshold);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The allocation ladder: the thread's cache, then passes over the strategy's steps with what
+//! makes room between them (step Reclaim, full purges), then a failure that names the arena
+//! and its limits.
+//!
+//! Owns nothing: one pass is the strategy's `try_alloc` (global.rs, split.rs, nodes/) under its
+//! own locks; the retries take the purge mutex through the purge. The order of the steps is
+//! [`Step`]'s.
+
+use super::locks::{with_strategy, StrategyLocks};
+use super::Arena;
+use crate::area::{AllocRequest, Allocation, AreaKind, PurgeKind, Step};
+use crate::error::AllocError;
+use crate::sync::Ordering::Relaxed;
+use std::panic::Location;
+use vmarena_core::Request;
+
+/// Most possible starts for which a failed allocation tries step Reclaim before a full purge.
+const RECLAIM_MAX_STARTS: usize = 16;
+
+/// Full purges an allocation tries, while they make progress, before it fails.
+const FULL_PURGE_RETRIES: usize = 4;
+
+/// What a failed pass tries before the next one, in order: step Reclaim once, then full
+/// purges while they give something back. Other threads may take the space a purge gave back
+/// before this thread's next pass, hence more than one.
+const RETRIES: [Step; 1 + FULL_PURGE_RETRIES] =
+    [Step::Reclaim, Step::FullPurge, Step::FullPurge, Step::FullPurge, Step::FullPurge];
+
+impl Arena {
+    /// Allocate an area. See [`Step`] for the order in which sources are tried; before them,
+    /// a small request anywhere in the arena (of any power-of-two alignment) is served from the
+    /// thread's cache.
+    pub fn alloc(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
+        if req.window.is_none() && req.tag.kind == AreaKind::Vmalloc {
+            if let Some(start) = self.alloc_cached_aligned(req.pages, req.align_pages, req.tag.caller) {
+                return Ok(Allocation { start, pages: req.pages, fresh: false });
+            }
+        }
+        self.alloc_uncached(req)
+    }
+
+    /// Allocate an area through the steps of [`Step`] only, without the thread's cache (for a
+    /// caller that tried [`Arena::alloc_cached`] already).
+    pub fn alloc_uncached(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
+        let sh = &*self.shared;
+        let (lo, hi) = req.window.unwrap_or((sh.lo, sh.hi));
+        if lo < sh.lo || hi > sh.hi {
+            return Err(AllocError::OutOfRange { window: (lo, hi), arena: (sh.lo, sh.hi) });
+        }
+        let r = Request::new(req.pages, req.align_pages, lo, hi).map_err(AllocError::Invalid)?;
+        let default_window = (lo, hi) == (sh.lo, sh.hi);
+        // A window with no suitably aligned start at all (align_shift's large alignments): no
+        // purge can make room, so the request is refused before any search or purge.
+        if r.candidate_in(lo, hi).is_none() {
+            sh.counters.alloc_failures.fetch_add(1, Relaxed);
+            return Err(AllocError::NoAlignedStart {
+                pages: req.pages,
+                align_pages: req.align_pages,
+                window: (lo, hi),
+            });
+        }
+        let pass = || with_strategy!(&sh.locks, s => s.try_alloc(sh, &r, req, default_window));
+        if let Some(a) = pass() {
+            return Ok(a);
+        }
+        if req.nonblocking {
+            return Err(AllocError::WouldBlock);
+        }
+        for step in RETRIES {
+            let progress = match step {
+                // A request with few possible starts (a large alignment) gets back only what
+                // lies over them; with more, or when that gave nothing back, on to the purges.
+                Step::Reclaim => match r.start_ranges(lo, hi, RECLAIM_MAX_STARTS) {
+                    Some(ranges) => with_strategy!(&sh.locks, s => s.reclaim_ranges(sh, &ranges)) > 0,
+                    None => false,
+                },
+                // Every lazy area released, every pool and chunk back in the tree.
+                _ => sh.purge(PurgeKind::Full).areas_to_tree > 0,
+            };
+            if step == Step::Reclaim && !progress {
+                continue;
+            }
+            if let Some(a) = pass() {
+                return Ok(a);
+            }
+            if !progress {
+                break;
+            }
+        }
+        sh.counters.alloc_failures.fetch_add(1, Relaxed);
+        let (free_pages, largest_free) = sh.free_summary();
+        let st = sh.stats();
+        Err(AllocError::NoSpace {
+            live_pages: st.live_pages,
+            lazy_pages: st.lazy_pages,
+            arena: sh.name.clone(),
+            pages: req.pages,
+            align_pages: req.align_pages,
+            window: (lo, hi),
+            free_pages,
+            largest_free,
+        })
+    }
+
+    /// Allocate `pages` pages (page aligned, anywhere, contents undefined) of the space's own
+    /// memory from this thread's cache only: no lock, no syscall, no allocation but the
+    /// thread's first (which registers its magazine). `None` on a miss or when the arena has no
+    /// thread caches.
+    #[inline]
+    pub fn alloc_cached(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        self.alloc_cached_aligned(pages, 1, caller)
+    }
+
+    /// [`Arena::alloc_cached`] for a start that is a multiple of `align_pages` (a power of
+    /// two): the newest cached area of that size that happens to be aligned.
+    #[inline]
+    pub fn alloc_cached_aligned(
+        &self,
+        pages: u64,
+        align_pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<u64> {
+        let c = self.shared.cache.as_ref()?;
+        if pages == 0 || !align_pages.is_power_of_two() || !c.states.tracks(pages, AreaKind::Vmalloc) {
+            return None;
+        }
+        c.alloc(&self.shared, pages, align_pages, caller)
+    }
+
+    /// A plain thread-cache hit for callers whose fast path must make no call (the C ABI):
+    /// an area of `pages` pages from this thread's cache, or `None` with nothing changed and
+    /// nothing counted (call [`Arena::alloc_cached`] or [`Arena::alloc`] then).
+    #[inline(always)]
+    pub fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        let c = self.shared.cache.as_ref()?;
+        if pages.wrapping_sub(1) >= c.states.max_pages() {
+            return None;
+        }
+        c.alloc_hit(pages, caller)
+    }
+}

@@ -1,0 +1,305 @@
+//! `Arena`: a concurrent allocator of page ranges over any integer range `[lo, hi)`.
+//!
+//! Owns: the free tree, the busy areas, the pools and lazy lists of one range, under the locks
+//! of its [`Strategy`]; the purge serialisation; the background purge worker.
+//! Does not own: memory. What pages stand for is the [`Backing`]'s business.
+//!
+//! Files: this one is the [`Arena`] handle and its queries; `shared.rs` the state behind it;
+//! `ladder.rs` allocation and `free.rs` free; `locks.rs` what each strategy implements, in
+//! `global.rs`, `split.rs` and `nodes/`; `purge.rs`, `check.rs`, `mover.rs` (step Move) and
+//! `congruent.rs` the parts common to the strategies.
+//!
+//! Area life cycle (every page of the arena is in exactly one of these states):
+//!
+//! ```text
+//!            alloc: pool hit (Nodes)          alloc: lazy reuse (Nodes, large)
+//!        +--------------------------------+ +--------------------------------+
+//!        |                                | |                                |
+//!        v      free                      | v       free                     |
+//!  +------------+ ---------> +-------------------+ ---------------------> +------------+
+//!  |   busy     |            | pooled dirty      |                        | lazy list  |
+//!  | (busy map) |            | (Nodes, <=256 pg) |                        | (all other |
+//!  +------------+            +-------------------+                        |  frees)    |
+//!        ^                         | purge: release memory                +------------+
+//!        |                         v                                            |
+//!        |                   +-------------------+                              |
+//!        +-------------------| pooled clean      |                              |
+//!        | alloc: pool hit   +-------------------+                              |
+//!        |                         | decay 25% (100% on full purge)             |
+//!        |                         v                                            |
+//!        |                   +-------------------+   purge: release, retire,   |
+//!        +-------------------|  free tree        |<-----------------------------+
+//!        | alloc: tree       +-------------------+          merge
+//!        |                         | a zone of the node's stripe (Nodes)
+//!        |                         v                 (back to the tree on a full purge)
+//!        |                   +-------------------+
+//!        +-------------------|  node chunk       |
+//!          alloc: chunk      +-------------------+
+//! ```
+//!
+//! Invariant (checked by [`Arena::check`]): busy ∪ pooled ∪ lazy ∪ chunk ∪ free = `[lo, hi)`,
+//! disjoint.
+//!
+//! Allocation is a ladder of named steps ([`Step`]): pool, lazy reuse, chunk, tree, exact tree
+//! search (an area carved from the tree may take the memory of the oldest lazy areas, moved:
+//! step Move, `mover.rs`), then reclaim or full purge and another pass, then a failure with an
+//! error that names the arena and its limits (`ladder.rs`).
+
+mod check;
+mod congruent;
+mod counters;
+mod free;
+mod global;
+mod ladder;
+pub(crate) mod locks;
+mod mover;
+mod nodes;
+mod purge;
+pub(crate) mod shared;
+mod split;
+
+use crate::area_state::Claim;
+use crate::backing::Backing;
+use crate::lock::LockStats;
+use crate::options::ArenaOptions;
+use crate::stats::ArenaStats;
+use crate::strategy::Strategy;
+use crate::sync::Arc;
+use locks::{with_strategy, StrategyLocks};
+pub(crate) use shared::Shared;
+use vmarena_core::BusyArea;
+
+pub use crate::area::{
+    AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, PurgeReport, SmallArea, Step, NO_NODE,
+    UNKNOWN_BYTES,
+};
+pub use crate::error::{AllocError, FreeError};
+
+/// Live areas by busy shard (each in address order, as `(start, record)`) and lazy areas as
+/// `(start, pages)`: what [`Arena::areas`] returns.
+pub type AreaLists = (Vec<Vec<(u64, BusyArea<AreaTag>)>>, Vec<(u64, u64)>);
+
+/// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
+pub struct Arena {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Arena {
+    /// An arena over pages `[lo, hi)`, named `name` in errors and reports.
+    pub fn new(
+        name: impl Into<String>,
+        lo: u64,
+        hi: u64,
+        opts: ArenaOptions,
+        backing: Box<dyn Backing>,
+    ) -> Result<Arena, String> {
+        if lo >= hi {
+            return Err(format!("arena range [{lo:#x}, {hi:#x}) is empty"));
+        }
+        if opts.pool_decay_percent > 100 {
+            return Err("pool_decay_percent must be at most 100".into());
+        }
+        if opts.purge_keep_percent > 100 {
+            return Err("purge_keep_percent must be at most 100".into());
+        }
+        if opts.pool_max_pages > vmarena_core::POOL_MAX_PAGES {
+            return Err(format!("pool_max_pages must be at most {}", vmarena_core::POOL_MAX_PAGES));
+        }
+        let shared = Arc::new(Shared::new(name.into(), lo, hi, opts, backing));
+        #[cfg(not(loom))]
+        {
+            let s: Arc<dyn crate::pressure::Reclaim> = shared.clone();
+            crate::pressure::register(Arc::downgrade(&s));
+            let f: Arc<dyn crate::fork::ForkLocks> = shared.clone();
+            crate::fork::register(crate::fork::Rank::Arena, Arc::downgrade(&f));
+        }
+        Ok(Arena { shared })
+    }
+
+    /// The arena's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The page range `[lo, hi)`.
+    pub fn range(&self) -> (u64, u64) {
+        (self.shared.lo, self.shared.hi)
+    }
+
+    /// The lock design in use.
+    pub fn strategy(&self) -> Strategy {
+        self.shared.opts.strategy
+    }
+
+    /// The options the arena was built with.
+    pub fn options(&self) -> &ArenaOptions {
+        &self.shared.opts
+    }
+
+    /// Nodes (1 for Global and Split).
+    pub fn node_count(&self) -> usize {
+        self.shared.nr_nodes
+    }
+
+    /// Lazy pages above which a purge runs.
+    pub fn lazy_max_pages(&self) -> u64 {
+        self.shared.lazy.max_pages
+    }
+
+    /// For tests of what the fast paths write: the address ranges of the memory each
+    /// registered thread-cache magazine owns, one list per magazine.
+    #[doc(hidden)]
+    pub fn thread_cache_spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
+        self.shared.cache.as_ref().map_or_else(Vec::new, |c| c.spans())
+    }
+
+    /// For tests of what the fast paths write: the address of the state word of page `start`.
+    #[doc(hidden)]
+    pub fn state_word_addr(&self, start: u64) -> Option<usize> {
+        self.shared.cache.as_ref()?.states.word_addr(start)
+    }
+
+    /// Why this arena has no thread caches (`None`: it has them).
+    pub fn thread_cache_off(&self) -> Option<&str> {
+        self.shared.cache_off.as_deref()
+    }
+
+    /// The record of the live area that starts at `start`. For an area that went through a
+    /// thread cache, the caller is the latest one and the requested size is [`UNKNOWN_BYTES`].
+    pub fn lookup(&self, start: u64) -> Option<BusyArea<AreaTag>> {
+        let sh = &*self.shared;
+        let mut a = sh.with_busy(start, |b| b.get(start).copied())?;
+        if !sh.patch_cached(start, &mut a) {
+            return None;
+        }
+        Some(a)
+    }
+
+    /// Pages (guard pages included) of the live area that starts at `start`, or `None`. A small
+    /// area of the space's own memory answers from its state word, without a lock; any other
+    /// start is looked up in the busy map.
+    #[inline]
+    pub fn live_pages(&self, start: u64) -> Option<u64> {
+        if let Some(w) = self.shared.cache.as_ref().and_then(|c| c.states.get(start)) {
+            return (!w.cached).then_some(w.pages);
+        }
+        self.lookup(start).map(|a| a.pages)
+    }
+
+    /// A small area of the space's own memory, read from its state word without a lock:
+    /// `None` when no word tracks `start` (ask [`Arena::lookup`]).
+    #[inline]
+    pub fn small_area(&self, start: u64) -> Option<SmallArea> {
+        let w = self.shared.cache.as_ref()?.states.get(start)?;
+        Some(SmallArea { pages: w.pages, free: w.cached, retired: w.retired, record_current: !w.reused })
+    }
+
+    /// Hand the live `Vmalloc` area at `start` to a deferred free: from now on every free and
+    /// resize refuses it, until [`Arena::unretire`]. A small area changes its state word (one
+    /// compare-and-swap, no lock); any other changes its record's kind to
+    /// [`AreaKind::Retired`] under its busy lock. Refused (nothing changed) when `start` is not
+    /// a live `Vmalloc` area, or is retired already.
+    pub fn retire(&self, start: u64) -> Result<(), FreeError> {
+        self.swap_kind(start, AreaKind::Vmalloc, AreaKind::Retired)
+    }
+
+    /// The deferred free's grace period has passed: the retired area at `start` is a live
+    /// `Vmalloc` area again, for the deferred free to release. Refused when it is not retired.
+    pub fn unretire(&self, start: u64) -> Result<(), FreeError> {
+        self.swap_kind(start, AreaKind::Retired, AreaKind::Vmalloc)
+    }
+
+    /// Change the kind of the live area at `start` from `from` to `to` under its busy lock (for
+    /// a small `Vmalloc` area, through its state word: only `Vmalloc` <-> `Retired`). Refused,
+    /// nothing changed, when the area is not live or not of kind `from`: of two racing calls
+    /// exactly one succeeds.
+    pub fn swap_kind(&self, start: u64, from: AreaKind, to: AreaKind) -> Result<(), FreeError> {
+        let sh = &*self.shared;
+        if let Some(c) = &sh.cache {
+            let claim =
+                if to == AreaKind::Retired { c.states.retire(start) } else { c.states.unretire(start) };
+            match claim {
+                Claim::Won { .. } => return Ok(()),
+                Claim::AlreadyFree => return Err(FreeError::NotLive { start }),
+                Claim::Untracked => {}
+            }
+        }
+        sh.with_busy(start, |b| match b.get_mut(start) {
+            None => Err(FreeError::NotLive { start }),
+            Some(a) if a.tag.kind != from => Err(FreeError::WrongKind { start, kind: a.tag.kind }),
+            Some(a) => {
+                a.tag.kind = to;
+                Ok(())
+            }
+        })
+    }
+
+    /// A resize in place of a small live area that takes no lock: from now on the busy record
+    /// reports [`UNKNOWN_BYTES`] as the requested size. False when `start` is not a small live
+    /// area (freed, or not tracked by a state word; nothing changed).
+    #[inline]
+    pub fn resized_in_place(&self, start: u64) -> bool {
+        self.shared.cache.as_ref().is_some_and(|c| c.states.mark_stale(start))
+    }
+
+    /// Change the tag of a live area; false if `start` is not live.
+    pub fn update_tag(&self, start: u64, f: impl FnOnce(&mut AreaTag)) -> bool {
+        let sh = &*self.shared;
+        if let Some(c) = &sh.cache {
+            if c.states.get(start).is_some_and(|w| w.cached) {
+                return false;
+            }
+        }
+        sh.with_busy(start, |b| b.get_mut(start).map(|a| f(&mut a.tag)).is_some())
+    }
+
+    /// Release the memory of every lazy area now and decay pools as a background purge would.
+    /// Thread caches are drained first (a magazine whose owner is inside a call is left to its
+    /// owner, which drains it at its next call).
+    pub fn purge(&self) -> PurgeReport {
+        self.shared.drain_caches();
+        self.shared.purge(PurgeKind::Normal)
+    }
+
+    /// The shrinker: release every lazy area and return every pooled area to the free tree.
+    pub fn shrink(&self) -> PurgeReport {
+        self.shared.purge(PurgeKind::Full)
+    }
+
+    /// Figures as of now (takes each lock briefly).
+    pub fn stats(&self) -> ArenaStats {
+        self.shared.stats()
+    }
+
+    /// Pooled areas per size class (index `i` for `i + 1` pages), summed over nodes (empty
+    /// classes for Global and Split, which have no pools).
+    pub fn pool_lens(&self) -> Vec<u64> {
+        let mut out = vec![0u64; vmarena_core::POOL_MAX_PAGES as usize];
+        with_strategy!(&self.shared.locks, s => s.add_pool_lens(&mut out));
+        out
+    }
+
+    /// Lock figures by lock class: `global`; `free` and `busy`; or `free` and `node` (summed
+    /// over nodes).
+    pub fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
+        with_strategy!(&self.shared.locks, s => s.lock_stats())
+    }
+
+    /// Live areas by busy shard (each in address order) and lazy areas, as `vmallocinfo`
+    /// lists them: `(busy per node, lazy)`. Lazy entries are `(start, pages)`.
+    pub fn areas(&self) -> AreaLists {
+        with_strategy!(&self.shared.locks, s => s.areas(&self.shared))
+    }
+
+    /// Check every invariant. Call it when no other thread is using the arena: an area in
+    /// flight between two locks would otherwise look lost.
+    pub fn check(&self) -> Result<(), String> {
+        self.shared.check()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        self.shared.purging.worker.shutdown();
+    }
+}

@@ -1,0 +1,388 @@
+//! The Nodes strategy (Linux 6.9): per-CPU nodes, each one lock over a busy shard (by address
+//! stripe), size pools, a lazy list and a chunk; the free tree under its own lock, taken on
+//! misses only.
+//!
+//! Owns: [`Nodes`], the node array and the free lock (lock order: node locks in index order,
+//! then the free lock; lock.rs, `LockRank`). A node's contents are described in node.rs.
+//!
+//! One pass of the ladder (the steps of [`Step`](crate::area::Step), in order): Pool and
+//! LazyReuse on the allocating node (`reuse.rs`), Steal (`reuse.rs`), Chunk, Extend
+//! (`reuse.rs`), Tree and TreeExact with Move (`mover.rs`). A free takes the lock of the area's
+//! shard and, when another node allocated it, then that node's lock, to put it back in the
+//! allocating node's pool or lazy list. The purge's part (decay, keep, refill, Reclaim) is in
+//! `purge.rs`, the invariant check in `check.rs`.
+
+mod check;
+mod purge;
+mod reuse;
+
+use super::free::remove_record;
+use super::locks::StrategyLocks;
+use super::purge::PurgeBatch;
+use super::shared::{tree_alloc, Shared};
+use super::AreaLists;
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, NO_NODE};
+use crate::error::FreeError;
+use crate::lock::{LockRank, LockSite, LockStats, StatLock};
+use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
+use crate::site;
+use crate::stats::ArenaStats;
+use crate::sync::Ordering::Relaxed;
+use vmarena_core::{BusyArea, BusyMap, FreeTree, PoolSide, Request};
+
+/// The Nodes strategy's locks: the free tree's, and one per node.
+pub(crate) struct Nodes {
+    pub(crate) free: Padded<StatLock<FreeTree>>,
+    pub(crate) nodes: Box<[Node]>,
+}
+
+impl Nodes {
+    pub(super) fn new(owner: u64, lo: u64, hi: u64, nr_nodes: usize) -> Nodes {
+        Nodes {
+            free: Padded(StatLock::ranked(LockRank::arena_free(owner), FreeTree::with_range(lo, hi))),
+            nodes: (0..nr_nodes).map(|i| new_node(owner, i)).collect(),
+        }
+    }
+}
+
+impl StrategyLocks for Nodes {
+    #[inline]
+    fn try_alloc(
+        &self,
+        sh: &Shared,
+        r: &Request,
+        req: &AllocRequest,
+        default_window: bool,
+    ) -> Option<Allocation> {
+        if !default_window {
+            // Like the kernel's non-default ranges: no pools, no allocating node.
+            let start = tree_alloc(&mut self.free.lock_at(&site::ALLOC_FREE_TREE), r)?;
+            sh.insert_busy(self, start, BusyArea { pages: r.size_pages, node: NO_NODE, tag: req.tag });
+            return Some(sh.carved(start, r.size_pages));
+        }
+        sh.node_alloc(self, r, req)
+    }
+
+    #[inline]
+    fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+        let shard = sh.shard_of(start);
+        let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
+        let a = remove_record(&mut g.busy, start, kind)?;
+        if let Some(c) = &sh.cache {
+            c.states.clear(start, a.pages);
+        }
+        // Back to the node that allocated it; untagged areas wait on the shard's node.
+        let (home, tagged) = if a.node == NO_NODE { (shard, false) } else { (a.node as usize, true) };
+        if home == shard {
+            sh.node_push(&mut g, start, a.pages, tagged);
+        } else {
+            drop(g);
+            sh.node_push(&mut self.nodes[home].lock_at(&site::FREE_HOME_NODE), start, a.pages, tagged);
+        }
+        Ok(a)
+    }
+
+    fn with_busy<R>(&self, sh: &Shared, start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
+        f(&mut self.nodes[sh.shard_of(start)].lock().busy)
+    }
+
+    fn with_free_tree<R>(&self, site: &'static LockSite, f: impl FnOnce(&mut FreeTree) -> R) -> R {
+        f(&mut self.free.lock_at(site))
+    }
+
+    fn insert_parts(&self, sh: &Shared, parts: &[(u64, u64)], tag: AreaTag) {
+        for &(start, pages) in parts {
+            sh.insert_busy(self, start, BusyArea { pages, node: NO_NODE, tag });
+        }
+    }
+
+    fn detach(&self, sh: &Shared, batch: &mut PurgeBatch) {
+        sh.nodes_detach(self, batch);
+    }
+
+    fn refill(&self, batch: &mut PurgeBatch) {
+        for (i, areas) in std::mem::take(&mut batch.refill) {
+            let mut p = self.nodes[i].lock_at(&site::PURGE_REFILL);
+            for (s, pages) in areas {
+                p.pools.push(s, pages, PoolSide::Clean);
+            }
+        }
+    }
+
+    fn reclaim_ranges(&self, sh: &Shared, ranges: &[(u64, u64)]) -> u64 {
+        sh.nodes_reclaim(self, ranges)
+    }
+
+    fn add_pool_lens(&self, out: &mut [u64]) {
+        for n in self.nodes.iter() {
+            for (o, l) in out.iter_mut().zip(n.lock().pools.class_lens()) {
+                *o += l;
+            }
+        }
+    }
+
+    fn lazy_pages_exact(&self) -> u64 {
+        self.nodes.iter().map(|n| n.lock().lazy_pages()).sum()
+    }
+
+    fn free_summary(&self) -> (u64, u64) {
+        let f = self.free.lock();
+        (f.free_pages(), f.largest())
+    }
+
+    fn add_stats(&self, _sh: &Shared, s: &mut ArenaStats) {
+        for n in self.nodes.iter() {
+            let p = n.lock();
+            s.live_areas += p.busy.len() as u64;
+            s.live_pages += p.busy.pages();
+            s.chunk_pages += p.chunk.1 - p.chunk.0;
+            s.chunk_allocs += p.chunk_allocs;
+            s.lazy_pages += p.lazy_pages();
+            s.pooled_areas += p.pools.len();
+            s.pooled_pages += p.pools.entries().iter().map(|e| e.1).sum::<u64>();
+            s.pool_hits += p.hits;
+            s.clean_hit_pages += p.clean_hit_pages;
+            s.pool_misses += p.misses;
+            s.lazy_reuses += p.lazy_reuses;
+            s.lazy_splits += p.lazy_splits;
+            s.lazy_joins += p.lazy_joins;
+            s.lazy_extends += p.lazy_extends;
+            s.slack_pages += p.slack_pages;
+            s.node_steals += p.steals;
+            s.frees += p.frees;
+        }
+        let f = self.free.lock();
+        s.free_pages = f.free_pages();
+        s.free_ranges = f.len() as u64;
+    }
+
+    fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
+        let mut node = LockStats::default();
+        for n in self.nodes.iter() {
+            node.merge(&n.stats());
+        }
+        vec![("free", self.free.stats()), ("node", node)]
+    }
+
+    fn areas(&self, sh: &Shared) -> AreaLists {
+        let mut lazy = Vec::new();
+        let busy = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut v = n.lock().busy.sorted();
+                v.retain_mut(|(s, a)| {
+                    let live = sh.patch_cached(*s, a);
+                    if !live {
+                        lazy.push((*s, a.pages));
+                    }
+                    live
+                });
+                v
+            })
+            .collect();
+        for n in self.nodes.iter() {
+            let p = n.lock();
+            lazy.extend(p.pools.entries().into_iter().filter(|e| e.2 == PoolSide::Dirty).map(|e| (e.0, e.1)));
+            lazy.extend(p.lazy_list.iter().map(|l| (l.start, l.pages)));
+        }
+        (busy, lazy)
+    }
+
+    #[cfg(not(loom))]
+    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::fork::Held + 'a>>) {
+        for n in self.nodes.iter() {
+            held.push(Box::new(n.lock()));
+        }
+        held.push(Box::new(self.free.lock()));
+    }
+
+    fn check(
+        &self,
+        sh: &Shared,
+        cached: &[u64],
+        all: &mut Vec<(u64, u64, &'static str)>,
+    ) -> Result<(), String> {
+        sh.nodes_check(self, cached, all)
+    }
+}
+
+impl Shared {
+    /// One pass of the ladder in the default window: the steps on this CPU's node, then the
+    /// tree.
+    #[inline]
+    fn node_alloc(&self, n: &Nodes, r: &Request, req: &AllocRequest) -> Option<Allocation> {
+        let pages = r.size_pages;
+        // Areas above the pools share node 0's lazy list (`shared_lazy`).
+        let shared = self.opts.shared_lazy && !self.poolable(pages);
+        let me = if shared { 0 } else { self.node_index(crate::sync::current_cpu()) };
+        let area = BusyArea { pages, node: me as u16, tag: req.tag };
+        let mut g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+        // Steps Pool and LazyReuse.
+        if let Some(t) = self.node_take(&mut g, r, req.prefer_fresh, self.zeroes_on_release, false) {
+            let area = BusyArea { pages: t.pages, ..area };
+            self.finish_take(n, g, me, t.start, area, t.split);
+            return Some(Allocation { start: t.start, pages: t.pages, fresh: t.fresh });
+        }
+        let small = pages <= ZONE_PAGES && r.align_pages == 1;
+        // Step Steal: a request above the pools' sizes that this node's lazy list cannot
+        // serve looks at the other nodes' resident freed areas before taking fresh pages. The
+        // area becomes this node's (it comes back here when freed). A pool-sized miss takes
+        // fresh pages of this node's stripe instead: a stolen area keeps its busy record on the
+        // other node, whose lock every later reuse and free of it would take while that node's
+        // own threads use it.
+        if !small && !shared && self.opts.node_steal && self.nr_nodes > 1 && !self.poolable(pages) {
+            drop(g);
+            if let Some(a) = self.node_steal(n, r, me, area) {
+                return Some(a);
+            }
+            g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+        }
+        // Step Chunk: small areas are carved from a zone of this node's stripe.
+        if small {
+            if let Some(start) = g.carve(pages) {
+                let ok = g.busy.insert(start, area);
+                debug_assert!(ok, "chunk handed out a live start");
+                self.track(start, &area);
+                g.chunk_allocs += 1;
+                drop(g);
+                self.backing.prepare(start, pages);
+                return Some(Allocation { start, pages, fresh: self.zeroes_on_release });
+            }
+        }
+        // Step Extend: a run of this node's lazy areas grown into the free space on either
+        // side of it, so only the growth takes fresh pages.
+        if r.align_pages == 1 && !self.poolable(pages) && self.opts.lazy_split {
+            let runs = Self::node_lazy_runs(&g, pages, reuse::EXTEND_TRIES);
+            if !runs.is_empty() {
+                drop(g);
+                if let Some(a) = self.node_extend(n, me, &runs, area) {
+                    return Some(a);
+                }
+                g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+            }
+        }
+        let rest = if small { std::mem::take(&mut g.chunk) } else { (0, 0) };
+        drop(g);
+        self.node_tree_step(n, r, me, small, rest, area)
+    }
+
+    /// Steps Tree and TreeExact for node `me` (no lock held), with the remainder `rest` of
+    /// its old chunk to return to the tree, then step Move.
+    fn node_tree_step(
+        &self,
+        n: &Nodes,
+        r: &Request,
+        me: usize,
+        small: bool,
+        rest: (u64, u64),
+        area: BusyArea<AreaTag>,
+    ) -> Option<Allocation> {
+        let pages = r.size_pages;
+        // A zone start of this node's stripe for poolable sizes (so this node is the area's
+        // busy home), else the lowest fit.
+        let (start, new_chunk) = {
+            let mut f = n.free.lock_at(&site::ALLOC_FREE_TREE);
+            if rest.0 < rest.1 {
+                f.insert_merge(rest.0, rest.1).expect("chunk remainder overlaps free space");
+            }
+            self.node_tree_alloc(&mut f, r, me, small)?
+        };
+        if self.shard_of(start) == me {
+            let mut g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+            let ok = g.busy.insert(start, area);
+            debug_assert!(ok, "tree handed out a live start");
+            self.track(start, &area);
+            let mut leftover = new_chunk;
+            if let Some(c) = new_chunk {
+                g.chunk_allocs += 1;
+                if g.chunk.0 == g.chunk.1 {
+                    g.chunk = c;
+                    leftover = None;
+                }
+            }
+            drop(g);
+            if let Some((s, e)) = leftover.filter(|c| c.0 < c.1) {
+                // Another thread on this node installed a chunk meanwhile.
+                n.free
+                    .lock_at(&site::ALLOC_FREE_TREE)
+                    .insert_merge(s, e)
+                    .expect("chunk remainder overlaps free space");
+            }
+        } else {
+            debug_assert!(new_chunk.is_none());
+            self.insert_busy(n, start, area);
+        }
+        self.backing.prepare(start, pages);
+        let mut moved = 0;
+        if new_chunk.is_none() {
+            self.counters.tree_allocs.fetch_add(1, Relaxed);
+            self.counters.tree_pages.fetch_add(pages, Relaxed);
+            // Step Move: the oldest lazy memory instead of fresh pages.
+            if self.moves.on {
+                let data = pages.saturating_sub(self.backing.guard_pages());
+                moved = self.move_into(n, me, start, data);
+            }
+            self.took_fresh(pages - moved);
+        }
+        Some(Allocation { start, pages, fresh: self.zeroes_on_release && moved == 0 })
+    }
+
+    /// The tree steps for node `me`: a fresh chunk for small areas (returns the chunk's
+    /// remainder after the area), a zone start of the stripe for other poolable sizes, the
+    /// lowest fit otherwise or when the stripe has no room.
+    fn node_tree_alloc(
+        &self,
+        f: &mut FreeTree,
+        r: &Request,
+        me: usize,
+        small: bool,
+    ) -> Option<(u64, Option<(u64, u64)>)> {
+        let stripe = ZONE_PAGES * self.nr_nodes as u64;
+        let phase = me as u64 * ZONE_PAGES;
+        let phased = |size: u64| Request::striped(size, stripe, phase, r.lo, r.hi).ok();
+        if small {
+            if let Some(q) = phased(ZONE_PAGES) {
+                if let Some((s, _)) = f.alloc(&q) {
+                    return Some((s, Some((s + r.size_pages, s + ZONE_PAGES))));
+                }
+            }
+        } else if self.poolable(r.size_pages) && r.align_pages <= ZONE_PAGES {
+            if let Some(q) = phased(r.size_pages) {
+                if let Some((s, _)) = f.alloc(&q) {
+                    return Some((s, None));
+                }
+            }
+        }
+        tree_alloc(f, r).map(|s| (s, None))
+    }
+
+    /// Enter a new area in its busy shard (no node lock held on entry).
+    #[inline]
+    pub(crate) fn insert_busy(&self, n: &Nodes, start: u64, area: BusyArea<AreaTag>) {
+        let mut g = n.nodes[self.shard_of(start)].lock_at(&site::ALLOC_HOME_NODE);
+        let ok = g.busy.insert(start, area);
+        debug_assert!(ok, "allocator handed out a live start");
+        self.track(start, &area);
+    }
+
+    /// A Nodes area entered the busy map: its state word goes live (under the shard lock).
+    #[inline]
+    fn track(&self, start: u64, area: &BusyArea<AreaTag>) {
+        if let Some(c) = &self.cache {
+            c.states.track(start, area.pages, &area.tag);
+        }
+    }
+
+    /// Put a freed area on its home node (locked): its pool, or the lazy list.
+    #[inline]
+    fn node_push(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
+        if tagged && self.poolable(pages) {
+            g.pools.push(start, pages, PoolSide::Dirty);
+        } else {
+            g.lazy_list.push(LazyArea { start, pages, reusable: tagged });
+        }
+        g.frees += 1;
+        self.sync_node(g, false);
+    }
+}

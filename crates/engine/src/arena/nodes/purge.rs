@@ -1,0 +1,158 @@
+//! The Nodes part of a purge: pool decay, the lazy threshold with its headroom, the recently
+//! freed pages a threshold purge keeps, and step Reclaim.
+//!
+//! Owns nothing: it works on each node under that node's lock, one node at a time, within the
+//! purge that `arena/purge.rs` serialises with the purge mutex.
+
+use super::Nodes;
+use crate::area::PurgeKind;
+use crate::arena::purge::PurgeBatch;
+use crate::arena::shared::Shared;
+use crate::node::{LazyArea, NodeState};
+use crate::site;
+use crate::sync::Ordering::Relaxed;
+use vmarena_core::fit::overlaps_any;
+use vmarena_core::PoolSide;
+
+impl Shared {
+    /// Detach what this purge takes from every node: decayed clean pool entries go to the
+    /// tree; dirty entries and lazy areas (less what a threshold purge keeps) are released and
+    /// go to the tree (full purge) or back to their pools clean (refill); a full purge takes
+    /// the chunks back too.
+    pub(super) fn nodes_detach(&self, n: &Nodes, batch: &mut PurgeBatch) {
+        let kind = batch.kind;
+        let full = kind == PurgeKind::Full;
+        let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
+        let limit = self.next_lazy_limit(n, kind);
+        // A threshold purge keeps this many of the most recently freed pages, shared among the
+        // nodes in proportion to their lazy pages.
+        let keep_total = match kind {
+            PurgeKind::Threshold => limit * self.opts.purge_keep_percent / 100,
+            _ => 0,
+        };
+        let total = self.lazy.approx.load(Relaxed).max(1) as u64;
+        for (i, node) in n.nodes.iter().enumerate() {
+            let mut p = node.lock_at(&site::PURGE_DETACH);
+            let decayed = p.pools.decay(num, den);
+            let node_lazy = p.lazy_pages();
+            let keep = if keep_total == 0 || node_lazy == 0 {
+                0
+            } else {
+                (keep_total as u128 * node_lazy as u128 / total.max(node_lazy) as u128) as u64
+            };
+            // Pools and the lazy list give up the same share, oldest first.
+            let pool_keep = (keep as u128 * p.pools.dirty_pages() as u128)
+                .checked_div(node_lazy as u128)
+                .unwrap_or(0) as u64;
+            let dirty = p.pools.take_dirty_keeping(pool_keep);
+            let lazy = Self::take_lazy_keeping(&mut p, keep - pool_keep);
+            if kind != PurgeKind::Threshold {
+                // Not while frees go on: the maps would shrink and grow again.
+                p.lazy_list.compact();
+            }
+            self.sync_node(&mut p, true);
+            if full {
+                // The failure path and the shrinker take the chunks back too.
+                let (cs, ce) = std::mem::take(&mut p.chunk);
+                if cs < ce {
+                    batch.chunks.push((cs, ce - cs));
+                }
+            }
+            drop(p);
+            // Decayed areas are clean: their memory was released by an earlier purge.
+            batch.to_tree.extend_from_slice(&decayed);
+            batch.release.extend_from_slice(&dirty);
+            batch.release.extend(lazy.iter().map(|l| (l.start, l.pages)));
+            batch.to_tree.extend(lazy.iter().map(|l| (l.start, l.pages)));
+            if full {
+                batch.to_tree.extend_from_slice(&dirty);
+            } else if !dirty.is_empty() {
+                batch.refill.push((i, dirty));
+            }
+        }
+    }
+
+    /// The lazy threshold from this purge on: `lazy_max`, plus, with `lazy_headroom`, the live
+    /// pages below their high-water mark. Memory freed while the live pages are below their
+    /// peak can stay resident up to that peak, where the next requests are likely to reuse
+    /// it; resident pages (live and lazy) then stay within the peak plus `lazy_max`. A purge
+    /// that is not a threshold purge (idle decay, `purge()`, the shrinker, a failure) starts a
+    /// new high-water mark at the live pages of the moment.
+    fn next_lazy_limit(&self, n: &Nodes, kind: PurgeKind) -> u64 {
+        if !self.opts.lazy_headroom {
+            return self.lazy.max_pages;
+        }
+        let live: u64 = n.nodes.iter().map(|n| n.lock_at(&site::PURGE_DETACH).busy.pages()).sum();
+        let high = if kind == PurgeKind::Threshold {
+            self.lazy.live_high.fetch_max(live, Relaxed).max(live)
+        } else {
+            self.lazy.live_high.store(live, Relaxed);
+            live
+        };
+        let limit = self.lazy.max_pages + (high - live);
+        self.lazy.limit.store(limit, Relaxed);
+        limit
+    }
+
+    /// Detach the node's oldest lazy areas until at most `keep_pages` of them stay; areas that
+    /// are not reusable (allocated in a caller's window) go whatever the budget.
+    fn take_lazy_keeping(p: &mut NodeState, keep_pages: u64) -> Vec<LazyArea> {
+        let mut left = p.lazy_list.pages();
+        let mut out = Vec::new();
+        p.lazy_list.retain_mut(|l| {
+            if !l.reusable || left > keep_pages {
+                left -= l.pages;
+                out.push(*l);
+                false
+            } else {
+                true
+            }
+        });
+        out
+    }
+
+    /// Step Reclaim (DESIGN.md, section 4): the pooled and lazy areas and the node chunks that
+    /// overlap one of `ranges` (the few starts a largely aligned request may take), released
+    /// and merged into the free tree, and nothing else. A full purge would give those starts
+    /// the same room, but it also releases, retires and merges every other lazy and pooled
+    /// area of the arena: milliseconds when tens of thousands are pooled. Serialised with
+    /// purges by the purge mutex. Returns the areas and chunks moved to the tree.
+    pub(super) fn nodes_reclaim(&self, n: &Nodes, ranges: &[(u64, u64)]) -> u64 {
+        if ranges.is_empty() {
+            return 0;
+        }
+        let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut release, mut to_tree, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+        for node in n.nodes.iter() {
+            let mut p = node.lock_at(&site::PURGE_DETACH);
+            for (s, pages, side) in p.pools.take_overlapping(ranges) {
+                if side == PoolSide::Dirty {
+                    release.push((s, pages));
+                }
+                to_tree.push((s, pages));
+            }
+            p.lazy_list.retain_mut(|l| {
+                let h = overlaps_any(ranges, l.start, l.pages);
+                if h {
+                    release.push((l.start, l.pages));
+                    to_tree.push((l.start, l.pages));
+                }
+                !h
+            });
+            let (cs, ce) = p.chunk;
+            if cs < ce && overlaps_any(ranges, cs, ce - cs) {
+                p.chunk = (0, 0);
+                chunks.push((cs, ce - cs));
+            }
+            self.sync_node(&mut p, true);
+        }
+        let (mut calls, spill) = self.release_batch(&release);
+        calls += self.merge_batch(&to_tree, &chunks, &spill);
+        let c = &self.counters;
+        c.range_reclaims.fetch_add(1, Relaxed);
+        c.areas_released.fetch_add(release.len() as u64, Relaxed);
+        c.pages_released.fetch_add(release.iter().map(|a| a.1).sum(), Relaxed);
+        c.release_calls.fetch_add(calls, Relaxed);
+        (to_tree.len() + chunks.len()) as u64
+    }
+}

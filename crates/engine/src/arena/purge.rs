@@ -1,0 +1,194 @@
+//! The purge: the batch step that releases the memory of lazily freed areas, refills or decays
+//! the pools and returns areas to the free tree (the kernel's `__purge_vmap_area_lazy` with
+//! `decay_va_pool_node`).
+//!
+//! Owns: [`PurgeBatch`], one purge's lists in flight. It works on the arena's lists under
+//! their locks, serialised by the arena's purge mutex, taking each spin lock only to detach or
+//! attach lists (DESIGN.md, section 5): the strategy detaches (`detach` of its file), this file
+//! releases and merges, the strategy refills. The background thread that calls it is the
+//! [`worker`](crate::worker).
+
+use super::locks::{with_strategy, StrategyLocks};
+use super::shared::Shared;
+use crate::area::{PurgeKind, PurgeReport};
+use crate::lock::LockSite;
+use crate::site;
+use crate::sync::Ordering::Relaxed;
+use vmarena_core::FreeTree;
+
+/// One purge's lists, filled by the strategy's `detach`.
+pub(crate) struct PurgeBatch {
+    pub(crate) kind: PurgeKind,
+    /// Areas whose memory is released: `(start, pages)`.
+    pub(crate) release: Vec<(u64, u64)>,
+    /// Areas returned to the free tree (their guards retired).
+    pub(crate) to_tree: Vec<(u64, u64)>,
+    /// Per node, the released areas that go back to its pools clean.
+    pub(crate) refill: Vec<(usize, Vec<(u64, u64)>)>,
+    /// Chunk remainders: free space that never was an area (no guard to retire).
+    pub(crate) chunks: Vec<(u64, u64)>,
+}
+
+impl Shared {
+    /// Release lazy memory in one batch, refill or decay pools, return areas to the tree.
+    /// Serialised by the purge mutex; holds each spin lock only to detach or attach lists.
+    pub(crate) fn purge(&self, kind: PurgeKind) -> PurgeReport {
+        if kind == PurgeKind::Full {
+            // Failure path, shrinker, low memory: cached areas count as well.
+            self.drain_caches();
+        }
+        let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.purging.requested.store(false, Relaxed);
+        let mut batch = PurgeBatch {
+            kind,
+            release: Vec::new(),
+            to_tree: Vec::new(),
+            refill: Vec::new(),
+            chunks: Vec::new(),
+        };
+        with_strategy!(&self.locks, s => s.detach(self, &mut batch));
+        let (mut calls, spill) = self.release_batch(&batch.release);
+        with_strategy!(&self.locks, s => s.refill(&mut batch));
+        calls += self.merge_batch(&batch.to_tree, &batch.chunks, &spill);
+        calls += self.heal_mosaics();
+        let pages_released: u64 = batch.release.iter().map(|a| a.1).sum();
+        let c = &self.counters;
+        c.purges.fetch_add(1, Relaxed);
+        if kind == PurgeKind::Full {
+            c.full_purges.fetch_add(1, Relaxed);
+        }
+        c.areas_released.fetch_add(batch.release.len() as u64, Relaxed);
+        c.pages_released.fetch_add(pages_released, Relaxed);
+        c.release_calls.fetch_add(calls, Relaxed);
+        PurgeReport {
+            areas_released: batch.release.len() as u64,
+            pages_released,
+            areas_to_tree: batch.to_tree.len() as u64,
+            syscalls: calls,
+        }
+    }
+
+    /// Release the memory of `release` in one batch, with the free pages that share a huge
+    /// page with one of them (the spill, held out of the tree meanwhile and returned for
+    /// [`Shared::merge_batch`]). Returns the syscalls made and the spill.
+    pub(crate) fn release_batch(&self, release: &[(u64, u64)]) -> (u64, Vec<(u64, u64)>) {
+        let spill = self.claim_spill(release);
+        let mut calls = self.backing.release(release) as u64;
+        if !spill.is_empty() {
+            calls += self.backing.release_free(&spill) as u64;
+        }
+        (calls, spill)
+    }
+
+    /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free
+    /// tree. Returns the syscalls made.
+    pub(crate) fn merge_batch(
+        &self,
+        to_tree: &[(u64, u64)],
+        chunks: &[(u64, u64)],
+        spill: &[(u64, u64)],
+    ) -> u64 {
+        let calls = self.backing.retire(to_tree) as u64;
+        self.merge_into_tree(to_tree);
+        self.merge_into_tree(chunks);
+        self.merge_into_tree(spill);
+        calls
+    }
+
+    /// The free pages around the released areas that lie in the same release granule (a
+    /// huge page) as an area's first or last page, taken out of the free tree: `(start,
+    /// pages)`. A huge page made by the first touch of an area may reach into free space
+    /// below or above it; releasing the area splits that huge page and would leave the free
+    /// part resident for good, with nothing to release it later.
+    pub(crate) fn claim_spill(&self, released: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let gran = self.backing.release_granule_pages();
+        if gran <= 1 || released.is_empty() {
+            return Vec::new();
+        }
+        let mut spill = Vec::new();
+        self.with_free_tree(&site::PURGE_SPILL, |t| {
+            for &(s, pages) in released {
+                let e = s + pages;
+                let (below, above) = t.free_around(s, e);
+                let head = below.min(s % gran);
+                let tail = above.min((gran - e % gran) % gran);
+                if head > 0 {
+                    t.take(s - head, s).expect("free range touching a released area");
+                    spill.push((s - head, head));
+                }
+                if tail > 0 {
+                    t.take(e, e + tail).expect("free range touching a released area");
+                    spill.push((e, tail));
+                }
+            }
+        });
+        spill
+    }
+
+    /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
+    /// misses on other threads are not held up for the whole batch.
+    pub(crate) fn merge_into_tree(&self, areas: &[(u64, u64)]) {
+        const CHUNK: usize = 256;
+        for chunk in areas.chunks(CHUNK) {
+            self.with_free_tree(&site::PURGE_MERGE, |t| {
+                for &(s, pages) in chunk {
+                    if let Err(e) = t.insert_merge(s, s + pages) {
+                        panic!(
+                            "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",
+                            self.name
+                        );
+                    }
+                }
+            });
+        }
+    }
+
+    /// Run `f` on the free tree under its lock (the global lock for Global), taken at `site`.
+    pub(crate) fn with_free_tree<R>(&self, site: &'static LockSite, f: impl FnOnce(&mut FreeTree) -> R) -> R {
+        with_strategy!(&self.locks, s => s.with_free_tree(site, f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::arena::locks::Locks;
+    use crate::arena::{AllocRequest, Arena};
+    use crate::backing::NoBacking;
+    use crate::options::ArenaOptions;
+    use crate::strategy::Strategy;
+
+    /// A lazy list that grew to 3,000 areas and was then mostly reused keeps its address maps
+    /// until a purge that is not a threshold purge (here the explicit one) shrinks them.
+    #[test]
+    fn an_explicit_purge_shrinks_the_lazy_lists_address_maps() {
+        let o = ArenaOptions {
+            strategy: Strategy::Nodes,
+            nodes: 1,
+            purge_thread: false,
+            decay_interval_ms: 0,
+            thread_cache: false,
+            lazy_max_pages: 1 << 40,
+            ..Default::default()
+        };
+        let a = Arena::new("compact", 0, 1 << 22, o, Box::new(NoBacking)).unwrap();
+        let capacity = |a: &Arena| match &a.shared.locks {
+            Locks::Nodes(n) => n.nodes[0].lock().lazy_list.map_capacity(),
+            _ => unreachable!(),
+        };
+        let areas: Vec<_> = (0..3000).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap()).collect();
+        for x in &areas {
+            a.free(x.start).unwrap();
+        }
+        let big = capacity(&a);
+        assert!(big >= 8192, "{big} entries for 3,000 areas");
+        let again: Vec<_> = (0..2990).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap()).collect();
+        assert!(again.iter().all(|x| !x.fresh), "reused from the lazy list");
+        assert_eq!(capacity(&a), big, "reuse does not shrink the maps");
+        a.purge();
+        assert!(capacity(&a) <= 64, "{} entries after the purge", capacity(&a));
+        for x in again {
+            a.free(x.start).unwrap();
+        }
+        a.check().unwrap();
+    }
+}

@@ -1,0 +1,126 @@
+//! The Split strategy (the kernel's 2019 design): one lock for the free tree, one for the busy
+//! map and the lazy list.
+//!
+//! Owns: the free tree under the free lock (`LockRank::arena_free`) and a [`BusyLazy`] under
+//! the busy lock (`LockRank::arena_busy`). An allocation takes the free lock, then the busy
+//! lock, one after the other (never both); a free takes the busy lock only. Lazy areas wait for
+//! a purge as under Global.
+
+use super::global::BusyLazy;
+use super::locks::StrategyLocks;
+use super::purge::PurgeBatch;
+use super::shared::{tree_alloc, Shared};
+use super::AreaLists;
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, NO_NODE};
+use crate::error::FreeError;
+use crate::lock::{LockRank, LockSite, LockStats, StatLock};
+use crate::node::Padded;
+use crate::site;
+use crate::stats::ArenaStats;
+use crate::sync::Ordering::Relaxed;
+use vmarena_core::{BusyArea, BusyMap, FreeTree, Request};
+
+/// The Split strategy's two locks.
+pub(crate) struct Split {
+    free: Padded<StatLock<FreeTree>>,
+    busy: Padded<StatLock<BusyLazy>>,
+}
+
+impl Split {
+    pub(super) fn new(owner: u64, lo: u64, hi: u64) -> Split {
+        Split {
+            free: Padded(StatLock::ranked(LockRank::arena_free(owner), FreeTree::with_range(lo, hi))),
+            busy: Padded(StatLock::ranked(LockRank::arena_busy(owner), BusyLazy::default())),
+        }
+    }
+}
+
+impl StrategyLocks for Split {
+    fn try_alloc(
+        &self,
+        sh: &Shared,
+        r: &Request,
+        req: &AllocRequest,
+        _default_window: bool,
+    ) -> Option<Allocation> {
+        let pages = r.size_pages;
+        let start = tree_alloc(&mut self.free.lock_at(&site::ALLOC_FREE_TREE), r)?;
+        let ok = self
+            .busy
+            .lock_at(&site::ALLOC_BUSY)
+            .busy
+            .insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
+        debug_assert!(ok, "tree handed out a live start");
+        Some(sh.carved(start, pages))
+    }
+
+    #[inline]
+    fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+        let a = self.busy.lock_at(&site::FREE_BUSY).free(start, kind)?;
+        sh.lazy.approx.fetch_add(a.pages as i64, Relaxed);
+        Ok(a)
+    }
+
+    fn with_busy<R>(&self, _sh: &Shared, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
+        f(&mut self.busy.lock().busy)
+    }
+
+    fn with_free_tree<R>(&self, site: &'static LockSite, f: impl FnOnce(&mut FreeTree) -> R) -> R {
+        f(&mut self.free.lock_at(site))
+    }
+
+    fn insert_parts(&self, _sh: &Shared, parts: &[(u64, u64)], tag: AreaTag) {
+        let mut b = self.busy.lock_at(&site::ALLOC_BUSY);
+        for &(start, pages) in parts {
+            let ok = b.busy.insert(start, BusyArea { pages, node: NO_NODE, tag });
+            debug_assert!(ok, "the tree handed out a live start");
+        }
+    }
+
+    fn detach(&self, sh: &Shared, batch: &mut PurgeBatch) {
+        self.busy.lock_at(&site::PURGE_DETACH).detach(sh, batch);
+    }
+
+    fn lazy_pages_exact(&self) -> u64 {
+        self.busy.lock().lazy_pages
+    }
+
+    fn free_summary(&self) -> (u64, u64) {
+        let f = self.free.lock();
+        (f.free_pages(), f.largest())
+    }
+
+    fn add_stats(&self, _sh: &Shared, s: &mut ArenaStats) {
+        self.busy.lock().add_stats(s);
+        let f = self.free.lock();
+        s.free_pages = f.free_pages();
+        s.free_ranges = f.len() as u64;
+    }
+
+    fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
+        vec![("free", self.free.stats()), ("busy", self.busy.stats())]
+    }
+
+    fn areas(&self, _sh: &Shared) -> AreaLists {
+        self.busy.lock().areas()
+    }
+
+    #[cfg(not(loom))]
+    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::fork::Held + 'a>>) {
+        held.push(Box::new(self.free.lock()));
+        held.push(Box::new(self.busy.lock()));
+    }
+
+    fn check(
+        &self,
+        _sh: &Shared,
+        _cached: &[u64],
+        all: &mut Vec<(u64, u64, &'static str)>,
+    ) -> Result<(), String> {
+        let f = self.free.lock();
+        let b = self.busy.lock();
+        f.check()?;
+        all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+        b.check(all)
+    }
+}

@@ -1,0 +1,521 @@
+//! Thread caches: a per-thread [`Magazine`] of freed small areas in front of the node pools
+//! (vmem's quantum caches, jemalloc's tcache), so that an alloc+free pair of a small area costs
+//! one locked instruction and no lock.
+//!
+//! Owns: each thread's [`Magazine`] for each arena it used (in thread-local storage, with an
+//! `Arc` in the arena's registry), and the arena's [`AreaStates`]. Sees its arena only
+//! through [`CacheOwner`]: the busy-map free an area takes when it leaves a magazine, and the
+//! decay worker a first registration starts. A magazine holds areas that
+//! are still in the busy map with their state word `cached`; from the engine's point of view
+//! they are live, from the user's they are free.
+//!
+//! Paths (DESIGN.md section 16):
+//!
+//! - alloc hit: pop this thread's magazine, store the word `live` (no locked instruction);
+//! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
+//!   the pair; a second free of the area loses it and is refused), then push on this thread's
+//!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
+//!   make room); when its size's stack is full, or no larger area can make room, the area
+//!   goes down the busy-map path, which clears the word under the shard lock;
+//! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
+//!   magazines. Owner and drainer meet through a [`Handshake`] (Dekker's pair with asymmetric
+//!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
+//!   whose owner is inside an operation is not touched; its owner empties it itself at its
+//!   next operation;
+//! - thread exit: the thread-local destructor gives every magazine back to its arena;
+//! - budget: a magazine starts at `thread_cache_pages`; a miss of a size it turned away (a
+//!   refused push or an eviction, marked in its ghost bitmap) grows it by that size up to
+//!   `thread_cache_pages_max`; emptying it (a drain, an owner's drain, a give-back) resets it.
+//!   Invariant: the pages held never exceed the budget, and each size's stack holds at most
+//!   its cap under the present budget (`Arena::check` verifies both).
+//!
+//! Locks: the registry mutex (registration, exit, drain) is taken before any node lock and
+//! never under one. The fast paths take no lock.
+//!
+//! Enabled for the Nodes strategy when the range fits the state table and `membarrier` works
+//! (the reason is reported otherwise); the older strategies stay as the kernel had them.
+//!
+//! The one `unsafe` of this module: the fast paths reach the thread's magazine through a raw
+//! pointer kept in the thread's static TLS slot (`get_front`), which skips the TLS call, the
+//! borrow flag and the destructor-state check of the thread-local that owns the magazines.
+#![allow(unsafe_code)]
+
+use crate::area_state::{AreaStates, Claim};
+use crate::handshake::{heavy_fence, Enter};
+pub(crate) use crate::magazine::Budget;
+use crate::magazine::{bump, Magazine};
+use std::cell::RefCell;
+use std::panic::Location;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
+/// is given back.
+const MAGAZINES_PER_THREAD: usize = 8;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What the thread caches need of the arena they belong to.
+pub(crate) trait CacheOwner: Send + Sync {
+    /// The arena's thread caches.
+    fn caches(&self) -> Option<&ThreadCaches>;
+
+    /// Free an area taken out of a magazine through the busy map. Its word is `cached`, so no
+    /// other free can race with this one; a refusal is a broken invariant and panics.
+    fn free_from_cache(&self, start: u64);
+
+    /// A thread registered its first magazine of this arena: start the decay worker, which
+    /// gives cached areas back on idle intervals.
+    fn registered(me: &Arc<Self>)
+    where
+        Self: Sized;
+}
+
+struct Entry {
+    id: u64,
+    mag: Arc<Magazine>,
+    arena: Weak<dyn CacheOwner>,
+}
+
+/// The thread's magazines, most recently used first; given back at thread exit.
+struct Owned(Vec<Entry>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // From here on the fast paths find no magazine (and take the slow path, which finds
+        // `OWNED` gone and does without a cache).
+        set_front(0, std::ptr::null());
+        for e in self.0.drain(..) {
+            give_back(e);
+        }
+    }
+}
+
+fn give_back(e: Entry) {
+    if let Some(owner) = e.arena.upgrade() {
+        if let Some(tc) = owner.caches() {
+            tc.retire(&*owner, &e.mag);
+        }
+    }
+}
+
+thread_local! {
+    static OWNED: RefCell<Owned> = const { RefCell::new(Owned(Vec::new())) };
+}
+
+/// The thread's most recently used magazine, as the fast paths read it: the id of its
+/// arena's caches and a pointer to it, copied from the first entry of `OWNED` (whose `Arc`
+/// keeps the magazine alive), kept in the thread's static TLS slot
+/// ([`vmarena_platform::static_tls`]: one load of an offset and two loads relative to the
+/// thread pointer, no call, no borrow flag, no destructor-state check). Invariant: the id is
+/// 0, or the pointer is the magazine of the first entry of `OWNED` and the id that entry's
+/// id. Written only by `with_magazine_slow` (after `OWNED` changed), `find_or_register`
+/// (before it changes `OWNED`) and `Owned::drop` (before the magazines go); only its own
+/// thread reads or writes it.
+#[inline(always)]
+fn get_front() -> (u64, *const Magazine) {
+    let (id, mag) = vmarena_platform::static_tls::get();
+    (id, mag as *const Magazine)
+}
+
+fn set_front(id: u64, mag: *const Magazine) {
+    vmarena_platform::static_tls::set(id, mag as usize);
+}
+
+/// Outcome of a free through the thread cache.
+pub(crate) enum FreeFast {
+    /// The area sits in this thread's magazine.
+    Cached { pages: u64, caller: Option<&'static Location<'static>> },
+    /// The caller owns the area (its word is `cached`) and must free it through the busy map.
+    Flush,
+    /// Not a small live area: the busy map decides.
+    Untracked,
+    /// A second free of a cached area.
+    Refused,
+}
+
+/// Counters of the thread caches of one arena.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CacheFigures {
+    pub(crate) areas: u64,
+    pub(crate) pages: u64,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) pushes: u64,
+    pub(crate) flushes: u64,
+    pub(crate) drained: u64,
+    pub(crate) grows: u64,
+    /// The largest budget of a live magazine now.
+    pub(crate) budget_pages: u64,
+}
+
+/// The thread caches of one arena.
+pub(crate) struct ThreadCaches {
+    id: u64,
+    pub(crate) states: AreaStates,
+    budget: Budget,
+    registry: Mutex<Vec<Arc<Magazine>>>,
+    /// Counters of magazines given back, and areas drained.
+    retired: Mutex<CacheFigures>,
+}
+
+impl ThreadCaches {
+    /// Thread caches for pages `[lo, hi)`, or why there are none.
+    pub(crate) fn new(lo: u64, hi: u64, max_pages: u64, budget: Budget) -> Result<ThreadCaches, String> {
+        if max_pages == 0 || budget.base_pages == 0 {
+            return Err("thread cache sizes are 0".into());
+        }
+        let budget = Budget { max_pages: budget.max_pages.max(budget.base_pages), ..budget };
+        const MAX_TABLE_WORDS: u64 = 1 << 30;
+        if hi - lo > MAX_TABLE_WORDS {
+            return Err(format!("range of {} pages is above the state table's {MAX_TABLE_WORDS}", hi - lo));
+        }
+        vmarena_platform::membarrier::register()?;
+        Ok(ThreadCaches {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            states: AreaStates::new(lo, hi - lo, max_pages)?,
+            budget,
+            registry: Mutex::new(Vec::new()),
+            retired: Mutex::new(CacheFigures::default()),
+        })
+    }
+
+    /// This thread's front magazine when it is this arena's (no registration, no reordering).
+    #[inline(always)]
+    fn front(&self) -> Option<&Magazine> {
+        let (id, mag) = get_front();
+        // SAFETY: the front's invariant (`get_front`): a non-zero id matching this arena's
+        // caches means `mag` is the magazine of `OWNED`'s first entry, which holds an `Arc` of
+        // it until the front is changed; only this thread changes either, and the reference
+        // does not outlive the caller's operation, which does not re-enter the thread cache.
+        (id == self.id).then(|| unsafe { &*mag })
+    }
+
+    /// Run `f` on this thread's magazine for the arena, registering one on first use. `None`
+    /// when thread-local storage is gone (thread exit) or re-entered.
+    #[inline(always)]
+    fn with_magazine<A: CacheOwner + 'static, R>(
+        &self,
+        arena: &Arc<A>,
+        f: impl FnOnce(&Magazine) -> R,
+    ) -> Option<R> {
+        let mag = match self.front() {
+            Some(m) => m as *const Magazine,
+            None => self.with_magazine_slow(arena)?,
+        };
+        // SAFETY: the front's invariant (`get_front`): `mag` is the magazine of `OWNED`'s first
+        // entry, which holds an `Arc` of it until the front changes; only this thread changes
+        // either, and not during `f` (`f` does not re-enter the thread cache).
+        Some(f(unsafe { &*mag }))
+    }
+
+    /// The slow half of [`ThreadCaches::with_magazine`]: put this arena's magazine first in
+    /// `OWNED` (registering one if the thread has none) and make it the front.
+    #[cold]
+    #[inline(never)]
+    fn with_magazine_slow<A: CacheOwner + 'static>(&self, arena: &Arc<A>) -> Option<*const Magazine> {
+        OWNED
+            .try_with(|o| {
+                if o.try_borrow().ok()?.0.first().is_none_or(|e| e.id != self.id) {
+                    self.find_or_register(o, arena)?;
+                }
+                let owned = o.try_borrow().ok()?;
+                let mag = Arc::as_ptr(&owned.0.first()?.mag);
+                set_front(self.id, mag);
+                Some(mag)
+            })
+            .ok()
+            .flatten()
+    }
+
+    #[cold]
+    fn find_or_register<A: CacheOwner + 'static>(&self, o: &RefCell<Owned>, arena: &Arc<A>) -> Option<()> {
+        // Registering allocates and may start the worker: vmarena's own allocations.
+        let _inside = vmarena_platform::reentry::enter();
+        // `OWNED` changes below: no front until `with_magazine_slow` sets it again.
+        set_front(0, std::ptr::null());
+        let mut evicted = Vec::new();
+        {
+            let mut o = o.try_borrow_mut().ok()?;
+            // Magazines of arenas that are gone hold nothing that needs giving back.
+            o.0.retain(|e| e.arena.strong_count() > 0);
+            if let Some(i) = o.0.iter().position(|e| e.id == self.id) {
+                let e = o.0.remove(i);
+                o.0.insert(0, e);
+            } else {
+                let mag = Arc::new(Magazine::new(self.states.max_pages(), self.budget));
+                self.registry.lock().unwrap_or_else(|e| e.into_inner()).push(mag.clone());
+                let owner: Arc<dyn CacheOwner> = arena.clone();
+                o.0.insert(0, Entry { id: self.id, mag, arena: Arc::downgrade(&owner) });
+                // Cached areas are given back on idle intervals by the worker.
+                A::registered(arena);
+                while o.0.len() > MAGAZINES_PER_THREAD {
+                    evicted.extend(o.0.pop());
+                }
+            }
+        }
+        for e in evicted {
+            give_back(e);
+        }
+        Some(())
+    }
+
+    /// A plain hit, for callers whose fast path must make no call: the top of this arena's
+    /// front magazine's stack of `pages` pages (a size of 1 to the largest tracked), now
+    /// live; `None`, with nothing changed and nothing counted, for anything else (another
+    /// arena's front, a drain asked for, an empty stack), which [`ThreadCaches::alloc`] then
+    /// handles.
+    #[inline(always)]
+    pub(crate) fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        let m = self.front()?;
+        if m.hs.enter() != Enter::Go {
+            return None;
+        }
+        let got = m.pop_top(pages);
+        if let Some(s) = got {
+            self.states.reuse(s, pages, caller);
+            bump(&m.hits);
+        }
+        m.hs.leave();
+        got
+    }
+
+    /// A plain free into this arena's front magazine, for callers whose fast path must make no
+    /// call: true when the small live area at `start` is freed into it; false, with nothing
+    /// changed, for anything else (not a small live area, another arena's front, a drain
+    /// asked for, no room without an eviction, a word that changed meanwhile), which
+    /// [`ThreadCaches::free`] then handles. The room is checked before the word is claimed,
+    /// so a claimed area always fits.
+    #[inline(always)]
+    /// Returns the area's pages and latest caller when it went in.
+    pub(crate) fn free_hit(&self, start: u64) -> Option<(u64, Option<&'static Location<'static>>)> {
+        let seen = self.states.seen_live(start)?;
+        let pages = seen.pages;
+        let m = self.front()?;
+        if m.hs.enter() != Enter::Go {
+            return None;
+        }
+        // The slot is found before the word is claimed: once claimed, the area must go in.
+        let done = match m.room(pages) {
+            Some(room) if self.states.claim_seen(&seen) => {
+                m.fill(room, pages, start);
+                bump(&m.pushes);
+                Some((pages, seen.caller()))
+            }
+            _ => None,
+        };
+        m.hs.leave();
+        done
+    }
+
+    /// Alloc through the magazine: the start of a cached area of `pages` pages aligned to
+    /// `align_pages` (a power of two), now live.
+    ///
+    /// The common case (the front magazine is this arena's, no drain pending, the size's
+    /// stack holds an area and any start will do) is inlined into the caller and touches only
+    /// this thread's magazine and the area's word; everything else is
+    /// [`ThreadCaches::alloc_rest`].
+    #[inline(always)]
+    pub(crate) fn alloc<A: CacheOwner + 'static>(
+        &self,
+        arena: &Arc<A>,
+        pages: u64,
+        align_pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<u64> {
+        if align_pages == 1 {
+            if let Some(s) = self.alloc_hit(pages, caller) {
+                return Some(s);
+            }
+        }
+        self.alloc_rest(arena, pages, align_pages, caller)
+    }
+
+    /// [`ThreadCaches::alloc`] past its common case: registration, a drain to do, a miss, an
+    /// aligned request.
+    #[cold]
+    #[inline(never)]
+    fn alloc_rest<A: CacheOwner + 'static>(
+        &self,
+        arena: &Arc<A>,
+        pages: u64,
+        align_pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<u64> {
+        self.with_magazine(arena, |m| {
+            if m.hs.enter() != Enter::Go {
+                self.owner_drain(&**arena, m);
+                return None;
+            }
+            let got = m.pop(pages, align_pages);
+            if let Some(s) = got {
+                self.states.reuse(s, pages, caller);
+                bump(&m.hits);
+            } else {
+                bump(&m.misses);
+                m.missed(pages, self.budget.max_pages);
+            }
+            m.hs.leave();
+            got
+        })
+        .flatten()
+    }
+
+    /// Free through the magazine (see [`FreeFast`]).
+    ///
+    /// The common case (the word was live, the front magazine is this arena's, no drain
+    /// pending, the size's stack and the budget have room) is inlined into the caller; the
+    /// rest, once the word is claimed, is [`ThreadCaches::free_rest`].
+    #[inline(always)]
+    pub(crate) fn free<A: CacheOwner + 'static>(&self, arena: &Arc<A>, start: u64) -> FreeFast {
+        if let Some((pages, caller)) = self.free_hit(start) {
+            return FreeFast::Cached { pages, caller };
+        }
+        let (pages, caller) = match self.states.claim(start) {
+            Claim::Untracked => return FreeFast::Untracked,
+            Claim::AlreadyFree => return FreeFast::Refused,
+            Claim::Won { pages, caller } => (pages, caller),
+        };
+        self.free_rest(arena, start, pages, caller)
+    }
+
+    /// [`ThreadCaches::free`] of an area whose word this thread has claimed, past the common
+    /// case: registration, a drain to do, a push that must evict or is refused.
+    #[cold]
+    #[inline(never)]
+    fn free_rest<A: CacheOwner + 'static>(
+        &self,
+        arena: &Arc<A>,
+        start: u64,
+        pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> FreeFast {
+        let mut evicted = None;
+        let cached = self.with_magazine(arena, |m| {
+            if m.hs.enter() != Enter::Go {
+                self.owner_drain(&**arena, m);
+                return false;
+            }
+            let ok = m.push(pages, start, &mut evicted);
+            bump(if ok { &m.pushes } else { &m.flushes });
+            m.hs.leave();
+            ok
+        });
+        if evicted.is_some() {
+            // Its word is `cached`: no other free can race with this.
+            let _inside = vmarena_platform::reentry::enter();
+            self.give_areas(&**arena, evicted.as_slice());
+        }
+        if cached == Some(true) {
+            FreeFast::Cached { pages, caller }
+        } else {
+            FreeFast::Flush
+        }
+    }
+
+    /// The owner could not use its magazine: if a drain was asked for, empty it now.
+    #[cold]
+    fn owner_drain<A: CacheOwner + ?Sized>(&self, arena: &A, m: &Magazine) {
+        if m.hs.claim_drain() {
+            let mut areas = Vec::new();
+            m.take(&mut areas, self.budget.base_pages);
+            m.hs.release();
+            self.give_areas(arena, &areas);
+        }
+    }
+
+    /// Areas taken from magazines go down the busy-map path (their words are `cached`, so no
+    /// free from outside can race with it).
+    fn give_areas<A: CacheOwner + ?Sized>(&self, arena: &A, areas: &[(u64, u64)]) {
+        for &(start, _) in areas {
+            arena.free_from_cache(start);
+        }
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += areas.len() as u64;
+    }
+
+    /// A thread gave its magazine back (exit or eviction): unregister it, free its areas.
+    fn retire<A: CacheOwner + ?Sized>(&self, arena: &A, mag: &Arc<Magazine>) {
+        let mut areas = Vec::new();
+        {
+            let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+            reg.retain(|m| !Arc::ptr_eq(m, mag));
+            // Unregistered under the mutex: no drainer holds it now, and its owner is here.
+            mag.take(&mut areas, self.budget.base_pages);
+            let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            r.hits += mag.hits.load(Relaxed);
+            r.misses += mag.misses.load(Relaxed);
+            r.pushes += mag.pushes.load(Relaxed);
+            r.flushes += mag.flushes.load(Relaxed);
+            r.grows += mag.grows.load(Relaxed);
+        }
+        self.give_areas(arena, &areas);
+    }
+
+    /// Empty every magazine whose owner is not inside an operation; ask the others to empty
+    /// themselves. Returns the areas taken.
+    ///
+    /// The registry mutex is held until the areas are back in the busy-map path, so that the
+    /// checker, which holds it too, never sees an area in flight: taken from its magazine but
+    /// still busy with its word `cached`.
+    pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, arena: &A) -> u64 {
+        let mut areas = Vec::new();
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<&Arc<Magazine>> =
+            reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
+        if held.is_empty() {
+            return 0;
+        }
+        let fenced = heavy_fence();
+        for m in held {
+            if m.hs.settle(fenced) {
+                m.take(&mut areas, self.budget.base_pages);
+                m.hs.release();
+            }
+        }
+        self.give_areas(arena, &areas);
+        drop(reg);
+        areas.len() as u64
+    }
+
+    /// [`Magazine::spans`] of every registered magazine.
+    pub(crate) fn spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|m| m.spans()).collect()
+    }
+
+    /// Figures summed over live and given-back magazines.
+    pub(crate) fn figures(&self) -> CacheFigures {
+        let mut f = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        for m in self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let (areas, pages) = m.held();
+            f.areas += areas;
+            f.pages += pages;
+            f.hits += m.hits.load(Relaxed);
+            f.misses += m.misses.load(Relaxed);
+            f.pushes += m.pushes.load(Relaxed);
+            f.flushes += m.flushes.load(Relaxed);
+            f.grows += m.grows.load(Relaxed);
+            f.budget_pages = f.budget_pages.max(m.budget_pages());
+        }
+        f
+    }
+
+    /// Run the checker's `f` on every cached start, with the registry mutex held so that no
+    /// drain moves areas meanwhile (call when no thread other than the worker uses the arena).
+    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Result<Vec<u64>, String>) -> R) -> R {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = Vec::new();
+        let starts = reg.iter().try_for_each(|m| m.entries().map(|e| all.extend(e))).map(|()| all);
+        f(starts)
+    }
+
+    /// The registry mutex, then the figures of given-back magazines (taken last on every path,
+    /// with nothing taken under it), for `fork()`.
+    #[cfg(not(loom))]
+    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
+        vec![
+            Box::new(self.registry.lock().unwrap_or_else(|e| e.into_inner())),
+            Box::new(self.retired.lock().unwrap_or_else(|e| e.into_inner())),
+        ]
+    }
+}
