@@ -168,12 +168,6 @@ pub fn classify(start: u64, end: u64, cand: u64, size: u64) -> Option<FitType> {
     })
 }
 
-/// True when `[start, start + pages)` overlaps one of `ranges` (`[start, end)` pairs, such as
-/// [`Request::start_ranges`] gives).
-pub fn overlaps_any(ranges: &[(u64, u64)], start: u64, pages: u64) -> bool {
-    ranges.iter().any(|&(rs, re)| start < re && rs < start + pages)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@
 //! 5. `free_pages` is the sum of the range sizes; `len` is the number of ranges.
 
 use crate::fit::{classify, FitType, Request};
+use crate::span::Span;
 
 const NIL: u32 = u32::MAX;
 
@@ -148,7 +149,7 @@ impl FreeTree {
 
     /// The lowest base for congruent areas (the kernel's `pcp_get_vm_areas` search): the
     /// smallest `base`, a multiple of `align` (a power of two) and at least `lo`, such that every
-    /// part `(offset, pages)` — `[base + offset, base + offset + pages)` — lies inside one free
+    /// part (a [`Span`] from the base: `[base + start, base + start + pages)`) lies inside one free
     /// range and the whole span ends at most at `hi`. `None` when there is none (or the span
     /// overflows). Changes nothing; take the parts with [`FreeTree::take`].
     ///
@@ -156,11 +157,11 @@ impl FreeTree {
     /// start minus `i`'s offset can fit it (no free range starts in between, and the one that
     /// holds the part's start, if any, ends too early for every later start too), so the base
     /// jumps there. Each jump passes a range boundary: O(parts × ranges × log ranges) at worst.
-    pub fn find_congruent(&self, parts: &[(u64, u64)], align: u64, lo: u64, hi: u64) -> Option<u64> {
-        if parts.is_empty() || parts.iter().any(|&(_, p)| p == 0) || !align.is_power_of_two() {
+    pub fn find_congruent(&self, parts: &[Span], align: u64, lo: u64, hi: u64) -> Option<u64> {
+        if parts.is_empty() || parts.iter().any(|p| p.pages == 0) || !align.is_power_of_two() {
             return None;
         }
-        let span = parts.iter().map(|&(o, p)| o.checked_add(p)).collect::<Option<Vec<u64>>>()?;
+        let span = parts.iter().map(|p| p.start.checked_add(p.pages)).collect::<Option<Vec<u64>>>()?;
         let span = span.into_iter().max()?;
         let align_up = |x: u64| x.checked_next_multiple_of(align);
         let mut base = align_up(lo)?;
@@ -169,7 +170,7 @@ impl FreeTree {
                 return None;
             }
             let mut jump = None;
-            for &(off, pages) in parts {
+            for &Span { start: off, pages } in parts {
                 let s = base + off;
                 let n = self.floor(s);
                 if n != NIL && self.nodes[n as usize].end >= s + pages {
@@ -585,12 +586,12 @@ mod tests {
                 let (s, len) = (rnd(200), 1 + rnd(20));
                 let _ = t.take(s, (s + len).min(200));
             }
-            let parts: Vec<(u64, u64)> = (0..1 + rnd(4)).map(|_| (rnd(40), 1 + rnd(8))).collect();
+            let parts: Vec<Span> = (0..1 + rnd(4)).map(|_| Span::new(rnd(40), 1 + rnd(8))).collect();
             let align = 1 << rnd(4);
             let (lo, hi) = (rnd(30), 150 + rnd(51));
             let fits = |b: u64| {
-                parts.iter().all(|&(o, p)| t.ranges().iter().any(|&(s, e)| s <= b + o && b + o + p <= e))
-                    && b + parts.iter().map(|&(o, p)| o + p).max().unwrap() <= hi
+                parts.iter().all(|p| t.ranges().iter().any(|&(s, e)| s <= b + p.start && b + p.end() <= e))
+                    && b + parts.iter().map(|p| p.end()).max().unwrap() <= hi
             };
             let want = (lo..=hi).find(|&b| b % align == 0 && fits(b));
             let got = t.find_congruent(&parts, align, lo, hi);
@@ -602,7 +603,7 @@ mod tests {
             );
             if let Some(b) = got {
                 // The parts overlap each other in some rounds; take them only when they do not.
-                let mut sorted: Vec<(u64, u64)> = parts.iter().map(|&(o, p)| (b + o, b + o + p)).collect();
+                let mut sorted: Vec<(u64, u64)> = parts.iter().map(|p| (b + p.start, b + p.end())).collect();
                 sorted.sort_unstable();
                 if sorted.windows(2).all(|w| w[0].1 <= w[1].0) {
                     for (s, e) in sorted {

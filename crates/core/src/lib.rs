@@ -10,7 +10,8 @@
 //! | word | meaning |
 //! |---|---|
 //! | page | the arena's unit of address space: 4 KiB for a `VmSpace`, any granule for an integer arena |
-//! | range | half-open `[start, end)` in pages |
+//! | range | half-open `[start, end)` in pages (a bare pair of page numbers is always a range) |
+//! | span | `start` and `pages` ([`Span`]): what lists of areas carry |
 //! | area | a range handed out by `alloc`; it includes its guard pages |
 //! | busy | an area that is live: allocated and not yet freed |
 //! | lazy | an area that was freed but whose memory has not been released yet |
@@ -21,7 +22,7 @@
 //! | node | a lock shard of the engine: one per CPU, at most 128 |
 //! | frame | a 4 KiB unit of a frame pool's memory file, named by its index (pfn) |
 //! | order | a buddy block of `2^order` frames |
-//! | zone | one buddy allocator and its lock |
+//! | zone | one buddy allocator and its lock (frames); in the Nodes strategy also the 16-page unit of the address stripes (the kernel's `vmap_zone_size`, `ZONE_PAGES`) |
 //!
 //! # Modules
 //!
@@ -33,6 +34,10 @@
 //! - [`buddy`]: the buddy frame allocator of one zone (orders 0..=10, watermarks).
 //! - [`pcp`]: the policy of one CPU's page lists in front of the buddy (batch, auto-tuned high).
 //! - [`batch_queue`]: per-CPU batches of items for a shared structure (FreeBSD's rule).
+//! - [`lazy_list`]: a node's lazily freed areas, by free order, size and address.
+//! - [`span`]: pages as `(start, pages)`, apart from ranges.
+//! - [`page_map`]: an open-addressing map from page numbers to slots (the lazy list's address
+//!   indexes).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -41,17 +46,22 @@ pub mod buddy;
 pub mod busy;
 pub mod fit;
 pub mod free_tree;
+pub mod lazy_list;
 pub mod oracle;
+pub mod page_map;
 pub mod pcp;
 pub mod pool;
+pub mod span;
 
 pub use batch_queue::{BatchQueue, BatchRule, Flush, Insert};
 pub use buddy::{Buddy, BuddyError, Watermarks, MAX_ORDER, NR_ORDERS};
 pub use busy::{BusyArea, BusyMap};
 pub use fit::{FitType, Request, RequestError};
 pub use free_tree::{FreeTree, TreeError};
+pub use lazy_list::{LazyArea, LazyList};
 pub use pcp::{FreeOutcome, Pcp, PcpConfig, PCP_ORDERS, THP_ORDER};
 pub use pool::{PoolSide, SizePools, POOL_MAX_PAGES};
+pub use span::Span;
 
 /// Integer log2 rounded down plus one (`fls`): 0 for 0, 1 for 1, 2 for 2..=3, ...
 ///

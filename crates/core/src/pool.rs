@@ -17,6 +17,7 @@
 //! Invariants (checked by [`SizePools::check`]): every entry of class `i` is `i + 1` pages;
 //! `dirty_pages` and `len` equal the sums over the classes.
 
+use crate::span::Span;
 use std::collections::VecDeque;
 
 /// Largest pooled area, in pages (the kernel's `MAX_VA_SIZE_PAGES`).
@@ -148,16 +149,16 @@ impl SizePools {
         q.pop_back()
     }
 
-    /// Detach every dirty entry: `(start, pages)` pairs, for a purge to release.
-    pub fn take_dirty(&mut self) -> Vec<(u64, u64)> {
+    /// Detach every dirty entry, for a purge to release.
+    pub fn take_dirty(&mut self) -> Vec<Span> {
         self.take_dirty_keeping(0)
     }
 
     /// Detach the oldest dirty entries so that about `keep_pages` dirty pages stay: every class
     /// gives up the same share of its dirty pages, oldest entries first (the shares are rounded
     /// to whole entries, carrying the rounding error from class to class so that the total is
-    /// right to within one entry). `(start, pages)` pairs, for a purge to release.
-    pub fn take_dirty_keeping(&mut self, keep_pages: u64) -> Vec<(u64, u64)> {
+    /// right to within one entry). For a purge to release.
+    pub fn take_dirty_keeping(&mut self, keep_pages: u64) -> Vec<Span> {
         let mut out = Vec::new();
         if keep_pages >= self.dirty_pages {
             return out;
@@ -175,7 +176,7 @@ impl SizePools {
             owed -= (n as u64 * pages) as f64;
             self.len -= n as u64;
             self.dirty_pages -= n as u64 * pages;
-            out.extend(c.dirty.drain(..n).map(|s| (s, pages)));
+            out.extend(c.dirty.drain(..n).map(|s| Span::new(s, pages)));
         }
         out
     }
@@ -183,52 +184,52 @@ impl SizePools {
     /// Detach the oldest `clean_len * numerator / denominator` clean entries of every class,
     /// for the free tree. Dirty entries are left alone: they are the areas a purge is about to
     /// release and put back, as the kernel decays a pool before repopulating it.
-    pub fn decay(&mut self, numerator: u64, denominator: u64) -> Vec<(u64, u64)> {
+    pub fn decay(&mut self, numerator: u64, denominator: u64) -> Vec<Span> {
         let mut out = Vec::new();
         for (i, c) in self.classes.iter_mut().enumerate() {
             let pages = i as u64 + 1;
             let n = (c.clean.len() as u64 * numerator / denominator) as usize;
             self.len -= n as u64;
-            out.extend(c.clean.drain(..n).map(|s| (s, pages)));
+            out.extend(c.clean.drain(..n).map(|s| Span::new(s, pages)));
         }
         out
     }
 
-    /// Detach every entry that overlaps one of `ranges` (`[start, end)` pairs): `(start, pages,
-    /// side)`. A scan of every entry, for the allocation failure path only.
-    pub fn take_overlapping(&mut self, ranges: &[(u64, u64)]) -> Vec<(u64, u64, PoolSide)> {
+    /// Detach every entry that overlaps one of `ranges` (`[start, end)` pairs), with its side.
+    /// A scan of every entry, for the allocation failure path only.
+    pub fn take_overlapping(&mut self, ranges: &[(u64, u64)]) -> Vec<(Span, PoolSide)> {
         let mut out = Vec::new();
         for (i, c) in self.classes.iter_mut().enumerate() {
             let pages = i as u64 + 1;
-            let hit = |s: &u64| crate::fit::overlaps_any(ranges, *s, pages);
+            let hit = |s: &u64| Span::new(*s, pages).overlaps_any(ranges);
             for (q, side) in [(&mut c.dirty, PoolSide::Dirty), (&mut c.clean, PoolSide::Clean)] {
                 if q.iter().any(hit) {
                     q.retain(|s| {
                         let h = hit(s);
                         if h {
-                            out.push((*s, pages, side));
+                            out.push((Span::new(*s, pages), side));
                         }
                         !h
                     });
                 }
             }
         }
-        for &(_, pages, side) in &out {
+        for &(span, side) in &out {
             self.len -= 1;
             if side == PoolSide::Dirty {
-                self.dirty_pages -= pages;
+                self.dirty_pages -= span.pages;
             }
         }
         out
     }
 
-    /// Every pooled area, `(start, pages, side)`, for checkers and reports.
-    pub fn entries(&self) -> Vec<(u64, u64, PoolSide)> {
+    /// Every pooled area with its side, for checkers and reports.
+    pub fn entries(&self) -> Vec<(Span, PoolSide)> {
         let mut out = Vec::with_capacity(self.len as usize);
         for (i, c) in self.classes.iter().enumerate() {
             let pages = i as u64 + 1;
-            out.extend(c.dirty.iter().map(|&s| (s, pages, PoolSide::Dirty)));
-            out.extend(c.clean.iter().map(|&s| (s, pages, PoolSide::Clean)));
+            out.extend(c.dirty.iter().map(|&s| (Span::new(s, pages), PoolSide::Dirty)));
+            out.extend(c.clean.iter().map(|&s| (Span::new(s, pages), PoolSide::Clean)));
         }
         out
     }
@@ -287,7 +288,11 @@ mod tests {
         p.push(40, 1, PoolSide::Clean); // [40, 41)
         let mut got = p.take_overlapping(&[(11, 13), (23, 24)]);
         got.sort_by_key(|e| e.0);
-        assert_eq!(got, vec![(10, 2, PoolSide::Dirty), (12, 2, PoolSide::Clean), (20, 4, PoolSide::Dirty)]);
+        let s = Span::new;
+        assert_eq!(
+            got,
+            vec![(s(10, 2), PoolSide::Dirty), (s(12, 2), PoolSide::Clean), (s(20, 4), PoolSide::Dirty)]
+        );
         assert_eq!((p.len(), p.dirty_pages()), (1, 0));
         assert!(
             p.take_overlapping(&[(0, 40), (41, 100)]).is_empty(),
@@ -318,10 +323,10 @@ mod tests {
         assert_eq!(p.dirty_pages(), 96);
         assert!(p.take_dirty_keeping(96).is_empty(), "nothing over the budget");
         let out = p.take_dirty_keeping(48);
-        let small: Vec<(u64, u64)> = out.iter().copied().filter(|a| a.1 == 2).collect();
-        let large: Vec<(u64, u64)> = out.iter().copied().filter(|a| a.1 == 10).collect();
-        assert_eq!(small, vec![(100, 2), (101, 2), (102, 2), (103, 2)], "oldest half of class 2");
-        assert_eq!(large, vec![(200, 10), (201, 10), (202, 10), (203, 10)], "oldest half of class 10");
+        let starts =
+            |pages: u64| out.iter().filter(|a| a.pages == pages).map(|a| a.start).collect::<Vec<_>>();
+        assert_eq!(starts(2), vec![100, 101, 102, 103], "oldest half of class 2");
+        assert_eq!(starts(10), vec![200, 201, 202, 203], "oldest half of class 10");
         assert_eq!(p.dirty_pages(), 48);
         assert_eq!(p.pop(10, 1, PoolSide::Dirty), Some((207, PoolSide::Dirty)), "the newest stay");
         // A share smaller than one entry per class adds up across classes.
@@ -330,7 +335,7 @@ mod tests {
             q.push(pages * 1000, pages, PoolSide::Dirty);
         }
         let out = q.take_dirty_keeping(55 / 2);
-        let given: u64 = out.iter().map(|a| a.1).sum();
+        let given = Span::total_pages(&out);
         assert!((given as i64 - 28).abs() <= 10, "gave {given} pages of the 28 owed");
         assert_eq!(q.dirty_pages(), 55 - given);
         assert_eq!(q.len(), 10 - out.len() as u64);
@@ -345,7 +350,11 @@ mod tests {
             p.push(s * 10, 4, if s < 8 { PoolSide::Clean } else { PoolSide::Dirty });
         }
         let d = p.decay(1, 4);
-        assert_eq!(d, vec![(0, 4), (10, 4)], "a quarter of the 8 clean entries, oldest first");
+        assert_eq!(
+            d,
+            vec![Span::new(0, 4), Span::new(10, 4)],
+            "a quarter of the 8 clean entries, oldest first"
+        );
         let dirty = p.take_dirty();
         assert_eq!(dirty.len(), 4);
         assert_eq!(p.len(), 6);

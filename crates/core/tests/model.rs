@@ -133,16 +133,16 @@ fn size_pools_match_shadow_model() {
                     }
                 }
                 _ => {
-                    for (s, p) in pools.decay(1, 4) {
-                        assert!(shadow.remove(&(s, p)));
+                    for a in pools.decay(1, 4) {
+                        assert!(shadow.remove(&(a.start, a.pages)));
                     }
                 }
             }
             pools.check().unwrap();
             assert_eq!(pools.len() as usize, shadow.len());
         }
-        let mut rest: Vec<_> = pools.take_dirty().into_iter().collect();
-        rest.extend(pools.decay(1, 1));
+        let mut rest: Vec<(u64, u64)> = pools.take_dirty().into_iter().map(|a| (a.start, a.pages)).collect();
+        rest.extend(pools.decay(1, 1).into_iter().map(|a| (a.start, a.pages)));
         rest.sort_unstable();
         assert_eq!(rest, shadow.into_iter().collect::<Vec<_>>(), "nothing lost, nothing doubled");
     }

@@ -11,14 +11,16 @@
 //!
 //! An arena over a plain integer range (an id space, a device heap) uses [`NoBacking`].
 
-/// See the module documentation. Ranges are `(start_page, pages)` with guard pages included.
+use vmarena_core::Span;
+
+/// See the module documentation. Areas are [`Span`]s with their guard pages included.
 pub trait Backing: Send + Sync + 'static {
     /// Set up an area just carved from the free tree.
     fn prepare(&self, start_page: u64, pages: u64);
     /// Release the memory of these areas; return the syscalls made.
-    fn release(&self, areas: &[(u64, u64)]) -> usize;
+    fn release(&self, areas: &[Span]) -> usize;
     /// Undo `prepare` for areas going back to the free tree; return the syscalls made.
-    fn retire(&self, areas: &[(u64, u64)]) -> usize;
+    fn retire(&self, areas: &[Span]) -> usize;
     /// True when released memory reads as zero (then pages from the free tree are fresh).
     fn zeroes_on_release(&self) -> bool;
     /// Pages per unit the memory may be backed in (a huge page), 1 when there is none: the
@@ -27,9 +29,9 @@ pub trait Backing: Send + Sync + 'static {
     fn release_granule_pages(&self) -> u64 {
         1
     }
-    /// Release plain free ranges `(start_page, pages)`, no guard in them; return the syscalls
-    /// made. Called only when `release_granule_pages` is above 1.
-    fn release_free(&self, _ranges: &[(u64, u64)]) -> usize {
+    /// Release plain free pages, no guard in them; return the syscalls made. Called only when
+    /// `release_granule_pages` is above 1.
+    fn release_free(&self, _spans: &[Span]) -> usize {
         0
     }
     /// Pages at the end of every area that hold no data (guards); they are never moved.
@@ -46,10 +48,10 @@ pub trait Backing: Send + Sync + 'static {
     fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<Moved> {
         vec![Moved::No; moves.len()]
     }
-    /// Undo what moves left in the ranges `(start_page, pages)`, which are free space now (no
-    /// guard, no data): a memory space makes each one ordinary memory of its reservation again.
-    /// Returns the syscalls made.
-    fn heal(&self, _ranges: &[(u64, u64)]) -> usize {
+    /// Undo what moves left in these spans, which are free space now (no guard, no data): a
+    /// memory space makes each one ordinary memory of its reservation again. Returns the
+    /// syscalls made.
+    fn heal(&self, _spans: &[Span]) -> usize {
         0
     }
 }
@@ -72,10 +74,10 @@ pub struct NoBacking;
 
 impl Backing for NoBacking {
     fn prepare(&self, _: u64, _: u64) {}
-    fn release(&self, _: &[(u64, u64)]) -> usize {
+    fn release(&self, _: &[Span]) -> usize {
         0
     }
-    fn retire(&self, _: &[(u64, u64)]) -> usize {
+    fn retire(&self, _: &[Span]) -> usize {
         0
     }
     fn zeroes_on_release(&self) -> bool {

@@ -25,13 +25,11 @@ pub mod fork;
 pub mod frame_allocator;
 pub mod frame_options;
 pub mod handshake;
-mod lazy_list;
 pub mod lock;
 #[cfg(not(loom))]
 mod magazine;
 mod node;
 pub mod options;
-mod page_map;
 pub mod pressure;
 pub mod site;
 pub mod stats;

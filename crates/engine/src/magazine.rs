@@ -13,6 +13,7 @@
 use crate::handshake::Handshake;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
+use vmarena_core::Span;
 
 /// Entries per size class at most: a burst of 64 frees of one size (the deferred frees one
 /// `Rcu` poll releases, `vmarena::rcu::POLL_EVERY`) fits, so the allocations that follow hit.
@@ -322,7 +323,7 @@ impl Magazine {
     /// too. False, with nothing changed, when the area's stack is full or no such room exists.
     /// A size turned away (refused or evicted) leaves a ghost.
     #[inline]
-    pub(crate) fn push(&self, pages: u64, start: u64, evicted: &mut Option<(u64, u64)>) -> bool {
+    pub(crate) fn push(&self, pages: u64, start: u64, evicted: &mut Option<Span>) -> bool {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
         let held = self.pages.load(Relaxed);
@@ -345,23 +346,23 @@ impl Magazine {
     /// Take the oldest cached area of the largest cached size into `evicted` when that size
     /// is above `pages` and at least `need`; false (nothing taken) otherwise.
     #[cold]
-    pub(crate) fn make_room(&self, need: u64, pages: u64, evicted: &mut Option<(u64, u64)>) -> bool {
+    pub(crate) fn make_room(&self, need: u64, pages: u64, evicted: &mut Option<Span>) -> bool {
         let Some(p) = self.largest_occupied() else { return false };
         if p <= pages || p < need {
             return false;
         }
         let s = self.take_oldest(p).expect("an occupied size holds an area");
         set_bit(&self.ghosts, p, true);
-        *evicted = Some((s, p));
+        *evicted = Some(Span::new(s, p));
         true
     }
 
-    /// Empty the magazine into `out` as `(start, pages)` (owner outside an operation, or a
-    /// drainer holding it), and start again from the base budget with no ghosts.
-    pub(crate) fn take(&self, out: &mut Vec<(u64, u64)>, base_pages: u64) {
+    /// Empty the magazine into `out` (owner outside an operation, or a drainer holding it), and
+    /// start again from the base budget with no ghosts.
+    pub(crate) fn take(&self, out: &mut Vec<Span>, base_pages: u64) {
         for (i, c) in self.classes.iter().enumerate() {
             let n = c.len.load(Relaxed);
-            out.extend((0..n).map(|j| (c.slots[j].load(Relaxed), i as u64 + 1)));
+            out.extend((0..n).map(|j| Span::new(c.slots[j].load(Relaxed), i as u64 + 1)));
             c.len.store(0, Relaxed);
         }
         for o in self.occupied.iter().chain(self.ghosts.iter()) {

@@ -22,9 +22,9 @@
 //! Lazy pages of the node are counted exactly under the lock and folded into the arena-wide
 //! approximate counter in steps of [`lazy_sync_pages`], as a kernel `percpu_counter` does.
 
-pub(crate) use crate::lazy_list::{LazyArea, LazyList};
 use crate::lock::{LockRank, StatLock};
 use crate::AreaTag;
+pub(crate) use vmarena_core::lazy_list::{LazyArea, LazyList};
 use vmarena_core::{BusyMap, SizePools};
 
 /// The smallest step of the arena-wide lazy counter, in pages.
@@ -69,7 +69,7 @@ pub(crate) struct NodeState {
     /// Allocations of other nodes served here (see `node_steal`).
     pub steals: u64,
     /// Guards of lazy areas the last `node_join` consumed whole, for the caller to remove.
-    pub joined_guards: Vec<(u64, u64)>,
+    pub joined_guards: Vec<vmarena_core::Span>,
     pub chunk_allocs: u64,
     pub frees: u64,
 }

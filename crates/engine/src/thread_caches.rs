@@ -49,6 +49,7 @@ use std::panic::Location;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
+use vmarena_core::Span;
 
 /// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
 /// is given back.
@@ -427,9 +428,9 @@ impl ThreadCaches {
 
     /// Areas taken from magazines go down the busy-map path (their words are `cached`, so no
     /// free from outside can race with it).
-    fn give_areas<A: CacheOwner + ?Sized>(&self, arena: &A, areas: &[(u64, u64)]) {
-        for &(start, _) in areas {
-            arena.free_from_cache(start);
+    fn give_areas<A: CacheOwner + ?Sized>(&self, arena: &A, areas: &[Span]) {
+        for a in areas {
+            arena.free_from_cache(a.start);
         }
         self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += areas.len() as u64;
     }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use vmarena_core::Span;
 use vmarena_engine::*;
 
 fn opts(s: Strategy) -> ArenaOptions {
@@ -28,12 +29,12 @@ impl Backing for RecBacking {
     fn prepare(&self, s: u64, p: u64) {
         self.0.prepared.lock().unwrap().push((s, p));
     }
-    fn release(&self, a: &[(u64, u64)]) -> usize {
-        self.0.released.lock().unwrap().extend_from_slice(a);
+    fn release(&self, a: &[Span]) -> usize {
+        self.0.released.lock().unwrap().extend(a.iter().map(|s| (s.start, s.pages)));
         1
     }
-    fn retire(&self, a: &[(u64, u64)]) -> usize {
-        self.0.retired.lock().unwrap().extend_from_slice(a);
+    fn retire(&self, a: &[Span]) -> usize {
+        self.0.retired.lock().unwrap().extend(a.iter().map(|s| (s.start, s.pages)));
         0
     }
     fn zeroes_on_release(&self) -> bool {
@@ -42,8 +43,8 @@ impl Backing for RecBacking {
     fn release_granule_pages(&self) -> u64 {
         self.0.granule.load(std::sync::atomic::Ordering::Relaxed).max(1)
     }
-    fn release_free(&self, r: &[(u64, u64)]) -> usize {
-        self.0.released_free.lock().unwrap().extend_from_slice(r);
+    fn release_free(&self, r: &[Span]) -> usize {
+        self.0.released_free.lock().unwrap().extend(r.iter().map(|s| (s.start, s.pages)));
         1
     }
 }

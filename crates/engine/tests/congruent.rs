@@ -20,12 +20,17 @@ fn tag() -> AreaTag {
     AreaTag { caller: None, requested_bytes: 0, kind: AreaKind::Vmalloc }
 }
 
+/// `(offset, pages)` pairs as the spans `alloc_congruent` takes.
+fn spans(parts: &[(u64, u64)]) -> Vec<vmarena_core::Span> {
+    parts.iter().map(|&(o, p)| vmarena_core::Span::new(o, p)).collect()
+}
+
 #[test]
 fn parts_land_at_their_offsets_from_the_lowest_aligned_base_and_free_one_by_one() {
     for s in Strategy::ALL {
         let a = arena(s);
         let parts = [(0, 4), (64, 4), (128, 8)];
-        let base = a.alloc_congruent(&parts, 64, tag()).unwrap();
+        let base = a.alloc_congruent(&spans(&parts), 64, tag()).unwrap();
         assert!(base.is_multiple_of(64), "{s}: aligned base");
         assert_eq!(base, 0x1000, "{s}: the lowest base of an empty arena");
         for &(off, pages) in &parts {
@@ -39,7 +44,7 @@ fn parts_land_at_their_offsets_from_the_lowest_aligned_base_and_free_one_by_one(
         let gap = a.alloc(&w).unwrap();
         assert_eq!(gap.start, base + 4, "{s}: the gap after the first part");
         // A second set lands above the first, at the next base where every part fits.
-        let second = a.alloc_congruent(&parts, 64, tag()).unwrap();
+        let second = a.alloc_congruent(&spans(&parts), 64, tag()).unwrap();
         assert!(second > base && second.is_multiple_of(64), "{s}: {second:#x}");
         for &(off, _) in &parts {
             a.free(base + off).unwrap();
@@ -58,7 +63,7 @@ fn a_busy_page_under_any_part_moves_the_base() {
         // Occupy the page where the third part would start at base 0x1000.
         let w = AllocRequest { window: Some((0x1000 + 130, 0x1000 + 131)), ..AllocRequest::pages(1) };
         let blocker = a.alloc(&w).unwrap();
-        let base = a.alloc_congruent(&[(0, 2), (128, 4)], 16, tag()).unwrap();
+        let base = a.alloc_congruent(&spans(&[(0, 2), (128, 4)]), 16, tag()).unwrap();
         assert_eq!(base, 0x1000 + 16, "{s}: the first base whose second part clears the blocker");
         a.check().unwrap();
         a.free(blocker.start).unwrap();
@@ -70,17 +75,17 @@ fn bad_parts_are_refused_and_change_nothing() {
     for s in Strategy::ALL {
         let a = arena(s);
         let before = a.stats();
-        assert!(matches!(a.alloc_congruent(&[], 1, tag()), Err(AllocError::Invalid(_))));
-        assert!(matches!(a.alloc_congruent(&[(0, 0)], 1, tag()), Err(AllocError::Invalid(_))));
-        assert!(matches!(a.alloc_congruent(&[(0, 4)], 3, tag()), Err(AllocError::Invalid(_))));
-        let overlap = a.alloc_congruent(&[(0, 8), (4, 8)], 1, tag());
+        assert!(matches!(a.alloc_congruent(&spans(&[]), 1, tag()), Err(AllocError::Invalid(_))));
+        assert!(matches!(a.alloc_congruent(&spans(&[(0, 0)]), 1, tag()), Err(AllocError::Invalid(_))));
+        assert!(matches!(a.alloc_congruent(&spans(&[(0, 4)]), 3, tag()), Err(AllocError::Invalid(_))));
+        let overlap = a.alloc_congruent(&spans(&[(0, 8), (4, 8)]), 1, tag());
         assert!(matches!(overlap, Err(AllocError::PartsOverlap { offset_pages: 4 })), "{s}: {overlap:?}");
         assert!(matches!(
-            a.alloc_congruent(&[(0, 1), (u64::MAX, 1)], 1, tag()),
+            a.alloc_congruent(&spans(&[(0, 1), (u64::MAX, 1)]), 1, tag()),
             Err(AllocError::PartsOverlap { .. }) | Err(AllocError::NoSpace { .. })
         ));
         // Larger than the arena: no space, after the purges, and nothing taken.
-        let too_big = a.alloc_congruent(&[(0, 8), (4096, 8)], 1, tag());
+        let too_big = a.alloc_congruent(&spans(&[(0, 8), (4096, 8)]), 1, tag());
         assert!(matches!(too_big, Err(AllocError::NoSpace { .. })), "{s}: {too_big:?}");
         let after = a.stats();
         assert_eq!((after.live_pages, after.free_pages), (before.live_pages, before.free_pages), "{s}");
@@ -103,7 +108,7 @@ fn lazily_freed_space_is_purged_into_the_tree_when_nothing_else_fits() {
             a.free(st).unwrap();
         }
         let purges = a.stats().purges;
-        let base = a.alloc_congruent(&[(0, 512), (1024, 512), (2048, 512)], 512, tag()).unwrap();
+        let base = a.alloc_congruent(&spans(&[(0, 512), (1024, 512), (2048, 512)]), 512, tag()).unwrap();
         assert!(base.is_multiple_of(512));
         assert!(a.stats().purges > purges, "{s}: the space came back through a purge");
         for off in [0, 1024, 2048] {
@@ -155,7 +160,7 @@ fn congruent_allocations_against_a_shadow_model() {
                     }
                     let align = 1 << rnd(6);
                     let before: (usize, u64) = (live.len(), live.values().sum());
-                    match a.alloc_congruent(&parts, align, tag()) {
+                    match a.alloc_congruent(&spans(&parts), align, tag()) {
                         Ok(base) => {
                             made += 1;
                             assert!(base.is_multiple_of(align), "{s} step {step}");

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use vmarena_core::Span;
 use vmarena_engine::*;
 
 /// One guard page per area, as a memory space has by default.
@@ -26,19 +27,19 @@ struct MoveBacking(Arc<Log>);
 
 impl Backing for MoveBacking {
     fn prepare(&self, _: u64, _: u64) {}
-    fn release(&self, a: &[(u64, u64)]) -> usize {
-        self.0.released.lock().unwrap().extend_from_slice(a);
+    fn release(&self, a: &[Span]) -> usize {
+        self.0.released.lock().unwrap().extend(a.iter().map(|s| (s.start, s.pages)));
         1
     }
-    fn retire(&self, a: &[(u64, u64)]) -> usize {
-        self.0.retired.lock().unwrap().extend_from_slice(a);
+    fn retire(&self, a: &[Span]) -> usize {
+        self.0.retired.lock().unwrap().extend(a.iter().map(|s| (s.start, s.pages)));
         1
     }
     fn zeroes_on_release(&self) -> bool {
         true
     }
-    fn release_free(&self, r: &[(u64, u64)]) -> usize {
-        self.0.released_free.lock().unwrap().extend_from_slice(r);
+    fn release_free(&self, r: &[Span]) -> usize {
+        self.0.released_free.lock().unwrap().extend(r.iter().map(|s| (s.start, s.pages)));
         1
     }
     fn guard_pages(&self) -> u64 {
@@ -58,8 +59,8 @@ impl Backing for MoveBacking {
         };
         vec![how; moves.len()]
     }
-    fn heal(&self, r: &[(u64, u64)]) -> usize {
-        self.0.healed.lock().unwrap().extend_from_slice(r);
+    fn heal(&self, r: &[Span]) -> usize {
+        self.0.healed.lock().unwrap().extend(r.iter().map(|s| (s.start, s.pages)));
         r.len()
     }
 }

@@ -299,7 +299,10 @@ fn records_of_reused_areas_carry_the_latest_caller_and_an_unknown_size() {
     a.free(y.start).unwrap();
     let (busy, lazy) = a.areas();
     assert!(busy.iter().flatten().all(|(s, _)| *s != y.start), "cached areas are not listed live");
-    assert!(lazy.contains(&(y.start, 2)), "cached areas are listed with the lazy ones");
+    assert!(
+        lazy.contains(&vmarena_core::Span::new(y.start, 2)),
+        "cached areas are listed with the lazy ones"
+    );
 }
 
 #[test]

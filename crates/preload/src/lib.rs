@@ -112,8 +112,8 @@ pub(crate) fn pass_through_address(p: *const u8) -> bool {
 /// and the process's `membarrier` registration, which the default space's thread caches need.
 /// That happens at the first `malloc`, while the process almost always has one thread: there
 /// the registration costs microseconds, while in a process with several threads the kernel
-/// waits for an RCU grace period (7 to 19 ms measured on the machine of BENCHMARKS.md), which
-/// would otherwise stall whichever thread made the first large allocation.
+/// waits for an RCU grace period (milliseconds; BENCHMARKS.md, "The first call from a second
+/// thread"), which would otherwise stall whichever thread made the first large allocation.
 pub(crate) fn on_ready() {
     // A failure is remembered and reported again when the space is built without caches.
     let _ = vmarena_platform::membarrier::register();

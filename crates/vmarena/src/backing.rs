@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use vmarena_core::Span;
 use vmarena_engine::{Backing, Moved};
 use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, page_move, release, Advice};
@@ -36,8 +37,12 @@ impl MemoryBacking {
         (data > 0).then(|| (start as usize * self.page_bytes, data as usize * self.page_bytes))
     }
 
-    fn byte_ranges(&self, ranges: &[(u64, u64)]) -> Vec<(usize, usize)> {
-        ranges.iter().map(|&(s, p)| (s as usize * self.page_bytes, p as usize * self.page_bytes)).collect()
+    /// `(address, bytes)` of each span.
+    fn byte_ranges(&self, spans: &[Span]) -> Vec<(usize, usize)> {
+        spans
+            .iter()
+            .map(|s| (s.start as usize * self.page_bytes, s.pages as usize * self.page_bytes))
+            .collect()
     }
 
     /// The reservation takes transparent huge pages (a fresh mapping must ask for them again).
@@ -82,16 +87,16 @@ impl Backing for MemoryBacking {
         }
     }
 
-    fn release(&self, areas: &[(u64, u64)]) -> usize {
-        let ranges: Vec<_> = areas.iter().filter_map(|&(s, p)| self.data_range(s, p)).collect();
+    fn release(&self, areas: &[Span]) -> usize {
+        let ranges: Vec<_> = areas.iter().filter_map(|a| self.data_range(a.start, a.pages)).collect();
         release::release(&ranges, self.advice)
     }
 
-    fn retire(&self, areas: &[(u64, u64)]) -> usize {
+    fn retire(&self, areas: &[Span]) -> usize {
         if !self.enforce_guards || self.guard_pages == 0 {
             return 0;
         }
-        let ranges: Vec<_> = areas.iter().map(|&(s, p)| self.guard_range(s, p)).collect();
+        let ranges: Vec<_> = areas.iter().map(|a| self.guard_range(a.start, a.pages)).collect();
         let n = guard::remove_many(&ranges);
         self.guard_calls.fetch_add(n as u64, Relaxed);
         n
@@ -105,8 +110,8 @@ impl Backing for MemoryBacking {
         self.granule_pages
     }
 
-    fn release_free(&self, ranges: &[(u64, u64)]) -> usize {
-        release::release(&self.byte_ranges(ranges), self.advice)
+    fn release_free(&self, spans: &[Span]) -> usize {
+        release::release(&self.byte_ranges(spans), self.advice)
     }
 
     fn guard_pages(&self) -> u64 {
@@ -122,8 +127,8 @@ impl Backing for MemoryBacking {
         moves.iter().map(|&(from, to, pages)| self.move_one(b(from), b(to), b(pages))).collect()
     }
 
-    fn heal(&self, ranges: &[(u64, u64)]) -> usize {
-        let bytes = self.byte_ranges(ranges);
+    fn heal(&self, spans: &[Span]) -> usize {
+        let bytes = self.byte_ranges(spans);
         let mut calls = page_move::remap_fresh(&bytes, self.huge());
         if let Some(u) = &self.uffd {
             // A fresh mapping is not registered: register it, so moves may land there again.

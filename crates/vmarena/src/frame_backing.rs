@@ -20,6 +20,7 @@ use crate::frame_map::FrameMap;
 use crate::FramePool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use vmarena_core::Span;
 use vmarena_engine::Backing;
 use vmarena_platform::memfd;
 
@@ -108,12 +109,12 @@ impl Backing for SharedFrameBacking {
         self.0.memory.prepare(start, pages)
     }
 
-    fn release(&self, areas: &[(u64, u64)]) -> usize {
+    fn release(&self, areas: &[Span]) -> usize {
         let g = self.0.memory.guard_pages;
-        areas.iter().map(|&(s, p)| self.0.give_back(s, p.saturating_sub(g))).sum()
+        areas.iter().map(|a| self.0.give_back(a.start, a.pages.saturating_sub(g))).sum()
     }
 
-    fn retire(&self, areas: &[(u64, u64)]) -> usize {
+    fn retire(&self, areas: &[Span]) -> usize {
         self.0.memory.retire(areas)
     }
 

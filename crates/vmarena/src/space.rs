@@ -363,7 +363,7 @@ impl VmSpace {
                     "congruent offset {off} is not a multiple of the page size"
                 )));
             }
-            pages.push(((off >> self.page_shift) as u64, self.pages_for(size)?));
+            pages.push(vmarena_core::Span::new((off >> self.page_shift) as u64, self.pages_for(size)?));
         }
         let tag = AreaTag { caller: Some(Location::caller()), requested_bytes: 0, kind: AreaKind::Vmalloc };
         let total: usize = parts.iter().map(|p| p.1).sum();
@@ -373,8 +373,8 @@ impl VmSpace {
             .map_err(|e| self.map_alloc_error(e, total))?;
         Ok(pages
             .iter()
-            .map(|&(off, _)| {
-                NonNull::new((((base + off) as usize) << self.page_shift) as *mut u8)
+            .map(|p| {
+                NonNull::new((((base + p.start) as usize) << self.page_shift) as *mut u8)
                     .expect("inside the reservation")
             })
             .collect())

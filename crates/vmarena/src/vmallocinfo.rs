@@ -43,9 +43,9 @@ pub(crate) fn format(arena: &Arena, page_shift: u32, guard_pages: u64) -> String
             let _ = writeln!(out, " pages={} {kind}", a.pages - guard_pages);
         }
     }
-    for (start, pages) in lazy {
-        let s = (start as usize) << page_shift;
-        let e = ((start + pages) as usize) << page_shift;
+    for l in lazy {
+        let s = (l.start as usize) << page_shift;
+        let e = (l.end() as usize) << page_shift;
         let _ = writeln!(out, "0x{s:016x}-0x{e:016x} {:7} unpurged vm_area", e - s);
     }
     out

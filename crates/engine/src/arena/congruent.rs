@@ -16,25 +16,20 @@ use crate::arena::Arena;
 use crate::error::AllocError;
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{FreeTree, RequestError};
+use vmarena_core::{FreeTree, RequestError, Span};
 
 /// Full purges a congruent allocation tries, while they make progress, before it fails.
 const FULL_PURGE_RETRIES: usize = 3;
 
 impl Arena {
-    /// Allocate congruent areas: `parts[i] = (offset_pages, pages)` from one base that is a
+    /// Allocate congruent areas: `parts[i]` at `parts[i].start` pages from one base that is a
     /// multiple of `align_pages` (a power of two), the lowest base in the arena at which every
     /// part lies in free space; all parts or none. Each part becomes an area of its own, with
     /// `tag`, freed with [`Arena::free`]. Returns the base. Refused, with nothing changed, when
     /// `parts` is empty, a part is empty, the alignment is not a power of two or two parts
     /// overlap.
-    pub fn alloc_congruent(
-        &self,
-        parts: &[(u64, u64)],
-        align_pages: u64,
-        tag: AreaTag,
-    ) -> Result<u64, AllocError> {
-        if parts.is_empty() || parts.iter().any(|&(_, p)| p == 0) {
+    pub fn alloc_congruent(&self, parts: &[Span], align_pages: u64, tag: AreaTag) -> Result<u64, AllocError> {
+        if parts.is_empty() || parts.iter().any(|p| p.pages == 0) {
             return Err(AllocError::Invalid(RequestError::ZeroSize));
         }
         if !align_pages.is_power_of_two() {
@@ -43,8 +38,8 @@ impl Arena {
         let mut sorted = parts.to_vec();
         sorted.sort_unstable();
         for w in sorted.windows(2) {
-            if w[0].0.checked_add(w[0].1).is_none_or(|end| end > w[1].0) {
-                return Err(AllocError::PartsOverlap { offset_pages: w[1].0 });
+            if w[0].start.checked_add(w[0].pages).is_none_or(|end| end > w[1].start) {
+                return Err(AllocError::PartsOverlap { offset_pages: w[1].start });
             }
         }
         let sh = &*self.shared;
@@ -63,7 +58,7 @@ impl Arena {
         sh.counters.alloc_failures.fetch_add(1, Relaxed);
         let (free_pages, largest_free) = sh.free_summary();
         let st = sh.stats();
-        let span = sorted.last().map_or(0, |&(o, p)| o.saturating_add(p));
+        let span = sorted.last().map_or(0, |p| p.start.saturating_add(p.pages));
         Err(AllocError::NoSpace {
             live_pages: st.live_pages,
             lazy_pages: st.lazy_pages,
@@ -79,21 +74,21 @@ impl Arena {
 
 impl Shared {
     /// One search and, when it finds a base, the parts taken and entered in the busy map.
-    fn try_congruent(&self, parts: &[(u64, u64)], align_pages: u64, tag: AreaTag) -> Option<u64> {
+    fn try_congruent(&self, parts: &[Span], align_pages: u64, tag: AreaTag) -> Option<u64> {
         let take = |f: &mut FreeTree| -> Option<u64> {
             let base = f.find_congruent(parts, align_pages, self.lo, self.hi)?;
-            for &(off, pages) in parts {
-                f.take(base + off, base + off + pages).expect("the search found every part free");
+            for p in parts {
+                f.take(base + p.start, base + p.end()).expect("the search found every part free");
             }
             Some(base)
         };
         let base = with_strategy!(&self.locks, s => s.with_free_tree(&site::ALLOC_FREE_TREE, take))?;
-        let placed: Vec<(u64, u64)> = parts.iter().map(|&(off, pages)| (base + off, pages)).collect();
+        let placed: Vec<Span> = parts.iter().map(|p| Span::new(base + p.start, p.pages)).collect();
         with_strategy!(&self.locks, s => s.insert_parts(self, &placed, tag));
-        for &(off, pages) in parts {
+        for p in &placed {
             self.counters.tree_allocs.fetch_add(1, Relaxed);
-            self.counters.tree_pages.fetch_add(pages, Relaxed);
-            self.backing.prepare(base + off, pages);
+            self.counters.tree_pages.fetch_add(p.pages, Relaxed);
+            self.backing.prepare(p.start, p.pages);
         }
         Some(base)
     }

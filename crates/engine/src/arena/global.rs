@@ -20,14 +20,14 @@ use crate::node::Padded;
 use crate::site;
 use crate::stats::ArenaStats;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{BusyArea, BusyMap, FreeTree, Request};
+use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, Span};
 
 /// Busy areas and the lazy list (under the global lock, or the Split busy lock).
 #[derive(Default)]
 pub(crate) struct BusyLazy {
     pub busy: BusyMap<AreaTag>,
-    /// Freed areas awaiting a purge: `(start, pages)`.
-    pub lazy: Vec<(u64, u64)>,
+    /// Freed areas awaiting a purge.
+    pub lazy: Vec<Span>,
     pub lazy_pages: u64,
     pub frees: u64,
 }
@@ -42,7 +42,7 @@ impl BusyLazy {
         kind: Option<AreaKind>,
     ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = remove_record(&mut self.busy, start, kind)?;
-        self.lazy.push((start, a.pages));
+        self.lazy.push(Span::new(start, a.pages));
         self.lazy_pages += a.pages;
         self.frees += 1;
         Ok(a)
@@ -66,8 +66,8 @@ impl BusyLazy {
 
     pub(super) fn check(&self, all: &mut Vec<(u64, u64, &'static str)>) -> Result<(), String> {
         all.extend(self.busy.sorted().iter().map(|(s, a)| (*s, a.pages, "busy")));
-        all.extend(self.lazy.iter().map(|&(s, p)| (s, p, "lazy")));
-        let lp: u64 = self.lazy.iter().map(|a| a.1).sum();
+        all.extend(self.lazy.iter().map(|l| (l.start, l.pages, "lazy")));
+        let lp = Span::total_pages(&self.lazy);
         if lp != self.lazy_pages {
             return Err(format!("lazy_pages {} but lazy list holds {lp}", self.lazy_pages));
         }
@@ -129,9 +129,9 @@ impl StrategyLocks for Global {
         f(&mut self.0.lock_at(site).free)
     }
 
-    fn insert_parts(&self, _sh: &Shared, parts: &[(u64, u64)], tag: AreaTag) {
+    fn insert_parts(&self, _sh: &Shared, parts: &[Span], tag: AreaTag) {
         let mut g = self.0.lock_at(&site::ALLOC_GLOBAL);
-        for &(start, pages) in parts {
+        for &Span { start, pages } in parts {
             let ok = g.bl.busy.insert(start, BusyArea { pages, node: NO_NODE, tag });
             debug_assert!(ok, "the tree handed out a live start");
         }

@@ -17,7 +17,7 @@ use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag};
 use crate::error::FreeError;
 use crate::lock::{LockSite, LockStats};
 use crate::strategy::Strategy;
-use vmarena_core::{BusyArea, BusyMap, FreeTree, Request};
+use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, Span};
 
 /// The arena's strategy state. One per arena, so the variants' sizes do not matter; boxing the
 /// larger ones would add a pointer chase to every lock acquisition.
@@ -76,9 +76,9 @@ pub(crate) trait StrategyLocks {
     /// Run `f` on the free tree under its lock, taken at `site`.
     fn with_free_tree<R>(&self, site: &'static LockSite, f: impl FnOnce(&mut FreeTree) -> R) -> R;
 
-    /// Enter `parts` (`(start, pages)`, just taken from the free tree) in the busy map as
+    /// Enter `parts` (just taken from the free tree) in the busy map as
     /// areas of their own with `tag`.
-    fn insert_parts(&self, sh: &Shared, parts: &[(u64, u64)], tag: AreaTag);
+    fn insert_parts(&self, sh: &Shared, parts: &[Span], tag: AreaTag);
 
     /// The purge's first step: detach what this purge of `batch.kind` releases, returns to
     /// the tree or refills into pools.
@@ -109,7 +109,7 @@ pub(crate) trait StrategyLocks {
     /// Lock figures by lock class.
     fn lock_stats(&self) -> Vec<(&'static str, LockStats)>;
 
-    /// Live areas by busy shard (each in address order) and lazy areas as `(start, pages)`.
+    /// Live areas by busy shard (each in address order) and lazy areas.
     fn areas(&self, sh: &Shared) -> AreaLists;
 
     /// Every lock of the strategy, taken in the lock order, for `fork()`.

@@ -67,7 +67,7 @@ use crate::strategy::Strategy;
 use crate::sync::Arc;
 use locks::{with_strategy, StrategyLocks};
 pub(crate) use shared::Shared;
-use vmarena_core::BusyArea;
+use vmarena_core::{BusyArea, Span};
 
 pub use crate::area::{
     AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, PurgeReport, SmallArea, Step, NO_NODE,
@@ -75,9 +75,9 @@ pub use crate::area::{
 };
 pub use crate::error::{AllocError, FreeError};
 
-/// Live areas by busy shard (each in address order, as `(start, record)`) and lazy areas as
-/// `(start, pages)`: what [`Arena::areas`] returns.
-pub type AreaLists = (Vec<Vec<(u64, BusyArea<AreaTag>)>>, Vec<(u64, u64)>);
+/// Live areas by busy shard (each in address order, as `(start, record)`) and lazy areas: what
+/// [`Arena::areas`] returns.
+pub type AreaLists = (Vec<Vec<(u64, BusyArea<AreaTag>)>>, Vec<Span>);
 
 /// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
 pub struct Arena {
@@ -286,7 +286,7 @@ impl Arena {
     }
 
     /// Live areas by busy shard (each in address order) and lazy areas, as `vmallocinfo`
-    /// lists them: `(busy per node, lazy)`. Lazy entries are `(start, pages)`.
+    /// lists them: `(busy per node, lazy)`.
     pub fn areas(&self) -> AreaLists {
         with_strategy!(&self.shared.locks, s => s.areas(&self.shared))
     }

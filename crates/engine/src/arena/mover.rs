@@ -31,12 +31,14 @@ use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
 use crate::sync::{AtomicU64, Mutex};
+use vmarena_core::Span;
 
 /// Fewest pages one `mremap` moves (so also the fewest data pages that take moved memory).
-/// Alone, a move costs about as much as faulting in 5 fresh pages (`crates/bench/c/page_cost.c`);
-/// with another thread of the process running it is a TLB shootdown and a wait for the mmap
-/// lock, about 63 µs of CPU a call on xthread against 2.4 µs a fault (DESIGN.md, section 4),
-/// and a small lazy area is the likeliest to be reused in place before a purge would take it.
+/// Alone, a move costs about as much as faulting in a few fresh pages; with another thread of
+/// the process running it is a TLB shootdown and a wait for the mmap lock, the cost of many
+/// faults (DESIGN.md, section 4, gives both figures and `crates/bench/c/page_cost.c` measures
+/// them), and a small lazy area is the likeliest to be reused in place before a purge would
+/// take it.
 pub const MOVE_MIN_PAGES: u64 = 256;
 
 /// Most donors one allocation takes (bounds its syscalls and node-lock hold time).
@@ -133,7 +135,7 @@ impl Shared {
         let (mut whole, mut fronts) = (Vec::new(), Vec::new());
         let (mut keep_whole, mut keep_fronts) = (Vec::new(), Vec::new());
         for (d, how) in donors.iter().zip(done) {
-            let range = (d.start, d.pages);
+            let range = Span::new(d.start, d.pages);
             if how != Moved::No {
                 moved += d.data;
                 // A remapped range is a mapping of its own, and splits the one it left.
@@ -156,7 +158,7 @@ impl Shared {
         }
         // The donors go to the tree as a purge would send them: what did not move is released,
         // with the free pages sharing a huge page with a donor's ends; guards are retired.
-        let all: Vec<(u64, u64)> = whole.iter().chain(&fronts).copied().collect();
+        let all: Vec<Span> = whole.iter().chain(&fronts).copied().collect();
         let spill = self.claim_spill(&all);
         let mut calls = moves.len() as u64;
         calls += self.backing.release(&keep_whole) as u64;
@@ -223,7 +225,7 @@ impl Shared {
                 _ => clusters.push((i, i + 1, s, s + pages)),
             }
         }
-        let mut healed: Vec<(u64, u64)> = Vec::new();
+        let mut healed: Vec<Span> = Vec::new();
         let mut keep: Vec<(u64, u64, u64)> = Vec::new();
         let mut maps = 0;
         // A free cluster is healed with the whole free range around it: a range healed earlier
@@ -241,7 +243,7 @@ impl Shared {
                     if above > 0 {
                         t.take(e, e + above).expect("free range above a healed one");
                     }
-                    healed.push((s - below, e + above - (s - below)));
+                    healed.push(Span::of_range(s - below, e + above));
                     healed_end = e + above;
                     maps += cluster_maps;
                 } else if e <= healed_end {

@@ -14,19 +14,19 @@ use crate::area::{PurgeKind, PurgeReport};
 use crate::lock::LockSite;
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::FreeTree;
+use vmarena_core::{FreeTree, Span};
 
 /// One purge's lists, filled by the strategy's `detach`.
 pub(crate) struct PurgeBatch {
     pub(crate) kind: PurgeKind,
-    /// Areas whose memory is released: `(start, pages)`.
-    pub(crate) release: Vec<(u64, u64)>,
+    /// Areas whose memory is released.
+    pub(crate) release: Vec<Span>,
     /// Areas returned to the free tree (their guards retired).
-    pub(crate) to_tree: Vec<(u64, u64)>,
+    pub(crate) to_tree: Vec<Span>,
     /// Per node, the released areas that go back to its pools clean.
-    pub(crate) refill: Vec<(usize, Vec<(u64, u64)>)>,
+    pub(crate) refill: Vec<(usize, Vec<Span>)>,
     /// Chunk remainders: free space that never was an area (no guard to retire).
-    pub(crate) chunks: Vec<(u64, u64)>,
+    pub(crate) chunks: Vec<Span>,
 }
 
 impl Shared {
@@ -51,7 +51,7 @@ impl Shared {
         with_strategy!(&self.locks, s => s.refill(&mut batch));
         calls += self.merge_batch(&batch.to_tree, &batch.chunks, &spill);
         calls += self.heal_mosaics();
-        let pages_released: u64 = batch.release.iter().map(|a| a.1).sum();
+        let pages_released = Span::total_pages(&batch.release);
         let c = &self.counters;
         c.purges.fetch_add(1, Relaxed);
         if kind == PurgeKind::Full {
@@ -71,7 +71,7 @@ impl Shared {
     /// Release the memory of `release` in one batch, with the free pages that share a huge
     /// page with one of them (the spill, held out of the tree meanwhile and returned for
     /// [`Shared::merge_batch`]). Returns the syscalls made and the spill.
-    pub(crate) fn release_batch(&self, release: &[(u64, u64)]) -> (u64, Vec<(u64, u64)>) {
+    pub(crate) fn release_batch(&self, release: &[Span]) -> (u64, Vec<Span>) {
         let spill = self.claim_spill(release);
         let mut calls = self.backing.release(release) as u64;
         if !spill.is_empty() {
@@ -82,12 +82,7 @@ impl Shared {
 
     /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free
     /// tree. Returns the syscalls made.
-    pub(crate) fn merge_batch(
-        &self,
-        to_tree: &[(u64, u64)],
-        chunks: &[(u64, u64)],
-        spill: &[(u64, u64)],
-    ) -> u64 {
+    pub(crate) fn merge_batch(&self, to_tree: &[Span], chunks: &[Span], spill: &[Span]) -> u64 {
         let calls = self.backing.retire(to_tree) as u64;
         self.merge_into_tree(to_tree);
         self.merge_into_tree(chunks);
@@ -100,25 +95,25 @@ impl Shared {
     /// pages)`. A huge page made by the first touch of an area may reach into free space
     /// below or above it; releasing the area splits that huge page and would leave the free
     /// part resident for good, with nothing to release it later.
-    pub(crate) fn claim_spill(&self, released: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    pub(crate) fn claim_spill(&self, released: &[Span]) -> Vec<Span> {
         let gran = self.backing.release_granule_pages();
         if gran <= 1 || released.is_empty() {
             return Vec::new();
         }
         let mut spill = Vec::new();
         self.with_free_tree(&site::PURGE_SPILL, |t| {
-            for &(s, pages) in released {
+            for &Span { start: s, pages } in released {
                 let e = s + pages;
                 let (below, above) = t.free_around(s, e);
                 let head = below.min(s % gran);
                 let tail = above.min((gran - e % gran) % gran);
                 if head > 0 {
                     t.take(s - head, s).expect("free range touching a released area");
-                    spill.push((s - head, head));
+                    spill.push(Span::new(s - head, head));
                 }
                 if tail > 0 {
                     t.take(e, e + tail).expect("free range touching a released area");
-                    spill.push((e, tail));
+                    spill.push(Span::new(e, tail));
                 }
             }
         });
@@ -127,11 +122,11 @@ impl Shared {
 
     /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
     /// misses on other threads are not held up for the whole batch.
-    pub(crate) fn merge_into_tree(&self, areas: &[(u64, u64)]) {
+    pub(crate) fn merge_into_tree(&self, areas: &[Span]) {
         const CHUNK: usize = 256;
         for chunk in areas.chunks(CHUNK) {
             self.with_free_tree(&site::PURGE_MERGE, |t| {
-                for &(s, pages) in chunk {
+                for &Span { start: s, pages } in chunk {
                     if let Err(e) = t.insert_merge(s, s + pages) {
                         panic!(
                             "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",

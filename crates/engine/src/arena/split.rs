@@ -18,7 +18,7 @@ use crate::node::Padded;
 use crate::site;
 use crate::stats::ArenaStats;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{BusyArea, BusyMap, FreeTree, Request};
+use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, Span};
 
 /// The Split strategy's two locks.
 pub(crate) struct Split {
@@ -69,9 +69,9 @@ impl StrategyLocks for Split {
         f(&mut self.free.lock_at(site))
     }
 
-    fn insert_parts(&self, _sh: &Shared, parts: &[(u64, u64)], tag: AreaTag) {
+    fn insert_parts(&self, _sh: &Shared, parts: &[Span], tag: AreaTag) {
         let mut b = self.busy.lock_at(&site::ALLOC_BUSY);
-        for &(start, pages) in parts {
+        for &Span { start, pages } in parts {
             let ok = b.busy.insert(start, BusyArea { pages, node: NO_NODE, tag });
             debug_assert!(ok, "the tree handed out a live start");
         }

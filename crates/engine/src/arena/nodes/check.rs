@@ -32,7 +32,7 @@ impl Shared {
                 all.push((cs, ce - cs, "chunk"));
             }
             p.pools.check().map_err(|e| format!("node {i}: {e}"))?;
-            all.extend(p.pools.entries().iter().map(|e| (e.0, e.1, "pooled")));
+            all.extend(p.pools.entries().iter().map(|e| (e.0.start, e.0.pages, "pooled")));
             all.extend(p.lazy_list.iter().map(|l| (l.start, l.pages, "lazy")));
             p.lazy_list.check().map_err(|e| format!("node {i}: {e}"))?;
             let published = self.lazy.list_pages[i].load(Relaxed);

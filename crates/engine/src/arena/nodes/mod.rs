@@ -28,7 +28,7 @@ use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
 use crate::site;
 use crate::stats::ArenaStats;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{BusyArea, BusyMap, FreeTree, PoolSide, Request};
+use vmarena_core::{BusyArea, BusyMap, FreeTree, PoolSide, Request, Span};
 
 /// The Nodes strategy's locks: the free tree's, and one per node.
 pub(crate) struct Nodes {
@@ -90,8 +90,8 @@ impl StrategyLocks for Nodes {
         f(&mut self.free.lock_at(site))
     }
 
-    fn insert_parts(&self, sh: &Shared, parts: &[(u64, u64)], tag: AreaTag) {
-        for &(start, pages) in parts {
+    fn insert_parts(&self, sh: &Shared, parts: &[Span], tag: AreaTag) {
+        for &Span { start, pages } in parts {
             sh.insert_busy(self, start, BusyArea { pages, node: NO_NODE, tag });
         }
     }
@@ -103,8 +103,8 @@ impl StrategyLocks for Nodes {
     fn refill(&self, batch: &mut PurgeBatch) {
         for (i, areas) in std::mem::take(&mut batch.refill) {
             let mut p = self.nodes[i].lock_at(&site::PURGE_REFILL);
-            for (s, pages) in areas {
-                p.pools.push(s, pages, PoolSide::Clean);
+            for a in areas {
+                p.pools.push(a.start, a.pages, PoolSide::Clean);
             }
         }
     }
@@ -139,7 +139,7 @@ impl StrategyLocks for Nodes {
             s.chunk_allocs += p.chunk_allocs;
             s.lazy_pages += p.lazy_pages();
             s.pooled_areas += p.pools.len();
-            s.pooled_pages += p.pools.entries().iter().map(|e| e.1).sum::<u64>();
+            s.pooled_pages += p.pools.entries().iter().map(|e| e.0.pages).sum::<u64>();
             s.pool_hits += p.hits;
             s.clean_hit_pages += p.clean_hit_pages;
             s.pool_misses += p.misses;
@@ -174,7 +174,7 @@ impl StrategyLocks for Nodes {
                 v.retain_mut(|(s, a)| {
                     let live = sh.patch_cached(*s, a);
                     if !live {
-                        lazy.push((*s, a.pages));
+                        lazy.push(Span::new(*s, a.pages));
                     }
                     live
                 });
@@ -183,8 +183,8 @@ impl StrategyLocks for Nodes {
             .collect();
         for n in self.nodes.iter() {
             let p = n.lock();
-            lazy.extend(p.pools.entries().into_iter().filter(|e| e.2 == PoolSide::Dirty).map(|e| (e.0, e.1)));
-            lazy.extend(p.lazy_list.iter().map(|l| (l.start, l.pages)));
+            lazy.extend(p.pools.entries().into_iter().filter(|e| e.1 == PoolSide::Dirty).map(|e| e.0));
+            lazy.extend(p.lazy_list.iter().map(LazyArea::span));
         }
         (busy, lazy)
     }

@@ -11,8 +11,7 @@ use crate::arena::shared::Shared;
 use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::fit::overlaps_any;
-use vmarena_core::PoolSide;
+use vmarena_core::{PoolSide, Span};
 
 impl Shared {
     /// Detach what this purge takes from every node: decayed clean pool entries go to the
@@ -55,15 +54,15 @@ impl Shared {
                 // The failure path and the shrinker take the chunks back too.
                 let (cs, ce) = std::mem::take(&mut p.chunk);
                 if cs < ce {
-                    batch.chunks.push((cs, ce - cs));
+                    batch.chunks.push(Span::of_range(cs, ce));
                 }
             }
             drop(p);
             // Decayed areas are clean: their memory was released by an earlier purge.
             batch.to_tree.extend_from_slice(&decayed);
             batch.release.extend_from_slice(&dirty);
-            batch.release.extend(lazy.iter().map(|l| (l.start, l.pages)));
-            batch.to_tree.extend(lazy.iter().map(|l| (l.start, l.pages)));
+            batch.release.extend(lazy.iter().map(LazyArea::span));
+            batch.to_tree.extend(lazy.iter().map(LazyArea::span));
             if full {
                 batch.to_tree.extend_from_slice(&dirty);
             } else if !dirty.is_empty() {
@@ -125,24 +124,24 @@ impl Shared {
         let (mut release, mut to_tree, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
         for node in n.nodes.iter() {
             let mut p = node.lock_at(&site::PURGE_DETACH);
-            for (s, pages, side) in p.pools.take_overlapping(ranges) {
+            for (span, side) in p.pools.take_overlapping(ranges) {
                 if side == PoolSide::Dirty {
-                    release.push((s, pages));
+                    release.push(span);
                 }
-                to_tree.push((s, pages));
+                to_tree.push(span);
             }
             p.lazy_list.retain_mut(|l| {
-                let h = overlaps_any(ranges, l.start, l.pages);
+                let h = l.span().overlaps_any(ranges);
                 if h {
-                    release.push((l.start, l.pages));
-                    to_tree.push((l.start, l.pages));
+                    release.push(l.span());
+                    to_tree.push(l.span());
                 }
                 !h
             });
             let (cs, ce) = p.chunk;
-            if cs < ce && overlaps_any(ranges, cs, ce - cs) {
+            if cs < ce && Span::of_range(cs, ce).overlaps_any(ranges) {
                 p.chunk = (0, 0);
-                chunks.push((cs, ce - cs));
+                chunks.push(Span::of_range(cs, ce));
             }
             self.sync_node(&mut p, true);
         }
@@ -151,7 +150,7 @@ impl Shared {
         let c = &self.counters;
         c.range_reclaims.fetch_add(1, Relaxed);
         c.areas_released.fetch_add(release.len() as u64, Relaxed);
-        c.pages_released.fetch_add(release.iter().map(|a| a.1).sum(), Relaxed);
+        c.pages_released.fetch_add(Span::total_pages(&release), Relaxed);
         c.release_calls.fetch_add(calls, Relaxed);
         (to_tree.len() + chunks.len()) as u64
     }

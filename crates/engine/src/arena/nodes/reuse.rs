@@ -12,7 +12,7 @@ use crate::lock::StatGuard;
 use crate::node::NodeState;
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{BusyArea, PoolSide, Request};
+use vmarena_core::{BusyArea, LazyArea, PoolSide, Request, Span};
 
 /// Lazy runs (the largest) an allocation tries to grow into the free space around them (step
 /// Extend).
@@ -181,7 +181,7 @@ impl Shared {
         // From each aligned area, the areas that follow it without a gap until they cover the
         // request: the run with the fewest pages, the lowest start among equals.
         let lazy = &g.lazy_list;
-        let mut best: Option<(u64, u64)> = None;
+        let mut best: Option<Span> = None;
         for first in lazy.reusable().filter(|a| a.start & (r.align_pages - 1) == 0) {
             let (mut total, mut members) = (first.pages, 1);
             while total < pages {
@@ -189,11 +189,14 @@ impl Shared {
                 total += next.pages;
                 members += 1;
             }
-            if total >= pages && members >= 2 && best.is_none_or(|(s, t)| (total, first.start) < (t, s)) {
-                best = Some((first.start, total));
+            if total >= pages
+                && members >= 2
+                && best.is_none_or(|b| (total, first.start) < (b.pages, b.start))
+            {
+                best = Some(Span::new(first.start, total));
             }
         }
-        let (start, total) = best?;
+        let Span { start, pages: total } = best?;
         let taken = lazy.run_from(start, start + total);
         let last = taken[taken.len() - 1];
         // The rest of the last area keeps that area's place in the list; the others leave it.
@@ -203,7 +206,7 @@ impl Shared {
         // Within the slack, the last area goes whole too.
         let take = if self.within_slack(pages, total) { total } else { pages };
         g.lazy_list.take_front(last.start, start + take - last.start);
-        g.joined_guards = taken[..taken.len() - 1].iter().map(|l| (l.start, l.pages)).collect();
+        g.joined_guards = taken[..taken.len() - 1].iter().map(LazyArea::span).collect();
         debug_assert!(last.start + last.pages == start + total);
         g.lazy_reuses += 1;
         g.lazy_joins += 1;
@@ -282,11 +285,11 @@ impl Shared {
             return None;
         }
         // Guards inside the new area: every member's, and the last one's too when it grew up.
-        let mut inside: Vec<(u64, u64)> = Vec::with_capacity(members.len());
+        let mut inside: Vec<Span> = Vec::with_capacity(members.len());
         for l in members {
             g.lazy_list.take_front(l.start, l.pages);
             if l.start + l.pages < e || above > 0 {
-                inside.push((l.start, l.pages));
+                inside.push(l.span());
             }
         }
         g.lazy_reuses += 1;

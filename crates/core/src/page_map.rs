@@ -47,19 +47,23 @@ const VACANT: Entry = Entry { key: EMPTY, value: 0 };
 
 /// See the module documentation.
 #[derive(Debug, Default)]
-pub(crate) struct PageMap {
+pub struct PageMap {
     entries: Vec<Entry>,
     len: usize,
 }
 
 impl PageMap {
+    /// True when the map holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Number of keys.
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Entries of the table.
-    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.entries.len()
     }

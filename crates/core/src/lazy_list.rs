@@ -1,7 +1,7 @@
 //! A node's lazy list: the freed areas that are not in a pool, indexed three ways.
 //!
-//! Owned by one [`NodeState`](crate::node::NodeState), so every method runs under that node's
-//! lock. Three orders are needed:
+//! Owned by one node of the engine's Nodes strategy (`NodeState`), so every method runs under
+//! that node's lock. Three orders are needed:
 //! - free order (oldest first), for the purge (which releases the oldest and keeps the newest)
 //!   and for step Move (which takes the oldest memory);
 //! - size order, for reuse: the smallest reusable area that fits a request;
@@ -11,9 +11,9 @@
 //! reused by the next push, so after warm-up pushes and takes allocate nothing (an idle purge
 //! may shrink the address maps, [`LazyList::compact`]).
 //! - Free order is a doubly linked list through the slots, oldest at the head.
-//! - Size order is one bin per page count up to [`BIN_PAGES`], each a doubly linked list with
+//! - Size order is one bin per page count up to `BIN_PAGES`, each a doubly linked list with
 //!   the newest area at its head, and a two-level bitmap of the bins that hold any; areas
-//!   above [`BIN_PAGES`] pages sit in one ordered set. The fit is the smallest size that fits,
+//!   above `BIN_PAGES` pages sit in one ordered set. The fit is the smallest size that fits,
 //!   and among areas of that size the one that took it last (the most recently freed, or the
 //!   rest of a more recent split), as the pools hand out their newest entry.
 //! - Address: two hash maps ([`PageMap`]), from each reusable area's start and from its end to
@@ -22,11 +22,8 @@
 //!   of its run). The address order that joins and extensions want is a walk along a run, from
 //!   one area's end to the next one's start.
 //!
-//! Three B-trees did this before, with up to six updates for a split reuse: under callgrind
-//! they were most of the engine's instructions on xthread through the shim (DESIGN.md, section
-//! 4, Shared lazy list). The address B-tree that stayed then was a fifth of the instructions of
-//! the shim's large allocations and frees, and gave way to the two maps (DESIGN.md, section 4,
-//! "The lazy list's address indexes").
+//! Why a list and two maps rather than ordered trees: DESIGN.md, section 4 ("Shared lazy list"
+//! and "The lazy list's address indexes") records the instruction counts that decided it.
 //!
 //! Invariants (checked by [`LazyList::check`]):
 //! - the free-order list holds every area once, stamps rising from head to tail;
@@ -38,21 +35,33 @@
 //! An area whose front is handed out keeps its stamp and its place in free order.
 
 use crate::page_map::PageMap;
+use crate::span::Span;
 use std::collections::BTreeSet;
 
 /// A lazily freed area that is not in a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LazyArea {
+pub struct LazyArea {
+    /// First page.
     pub start: u64,
+    /// Pages, guard included.
     pub pages: u64,
     /// Allocated by this node in the default window, so it may be handed out again before a
     /// purge; otherwise it only waits for the purge.
     pub reusable: bool,
 }
 
+impl LazyArea {
+    /// Its pages as a span.
+    #[inline]
+    pub fn span(&self) -> Span {
+        Span::new(self.start, self.pages)
+    }
+}
+
 /// An area [`LazyList::best_fit_slot`] found, with its slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Fit {
+pub struct Fit {
+    /// The area found.
     pub area: LazyArea,
     slot: u32,
 }
@@ -81,7 +90,7 @@ struct Slot {
 }
 
 /// See the module documentation.
-pub(crate) struct LazyList {
+pub struct LazyList {
     slots: Vec<Slot>,
     /// Unused slots, reused first.
     spare: Vec<u32>,
@@ -130,6 +139,11 @@ impl Default for LazyList {
 }
 
 impl LazyList {
+    /// True when the list holds no area.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Number of areas.
     pub fn len(&self) -> usize {
         self.len
@@ -310,7 +324,7 @@ impl LazyList {
         self.best_fit_slot(pages, align_pages).map(|f| f.area)
     }
 
-    /// [`LazyList::best_fit`], with the slot that holds the area, for [`LazyList::take_fit`].
+    /// `best_fit` (the tests' form), with the slot that holds the area, for [`LazyList::take_fit`].
     pub fn best_fit_slot(&self, pages: u64, align_pages: u64) -> Option<Fit> {
         let aligned = |i: u32| self.slots[i as usize].area.start & (align_pages - 1) == 0;
         let fit = |i: u32| Fit { area: self.slots[i as usize].area, slot: i };
@@ -409,7 +423,7 @@ impl LazyList {
     }
 
     /// Entries of the start map's table (for tests of when the maps shrink).
-    #[cfg(test)]
+    #[doc(hidden)]
     pub fn map_capacity(&self) -> usize {
         self.by_start.capacity()
     }
