@@ -98,6 +98,7 @@ impl Global {
 }
 
 impl StrategyLocks for Global {
+    #[inline]
     fn try_alloc(
         &self,
         sh: &Shared,

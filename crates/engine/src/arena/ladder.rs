@@ -7,6 +7,7 @@
 //! [`Step`]'s.
 
 use super::locks::{with_strategy, StrategyLocks};
+use super::shared::Shared;
 use super::Arena;
 use crate::area::{AllocRequest, Allocation, AreaKind, PurgeKind, Step};
 use crate::error::AllocError;
@@ -25,6 +26,14 @@ const FULL_PURGE_RETRIES: usize = 4;
 /// before this thread's next pass, hence more than one.
 const RETRIES: [Step; 1 + FULL_PURGE_RETRIES] =
     [Step::Reclaim, Step::FullPurge, Step::FullPurge, Step::FullPurge, Step::FullPurge];
+
+impl Shared {
+    /// One pass over the strategy's steps.
+    #[inline(always)]
+    fn try_alloc(&self, r: &Request, req: &AllocRequest, default_window: bool) -> Option<Allocation> {
+        with_strategy!(&self.locks, s => s.try_alloc(self, r, req, default_window))
+    }
+}
 
 impl Arena {
     /// Allocate an area. See [`Step`] for the order in which sources are tried; before them,
@@ -59,8 +68,7 @@ impl Arena {
                 window: (lo, hi),
             });
         }
-        let pass = || with_strategy!(&sh.locks, s => s.try_alloc(sh, &r, req, default_window));
-        if let Some(a) = pass() {
+        if let Some(a) = sh.try_alloc(&r, req, default_window) {
             return Ok(a);
         }
         if req.nonblocking {
@@ -80,7 +88,7 @@ impl Arena {
             if step == Step::Reclaim && !progress {
                 continue;
             }
-            if let Some(a) = pass() {
+            if let Some(a) = sh.try_alloc(&r, req, default_window) {
                 return Ok(a);
             }
             if !progress {

@@ -36,6 +36,7 @@ impl Split {
 }
 
 impl StrategyLocks for Split {
+    #[inline]
     fn try_alloc(
         &self,
         sh: &Shared,
