@@ -51,6 +51,7 @@ options_table! {
 impl ArenaOptions {
     /// The node count these options give on this machine.
     pub fn node_count(&self) -> usize {
+        // Only Nodes has nodes; Global and Split count as one for the per-node figures.
         match self.strategy {
             Strategy::Nodes => {
                 if self.nodes == 0 {
@@ -66,6 +67,7 @@ impl ArenaOptions {
     /// Step Move is asked for and the strategy has it (Nodes); the arena also needs a backing
     /// that can move memory.
     pub fn moves_pages(&self) -> bool {
+        // Step Move takes donors off node lazy lists, which only Nodes has.
         self.page_moves && self.strategy == Strategy::Nodes
     }
 
