@@ -13,8 +13,9 @@
 //! | a `new` form | the size is at or above the threshold (and vmarena has room) | the next definition of the same form |
 //! | a `delete` form | the address lies in the default space | the next definition of the same form (so a sized delete keeps the next allocator's fast path) |
 //!
-//! A small request costs one compare of the size (or of the address) and a call through the
-//! cached pointer. The C++ semantics are the next definition's: its `new` throws
+//! A small request costs one compare of the size (a delete: the address tests of `free`) and a
+//! tail call through the cached pointer, once the pointer is looked up and while statistics are
+//! off; everything else takes the full path out of line. The C++ semantics are the next definition's: its `new` throws
 //! `std::bad_alloc` or runs the new-handler, which is also where a large request goes when
 //! vmarena is full. An exception thrown there unwinds through these functions, which are
 //! declared `C-unwind` for it and hold nothing that needs unwinding.
@@ -34,10 +35,11 @@
 #![allow(non_snake_case)] // the symbols' mangled names
 
 use crate::interpose::{self as c, vm_alloc, vm_free};
+use crate::next;
 use crate::stats::{count, COUNTERS as C};
-use crate::{bootstrap, in_space, threshold};
+use crate::{bootstrap, fast_below, in_space, pass_through_address, threshold};
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 
 /// The `std::nothrow_t` argument (its address only; never read).
 type Nothrow = *const c_void;
@@ -69,6 +71,19 @@ impl NextOp {
         const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
         // SAFETY: `p` is the address of the symbol `name`, a function whose C signature is `F`
         // (each static below is read with its form's type only); same size, checked above.
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+
+    /// The next definition as a function of type `F` when it is looked up and present; `None`
+    /// otherwise (not looked up yet, or absent), with no call: for the pass-through.
+    #[inline(always)]
+    fn ready<F: Copy>(&self) -> Option<F> {
+        let p = self.ptr.load(Relaxed);
+        if (p as usize) <= ABSENT as usize {
+            return None;
+        }
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        // SAFETY: as in `get`: `p` is the address of the symbol `name`, of type `F`.
         Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
     }
 
@@ -119,6 +134,46 @@ static DELETE_ARRAY_ALIGNED_NOTHROW: NextOp = NextOp::new(c"_ZdaPvSt11align_val_
 /// form no later object defines.
 static GET_NEW_HANDLER: NextOp = NextOp::new(c"_ZSt15get_new_handlerv");
 static THROW_BAD_ALLOC: NextOp = NextOp::new(c"_ZSt17__throw_bad_allocv");
+
+/// What the next plain `new` and `delete` forms (`new`, `new[]`, `delete`, `delete[]` and the
+/// sized deletes) are: [`RUNTIME`] when both are the C++ runtime's own (libstdc++ or libc++),
+/// whose bodies are `malloc` (with the new-handler loop when it returns NULL) and `free`; then
+/// the pass-through calls the next `malloc` and `free` itself, one layer fewer than the
+/// runtime's body calling the shim's `malloc`. [`OTHER`] for an allocator's own operators
+/// (jemalloc's, mimalloc's, tcmalloc's), which keep their fast paths. Learned once, on the
+/// full path.
+static PLAIN_NEXT: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+/// See [`PLAIN_NEXT`].
+const RUNTIME: u8 = 1;
+/// See [`PLAIN_NEXT`].
+const OTHER: u8 = 2;
+
+/// True when the function at `f` lies in the C++ runtime's shared object.
+fn in_cxx_runtime(f: *mut c_void) -> bool {
+    // SAFETY: an all-zero `Dl_info` is valid (null pointers); dladdr fills it or returns 0.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `f` is an address; `info` is ours.
+    if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: dladdr set a NUL-terminated path of the loaded object.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+    file.starts_with(b"libstdc++.so") || file.starts_with(b"libc++.so")
+}
+
+/// Learn [`PLAIN_NEXT`] (once; racing threads compute the same answer).
+#[cold]
+fn learn_plain_next() {
+    if PLAIN_NEXT.load(Relaxed) != UNKNOWN {
+        return;
+    }
+    let runtime = [&NEW, &NEW_ARRAY, &DELETE, &DELETE_ARRAY, &DELETE_SIZED, &DELETE_ARRAY_SIZED]
+        .iter()
+        .all(|op| op.get::<*mut c_void>().is_some_and(in_cxx_runtime));
+    PLAIN_NEXT.store(if runtime { RUNTIME } else { OTHER }, Relaxed);
+}
 
 /// A large request served by vmarena, or `None` (small, or vmarena has no room).
 #[inline]
@@ -190,17 +245,29 @@ macro_rules! new_forms {
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $sym(size: usize $(, $arg: $ty)*) -> *mut c_void {
-            if let Some(p) = large(size, $align) {
-                return p;
-            }
-            match $op.get::<$fty>() {
-                Some(f) => {
-                    count(&C.cpp_next_news, 1);
+            // The pass-through: below the bound (statistics off), one compare and a tail call.
+            if size < fast_below() {
+                if let Some(f) = $op.ready::<$fty>() {
                     // SAFETY: the next definition of this form with the caller's arguments.
-                    unsafe { f(size $(, $arg)*) }
+                    return unsafe { f(size $(, $arg)*) };
                 }
-                None => new_fallback(size, $align, $nothrow),
             }
+            #[inline(never)]
+            unsafe extern "C-unwind" fn full(size: usize $(, $arg: $ty)*) -> *mut c_void {
+                if let Some(p) = large(size, $align) {
+                    return p;
+                }
+                match $op.get::<$fty>() {
+                    Some(f) => {
+                        count(&C.cpp_next_news, 1);
+                        // SAFETY: the next definition of this form with the caller's arguments.
+                        unsafe { f(size $(, $arg)*) }
+                    }
+                    None => new_fallback(size, $align, $nothrow),
+                }
+            }
+            // SAFETY: the same arguments.
+            unsafe { full(size $(, $arg)*) }
         }
     )*};
 }
@@ -210,27 +277,145 @@ macro_rules! delete_forms {
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $sym(p: *mut c_void $(, $arg: $ty)*) {
-            if delete_here(p) {
-                return;
-            }
-            match $op.get::<$fty>() {
-                Some(f) => {
-                    count(&C.cpp_next_deletes, 1);
+            // The pass-through: an address outside the space and the bootstrap heap (statistics
+            // off) goes to the next definition with a tail call; NULL too, which every delete
+            // form accepts.
+            if fast_below() != 0 && pass_through_address(p.cast()) {
+                if let Some(f) = $op.ready::<$fty>() {
                     // SAFETY: `p` is not vmarena's nor the bootstrap heap's: it came from the
-                    // next definition of the matching new form.
-                    unsafe { f(p $(, $arg)*) }
+                    // next definition of the matching new form, or is NULL.
+                    return unsafe { f(p $(, $arg)*) };
                 }
-                None => delete_fallback(p),
             }
+            #[inline(never)]
+            unsafe extern "C-unwind" fn full(p: *mut c_void $(, $arg: $ty)*) {
+                if delete_here(p) {
+                    return;
+                }
+                match $op.get::<$fty>() {
+                    Some(f) => {
+                        count(&C.cpp_next_deletes, 1);
+                        // SAFETY: `p` is not vmarena's nor the bootstrap heap's: it came from
+                        // the next definition of the matching new form.
+                        unsafe { f(p $(, $arg)*) }
+                    }
+                    None => delete_fallback(p),
+                }
+            }
+            // SAFETY: the same arguments.
+            unsafe { full(p $(, $arg)*) }
         }
     )*};
 }
 
-new_forms! {
+macro_rules! plain_new_forms {
+    ($( $(#[$doc:meta])* $sym:ident via $op:ident; )*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $sym(size: usize) -> *mut c_void {
+            // The pass-through (below the bound, statistics off): the next malloc when the next
+            // form is the runtime's (see `PLAIN_NEXT`), else a tail call of the next form.
+            if size < fast_below() {
+                match PLAIN_NEXT.load(Relaxed) {
+                    RUNTIME => {
+                        // SAFETY: a non-zero bound means the next allocator is known; its
+                        // malloc. NULL (no memory, or a malloc that refuses 0) takes the full
+                        // path, where the runtime's form runs the new-handler or throws.
+                        let p = unsafe { (next::ready().malloc)(size) };
+                        if !p.is_null() {
+                            return p;
+                        }
+                    }
+                    OTHER => {
+                        if let Some(f) = $op.ready::<New>() {
+                            // SAFETY: the next definition of this form.
+                            return unsafe { f(size) };
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            #[inline(never)]
+            unsafe extern "C-unwind" fn full(size: usize) -> *mut c_void {
+                learn_plain_next();
+                if let Some(p) = large(size, 0) {
+                    return p;
+                }
+                match $op.get::<New>() {
+                    Some(f) => {
+                        count(&C.cpp_next_news, 1);
+                        // SAFETY: the next definition of this form.
+                        unsafe { f(size) }
+                    }
+                    None => new_fallback(size, 0, false),
+                }
+            }
+            // SAFETY: the same argument.
+            unsafe { full(size) }
+        }
+    )*};
+}
+
+macro_rules! plain_delete_forms {
+    ($( $(#[$doc:meta])* $sym:ident($($arg:ident: $ty:ty),*) via $op:ident: $fty:ty; )*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $sym(p: *mut c_void $(, $arg: $ty)*) {
+            // The pass-through: an address outside the space and the bootstrap heap (statistics
+            // off), NULL included, goes to the next free when the next form is the runtime's
+            // (whose body is `free`), else to the next form, with a tail call.
+            if fast_below() != 0 && pass_through_address(p.cast()) {
+                match PLAIN_NEXT.load(Relaxed) {
+                    // SAFETY: a non-zero bound means the next allocator is known; `p` came from
+                    // the runtime's new, which is the next malloc, or is NULL.
+                    RUNTIME => return unsafe { (next::ready().free)(p) },
+                    OTHER => {
+                        if let Some(f) = $op.ready::<$fty>() {
+                            // SAFETY: `p` came from the next definition of the matching new
+                            // form, or is NULL.
+                            return unsafe { f(p $(, $arg)*) };
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            #[inline(never)]
+            unsafe extern "C-unwind" fn full(p: *mut c_void $(, $arg: $ty)*) {
+                learn_plain_next();
+                if delete_here(p) {
+                    return;
+                }
+                match $op.get::<$fty>() {
+                    Some(f) => {
+                        count(&C.cpp_next_deletes, 1);
+                        // SAFETY: `p` is not vmarena's nor the bootstrap heap's: it came from
+                        // the next definition of the matching new form.
+                        unsafe { f(p $(, $arg)*) }
+                    }
+                    None => delete_fallback(p),
+                }
+            }
+            // SAFETY: the same arguments.
+            unsafe { full(p $(, $arg)*) }
+        }
+    )*};
+}
+
+plain_new_forms! {
     /// `operator new(size_t)`
-    _Znwm() via NEW: New, align 0, nothrow false;
+    _Znwm via NEW;
     /// `operator new[](size_t)`
-    _Znam() via NEW_ARRAY: New, align 0, nothrow false;
+    _Znam via NEW_ARRAY;
+}
+
+plain_delete_forms! {
+    /// `operator delete(void*, size_t)`
+    _ZdlPvm(size: usize) via DELETE_SIZED: DeleteWith;
+    /// `operator delete[](void*, size_t)`
+    _ZdaPvm(size: usize) via DELETE_ARRAY_SIZED: DeleteWith;
+}
+
+new_forms! {
     /// `operator new(size_t, const std::nothrow_t&)`
     _ZnwmRKSt9nothrow_t(nt: Nothrow) via NEW_NOTHROW: NewNothrow, align 0, nothrow true;
     /// `operator new[](size_t, const std::nothrow_t&)`
@@ -256,10 +441,6 @@ delete_forms! {
     _ZdlPvRKSt9nothrow_t(nt: Nothrow) via DELETE_NOTHROW: DeleteNothrow;
     /// `operator delete[](void*, const std::nothrow_t&)`
     _ZdaPvRKSt9nothrow_t(nt: Nothrow) via DELETE_ARRAY_NOTHROW: DeleteNothrow;
-    /// `operator delete(void*, size_t)`
-    _ZdlPvm(size: usize) via DELETE_SIZED: DeleteWith;
-    /// `operator delete[](void*, size_t)`
-    _ZdaPvm(size: usize) via DELETE_ARRAY_SIZED: DeleteWith;
     /// `operator delete(void*, std::align_val_t)`
     _ZdlPvSt11align_val_t(align: usize) via DELETE_ALIGNED: DeleteWith;
     /// `operator delete[](void*, std::align_val_t)`
