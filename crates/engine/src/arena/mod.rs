@@ -4,10 +4,10 @@
 //! of its [`Strategy`]; the purge serialisation; the background purge worker.
 //! Does not own: memory. What pages stand for is the [`Backing`]'s business.
 //!
-//! Files: this one is the [`Arena`] handle and its queries; `shared.rs` the state behind it;
-//! `ladder.rs` allocation and `free.rs` free; `locks.rs` what each strategy implements, in
-//! `global.rs`, `split.rs` and `nodes/`; `purge.rs`, `check.rs`, `mover.rs` (step Move) and
-//! `congruent.rs` the parts common to the strategies.
+//! Files: this one is the [`Arena`] handle and its queries; `shared.rs` the state behind it
+//! (`counters.rs` its event counters); `ladder.rs` allocation and `free.rs` free; `locks.rs`
+//! what each strategy implements, in `global.rs`, `split.rs` and `nodes/`; `purge.rs`,
+//! `check.rs`, `mover.rs` (step Move) and `congruent.rs` the parts common to the strategies.
 //!
 //! Area life cycle (every page of the arena is in exactly one of these states):
 //!
