@@ -241,19 +241,35 @@ fn delete_fallback(p: *mut c_void) {
 }
 
 macro_rules! new_forms {
-    ($( $(#[$doc:meta])* $sym:ident($($arg:ident: $ty:ty),*) via $op:ident: $fty:ty, align $align:expr, nothrow $nothrow:expr; )*) => {$(
+    ($( $(#[$doc:meta])* $sym:ident($($arg:ident: $ty:ty),*) via $op:ident: $fty:ty, align $align:expr, nothrow $nothrow:expr, plain $plain:expr; )*) => {$(
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $sym(size: usize $(, $arg: $ty)*) -> *mut c_void {
-            // The pass-through: below the bound (statistics off), one compare and a tail call.
+            // The pass-through (below the bound, statistics off): for a plain form whose next
+            // definition is the runtime's (see `PLAIN_NEXT`), the next malloc; otherwise one
+            // compare and a tail call of the next form.
             if size < fast_below() {
-                if let Some(f) = $op.ready::<$fty>() {
-                    // SAFETY: the next definition of this form with the caller's arguments.
-                    return unsafe { f(size $(, $arg)*) };
+                let next_is = if $plain { PLAIN_NEXT.load(Relaxed) } else { OTHER };
+                if next_is == RUNTIME {
+                    // SAFETY: a non-zero bound means the next allocator is known; its malloc.
+                    // NULL (no memory, or a malloc that refuses 0) takes the full path, where
+                    // the runtime's form runs the new-handler or throws.
+                    let p = unsafe { (next::ready().malloc)(size) };
+                    if !p.is_null() {
+                        return p;
+                    }
+                } else if next_is == OTHER {
+                    if let Some(f) = $op.ready::<$fty>() {
+                        // SAFETY: the next definition of this form with the caller's arguments.
+                        return unsafe { f(size $(, $arg)*) };
+                    }
                 }
             }
             #[inline(never)]
             unsafe extern "C-unwind" fn full(size: usize $(, $arg: $ty)*) -> *mut c_void {
+                if $plain {
+                    learn_plain_next();
+                }
                 if let Some(p) = large(size, $align) {
                     return p;
                 }
@@ -273,115 +289,32 @@ macro_rules! new_forms {
 }
 
 macro_rules! delete_forms {
-    ($( $(#[$doc:meta])* $sym:ident($($arg:ident: $ty:ty),*) via $op:ident: $fty:ty; )*) => {$(
+    ($( $(#[$doc:meta])* $sym:ident($($arg:ident: $ty:ty),*) via $op:ident: $fty:ty, plain $plain:expr; )*) => {$(
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $sym(p: *mut c_void $(, $arg: $ty)*) {
             // The pass-through: an address outside the space and the bootstrap heap (statistics
-            // off) goes to the next definition with a tail call; NULL too, which every delete
-            // form accepts.
+            // off), NULL included, goes with a tail call to the next free for a plain form whose
+            // next definition is the runtime's (whose body is `free`), else to the next form.
             if fast_below() != 0 && pass_through_address(p.cast()) {
-                if let Some(f) = $op.ready::<$fty>() {
-                    // SAFETY: `p` is not vmarena's nor the bootstrap heap's: it came from the
-                    // next definition of the matching new form, or is NULL.
-                    return unsafe { f(p $(, $arg)*) };
-                }
-            }
-            #[inline(never)]
-            unsafe extern "C-unwind" fn full(p: *mut c_void $(, $arg: $ty)*) {
-                if delete_here(p) {
-                    return;
-                }
-                match $op.get::<$fty>() {
-                    Some(f) => {
-                        count(&C.cpp_next_deletes, 1);
-                        // SAFETY: `p` is not vmarena's nor the bootstrap heap's: it came from
-                        // the next definition of the matching new form.
-                        unsafe { f(p $(, $arg)*) }
-                    }
-                    None => delete_fallback(p),
-                }
-            }
-            // SAFETY: the same arguments.
-            unsafe { full(p $(, $arg)*) }
-        }
-    )*};
-}
-
-macro_rules! plain_new_forms {
-    ($( $(#[$doc:meta])* $sym:ident via $op:ident; )*) => {$(
-        $(#[$doc])*
-        #[no_mangle]
-        pub unsafe extern "C-unwind" fn $sym(size: usize) -> *mut c_void {
-            // The pass-through (below the bound, statistics off): the next malloc when the next
-            // form is the runtime's (see `PLAIN_NEXT`), else a tail call of the next form.
-            if size < fast_below() {
-                match PLAIN_NEXT.load(Relaxed) {
-                    RUNTIME => {
-                        // SAFETY: a non-zero bound means the next allocator is known; its
-                        // malloc. NULL (no memory, or a malloc that refuses 0) takes the full
-                        // path, where the runtime's form runs the new-handler or throws.
-                        let p = unsafe { (next::ready().malloc)(size) };
-                        if !p.is_null() {
-                            return p;
-                        }
-                    }
-                    OTHER => {
-                        if let Some(f) = $op.ready::<New>() {
-                            // SAFETY: the next definition of this form.
-                            return unsafe { f(size) };
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            #[inline(never)]
-            unsafe extern "C-unwind" fn full(size: usize) -> *mut c_void {
-                learn_plain_next();
-                if let Some(p) = large(size, 0) {
-                    return p;
-                }
-                match $op.get::<New>() {
-                    Some(f) => {
-                        count(&C.cpp_next_news, 1);
-                        // SAFETY: the next definition of this form.
-                        unsafe { f(size) }
-                    }
-                    None => new_fallback(size, 0, false),
-                }
-            }
-            // SAFETY: the same argument.
-            unsafe { full(size) }
-        }
-    )*};
-}
-
-macro_rules! plain_delete_forms {
-    ($( $(#[$doc:meta])* $sym:ident($($arg:ident: $ty:ty),*) via $op:ident: $fty:ty; )*) => {$(
-        $(#[$doc])*
-        #[no_mangle]
-        pub unsafe extern "C-unwind" fn $sym(p: *mut c_void $(, $arg: $ty)*) {
-            // The pass-through: an address outside the space and the bootstrap heap (statistics
-            // off), NULL included, goes to the next free when the next form is the runtime's
-            // (whose body is `free`), else to the next form, with a tail call.
-            if fast_below() != 0 && pass_through_address(p.cast()) {
-                match PLAIN_NEXT.load(Relaxed) {
+                let next_is = if $plain { PLAIN_NEXT.load(Relaxed) } else { OTHER };
+                if next_is == RUNTIME {
                     // SAFETY: a non-zero bound means the next allocator is known; `p` came from
                     // the runtime's new, which is the next malloc, or is NULL.
-                    RUNTIME => return unsafe { (next::ready().free)(p) },
-                    OTHER => {
-                        if let Some(f) = $op.ready::<$fty>() {
-                            // SAFETY: `p` came from the next definition of the matching new
-                            // form, or is NULL.
-                            return unsafe { f(p $(, $arg)*) };
-                        }
+                    return unsafe { (next::ready().free)(p) };
+                } else if next_is == OTHER {
+                    if let Some(f) = $op.ready::<$fty>() {
+                        // SAFETY: `p` came from the next definition of the matching new form,
+                        // or is NULL.
+                        return unsafe { f(p $(, $arg)*) };
                     }
-                    _ => {}
                 }
             }
             #[inline(never)]
             unsafe extern "C-unwind" fn full(p: *mut c_void $(, $arg: $ty)*) {
-                learn_plain_next();
+                if $plain {
+                    learn_plain_next();
+                }
                 if delete_here(p) {
                     return;
                 }
@@ -399,60 +332,54 @@ macro_rules! plain_delete_forms {
             unsafe { full(p $(, $arg)*) }
         }
     )*};
-}
-
-plain_new_forms! {
-    /// `operator new(size_t)`
-    _Znwm via NEW;
-    /// `operator new[](size_t)`
-    _Znam via NEW_ARRAY;
-}
-
-plain_delete_forms! {
-    /// `operator delete(void*, size_t)`
-    _ZdlPvm(size: usize) via DELETE_SIZED: DeleteWith;
-    /// `operator delete[](void*, size_t)`
-    _ZdaPvm(size: usize) via DELETE_ARRAY_SIZED: DeleteWith;
 }
 
 new_forms! {
+    /// `operator new(size_t)`
+    _Znwm() via NEW: New, align 0, nothrow false, plain true;
+    /// `operator new[](size_t)`
+    _Znam() via NEW_ARRAY: New, align 0, nothrow false, plain true;
     /// `operator new(size_t, const std::nothrow_t&)`
-    _ZnwmRKSt9nothrow_t(nt: Nothrow) via NEW_NOTHROW: NewNothrow, align 0, nothrow true;
+    _ZnwmRKSt9nothrow_t(nt: Nothrow) via NEW_NOTHROW: NewNothrow, align 0, nothrow true, plain false;
     /// `operator new[](size_t, const std::nothrow_t&)`
-    _ZnamRKSt9nothrow_t(nt: Nothrow) via NEW_ARRAY_NOTHROW: NewNothrow, align 0, nothrow true;
+    _ZnamRKSt9nothrow_t(nt: Nothrow) via NEW_ARRAY_NOTHROW: NewNothrow, align 0, nothrow true, plain false;
     /// `operator new(size_t, std::align_val_t)`
-    _ZnwmSt11align_val_t(align: usize) via NEW_ALIGNED: NewAligned, align align, nothrow false;
+    _ZnwmSt11align_val_t(align: usize) via NEW_ALIGNED: NewAligned, align align, nothrow false, plain false;
     /// `operator new[](size_t, std::align_val_t)`
-    _ZnamSt11align_val_t(align: usize) via NEW_ARRAY_ALIGNED: NewAligned, align align, nothrow false;
+    _ZnamSt11align_val_t(align: usize) via NEW_ARRAY_ALIGNED: NewAligned, align align, nothrow false, plain false;
     /// `operator new(size_t, std::align_val_t, const std::nothrow_t&)`
     _ZnwmSt11align_val_tRKSt9nothrow_t(align: usize, nt: Nothrow)
-        via NEW_ALIGNED_NOTHROW: NewAlignedNothrow, align align, nothrow true;
+        via NEW_ALIGNED_NOTHROW: NewAlignedNothrow, align align, nothrow true, plain false;
     /// `operator new[](size_t, std::align_val_t, const std::nothrow_t&)`
     _ZnamSt11align_val_tRKSt9nothrow_t(align: usize, nt: Nothrow)
-        via NEW_ARRAY_ALIGNED_NOTHROW: NewAlignedNothrow, align align, nothrow true;
+        via NEW_ARRAY_ALIGNED_NOTHROW: NewAlignedNothrow, align align, nothrow true, plain false;
 }
 
 delete_forms! {
     /// `operator delete(void*)`
-    _ZdlPv() via DELETE: Delete;
+    _ZdlPv() via DELETE: Delete, plain true;
     /// `operator delete[](void*)`
-    _ZdaPv() via DELETE_ARRAY: Delete;
+    _ZdaPv() via DELETE_ARRAY: Delete, plain true;
     /// `operator delete(void*, const std::nothrow_t&)`
-    _ZdlPvRKSt9nothrow_t(nt: Nothrow) via DELETE_NOTHROW: DeleteNothrow;
+    _ZdlPvRKSt9nothrow_t(nt: Nothrow) via DELETE_NOTHROW: DeleteNothrow, plain false;
     /// `operator delete[](void*, const std::nothrow_t&)`
-    _ZdaPvRKSt9nothrow_t(nt: Nothrow) via DELETE_ARRAY_NOTHROW: DeleteNothrow;
+    _ZdaPvRKSt9nothrow_t(nt: Nothrow) via DELETE_ARRAY_NOTHROW: DeleteNothrow, plain false;
+    /// `operator delete(void*, size_t)`
+    _ZdlPvm(size: usize) via DELETE_SIZED: DeleteWith, plain true;
+    /// `operator delete[](void*, size_t)`
+    _ZdaPvm(size: usize) via DELETE_ARRAY_SIZED: DeleteWith, plain true;
     /// `operator delete(void*, std::align_val_t)`
-    _ZdlPvSt11align_val_t(align: usize) via DELETE_ALIGNED: DeleteWith;
+    _ZdlPvSt11align_val_t(align: usize) via DELETE_ALIGNED: DeleteWith, plain false;
     /// `operator delete[](void*, std::align_val_t)`
-    _ZdaPvSt11align_val_t(align: usize) via DELETE_ARRAY_ALIGNED: DeleteWith;
+    _ZdaPvSt11align_val_t(align: usize) via DELETE_ARRAY_ALIGNED: DeleteWith, plain false;
     /// `operator delete(void*, size_t, std::align_val_t)`
-    _ZdlPvmSt11align_val_t(size: usize, align: usize) via DELETE_SIZED_ALIGNED: DeleteSizedAligned;
+    _ZdlPvmSt11align_val_t(size: usize, align: usize) via DELETE_SIZED_ALIGNED: DeleteSizedAligned, plain false;
     /// `operator delete[](void*, size_t, std::align_val_t)`
-    _ZdaPvmSt11align_val_t(size: usize, align: usize) via DELETE_ARRAY_SIZED_ALIGNED: DeleteSizedAligned;
+    _ZdaPvmSt11align_val_t(size: usize, align: usize) via DELETE_ARRAY_SIZED_ALIGNED: DeleteSizedAligned, plain false;
     /// `operator delete(void*, std::align_val_t, const std::nothrow_t&)`
     _ZdlPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: Nothrow)
-        via DELETE_ALIGNED_NOTHROW: DeleteAlignedNothrow;
+        via DELETE_ALIGNED_NOTHROW: DeleteAlignedNothrow, plain false;
     /// `operator delete[](void*, std::align_val_t, const std::nothrow_t&)`
     _ZdaPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: Nothrow)
-        via DELETE_ARRAY_ALIGNED_NOTHROW: DeleteAlignedNothrow;
+        via DELETE_ARRAY_ALIGNED_NOTHROW: DeleteAlignedNothrow, plain false;
 }
