@@ -18,6 +18,7 @@ pub mod area;
 mod area_state;
 pub mod arena;
 pub mod backing;
+mod cache_interface;
 pub mod error;
 pub mod fixed_cache;
 #[cfg(not(loom))]

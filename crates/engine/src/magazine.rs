@@ -10,6 +10,7 @@
 //! Invariant: the pages held never exceed the budget, and each size's stack holds at most its
 //! cap under the present budget (`Arena::check` verifies both, through [`Magazine::entries`]).
 
+use crate::cache_interface::Budget;
 use crate::handshake::Handshake;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -133,13 +134,6 @@ pub(crate) struct Room<'a> {
     /// The stack's length, and the magazine's pages, when the slot was found.
     n: usize,
     held: u64,
-}
-
-/// A magazine's page budget: where it starts, and how far misses may grow it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Budget {
-    pub(crate) base_pages: u64,
-    pub(crate) max_pages: u64,
 }
 
 /// Single-writer counter: a plain load and store, no locked instruction.

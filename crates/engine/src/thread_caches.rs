@@ -41,8 +41,8 @@
 #![allow(unsafe_code)]
 
 use crate::area_state::{AreaStates, Claim};
+pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::handshake::{heavy_fence, Enter};
-pub(crate) use crate::magazine::Budget;
 use crate::magazine::{bump, Magazine};
 use std::cell::RefCell;
 use std::panic::Location;
@@ -122,33 +122,6 @@ fn get_front() -> (u64, *const Magazine) {
 
 fn set_front(id: u64, mag: *const Magazine) {
     vmarena_platform::static_tls::set(id, mag as usize);
-}
-
-/// Outcome of a free through the thread cache.
-pub(crate) enum FreeFast {
-    /// The area sits in this thread's magazine.
-    Cached { pages: u64, caller: Option<&'static Location<'static>> },
-    /// The caller owns the area (its word is `cached`) and must free it through the busy map.
-    Flush,
-    /// Not a small live area: the busy map decides.
-    Untracked,
-    /// A second free of a cached area.
-    Refused,
-}
-
-/// Counters of the thread caches of one arena.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CacheFigures {
-    pub(crate) areas: u64,
-    pub(crate) pages: u64,
-    pub(crate) hits: u64,
-    pub(crate) misses: u64,
-    pub(crate) pushes: u64,
-    pub(crate) flushes: u64,
-    pub(crate) drained: u64,
-    pub(crate) grows: u64,
-    /// The largest budget of a live magazine now.
-    pub(crate) budget_pages: u64,
 }
 
 /// The thread caches of one arena.

@@ -5,35 +5,11 @@
 #![allow(dead_code)]
 
 use crate::area_state::AreaStates;
+pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::sync::Arc;
 use std::panic::Location;
 
-pub(crate) enum FreeFast {
-    Cached { pages: u64, caller: Option<&'static Location<'static>> },
-    Flush,
-    Untracked,
-    Refused,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CacheFigures {
-    pub(crate) areas: u64,
-    pub(crate) pages: u64,
-    pub(crate) hits: u64,
-    pub(crate) misses: u64,
-    pub(crate) pushes: u64,
-    pub(crate) flushes: u64,
-    pub(crate) drained: u64,
-    pub(crate) grows: u64,
-    pub(crate) budget_pages: u64,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Budget {
-    pub(crate) base_pages: u64,
-    pub(crate) max_pages: u64,
-}
-
+/// `thread_caches.rs`'s `CacheOwner`, over this stand-in's `ThreadCaches`.
 pub(crate) trait CacheOwner: Send + Sync {
     fn caches(&self) -> Option<&ThreadCaches>;
     fn free_from_cache(&self, start: u64);

@@ -21,7 +21,9 @@
 
 use std::sync::OnceLock;
 
-/// What the worker needs of the arena it purges for.
+/// What the worker needs of the arena it purges for (under loom, where no worker runs, nothing
+/// calls it).
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) trait Purged: Send + Sync {
     /// The decay interval (0: no idle purges).
     fn decay_interval_ms(&self) -> u64;

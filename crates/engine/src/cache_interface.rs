@@ -1,0 +1,43 @@
+//! What the thread caches and their arena exchange: the outcome of a free through a cache
+//! ([`FreeFast`]), a magazine's page budget ([`Budget`]) and the caches' figures
+//! ([`CacheFigures`]). Plain types, shared by the thread caches and their loom stand-in
+//! (`thread_caches_loom.rs`), so both present them alike; the arena's side, `CacheOwner`,
+//! names each one's `ThreadCaches` and is declared with it.
+// Under loom the caches are never built, so the models use none of this.
+#![cfg_attr(loom, allow(dead_code))]
+
+use std::panic::Location;
+
+/// Outcome of a free through the thread cache.
+pub(crate) enum FreeFast {
+    /// The area sits in this thread's magazine.
+    Cached { pages: u64, caller: Option<&'static Location<'static>> },
+    /// The caller owns the area (its word is `cached`) and must free it through the busy map.
+    Flush,
+    /// Not a small live area: the busy map decides.
+    Untracked,
+    /// A second free of a cached area.
+    Refused,
+}
+
+/// A magazine's page budget: where it starts, and how far misses may grow it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    pub(crate) base_pages: u64,
+    pub(crate) max_pages: u64,
+}
+
+/// Counters of the thread caches of one arena.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CacheFigures {
+    pub(crate) areas: u64,
+    pub(crate) pages: u64,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) pushes: u64,
+    pub(crate) flushes: u64,
+    pub(crate) drained: u64,
+    pub(crate) grows: u64,
+    /// The largest budget of a live magazine now.
+    pub(crate) budget_pages: u64,
+}
