@@ -9,6 +9,15 @@
 
 use super::locks::{with_strategy, StrategyLocks};
 use super::shared::Shared;
+use vmarena_core::FreeTree;
+
+/// Check the free tree and add its ranges to `all` (every strategy's check does this under the
+/// lock that guards its tree).
+pub(super) fn check_free_tree(f: &FreeTree, all: &mut Vec<(u64, u64, &'static str)>) -> Result<(), String> {
+    f.check()?;
+    all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+    Ok(())
+}
 
 impl Shared {
     pub(crate) fn check(&self) -> Result<(), String> {

@@ -8,6 +8,7 @@
 //! free tree; it is not reused before. Every step of the ladder but Tree and TreeExact is a
 //! Nodes step, so one pass is a tree search and an insert under the one lock.
 
+use super::check::check_free_tree;
 use super::free::remove_record;
 use super::locks::StrategyLocks;
 use super::purge::PurgeBatch;
@@ -33,6 +34,13 @@ pub(crate) struct BusyLazy {
 }
 
 impl BusyLazy {
+    /// Enter a new area, just taken from the free tree, with no allocating node.
+    #[inline]
+    pub(super) fn insert_new(&mut self, start: u64, pages: u64, tag: AreaTag) {
+        let ok = self.busy.insert(start, BusyArea { pages, node: NO_NODE, tag });
+        debug_assert!(ok, "the tree handed out a live start");
+    }
+
     /// Remove the record at `start` (of `kind`, any for `None`) and put the area on the lazy
     /// list.
     #[inline]
@@ -109,8 +117,7 @@ impl StrategyLocks for Global {
         let pages = r.size_pages;
         let mut g = self.0.lock_at(&site::ALLOC_GLOBAL);
         let start = tree_alloc(&mut g.free, r)?;
-        let ok = g.bl.busy.insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
-        debug_assert!(ok, "tree handed out a live start");
+        g.bl.insert_new(start, pages, req.tag);
         drop(g);
         Some(sh.carved(start, pages))
     }
@@ -132,9 +139,8 @@ impl StrategyLocks for Global {
 
     fn insert_parts(&self, _sh: &Shared, parts: &[Span], tag: AreaTag) {
         let mut g = self.0.lock_at(&site::ALLOC_GLOBAL);
-        for &Span { start, pages } in parts {
-            let ok = g.bl.busy.insert(start, BusyArea { pages, node: NO_NODE, tag });
-            debug_assert!(ok, "the tree handed out a live start");
+        for p in parts {
+            g.bl.insert_new(p.start, p.pages, tag);
         }
     }
 
@@ -178,8 +184,7 @@ impl StrategyLocks for Global {
         all: &mut Vec<(u64, u64, &'static str)>,
     ) -> Result<(), String> {
         let g = self.0.lock();
-        g.free.check()?;
-        all.extend(g.free.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+        check_free_tree(&g.free, all)?;
         g.bl.check(all)
     }
 }

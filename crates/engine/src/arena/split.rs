@@ -6,12 +6,13 @@
 //! lock, one after the other (never both); a free takes the busy lock only. Lazy areas wait for
 //! a purge as under Global.
 
+use super::check::check_free_tree;
 use super::global::BusyLazy;
 use super::locks::StrategyLocks;
 use super::purge::PurgeBatch;
 use super::shared::{tree_alloc, Shared};
 use super::AreaLists;
-use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, NO_NODE};
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag};
 use crate::error::FreeError;
 use crate::lock::{LockRank, LockSite, LockStats, StatLock};
 use crate::node::Padded;
@@ -46,12 +47,7 @@ impl StrategyLocks for Split {
     ) -> Option<Allocation> {
         let pages = r.size_pages;
         let start = tree_alloc(&mut self.free.lock_at(&site::ALLOC_FREE_TREE), r)?;
-        let ok = self
-            .busy
-            .lock_at(&site::ALLOC_BUSY)
-            .busy
-            .insert(start, BusyArea { pages, node: NO_NODE, tag: req.tag });
-        debug_assert!(ok, "tree handed out a live start");
+        self.busy.lock_at(&site::ALLOC_BUSY).insert_new(start, pages, req.tag);
         Some(sh.carved(start, pages))
     }
 
@@ -72,9 +68,8 @@ impl StrategyLocks for Split {
 
     fn insert_parts(&self, _sh: &Shared, parts: &[Span], tag: AreaTag) {
         let mut b = self.busy.lock_at(&site::ALLOC_BUSY);
-        for &Span { start, pages } in parts {
-            let ok = b.busy.insert(start, BusyArea { pages, node: NO_NODE, tag });
-            debug_assert!(ok, "the tree handed out a live start");
+        for p in parts {
+            b.insert_new(p.start, p.pages, tag);
         }
     }
 
@@ -120,8 +115,7 @@ impl StrategyLocks for Split {
     ) -> Result<(), String> {
         let f = self.free.lock();
         let b = self.busy.lock();
-        f.check()?;
-        all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+        check_free_tree(&f, all)?;
         b.check(all)
     }
 }

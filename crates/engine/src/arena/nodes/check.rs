@@ -6,6 +6,7 @@
 
 use super::Nodes;
 use crate::area::{AreaTag, NO_NODE};
+use crate::arena::check::check_free_tree;
 use crate::arena::shared::Shared;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::BusyArea;
@@ -21,8 +22,7 @@ impl Shared {
     ) -> Result<(), String> {
         let node_guards: Vec<_> = n.nodes.iter().map(|n| n.lock()).collect();
         let f = n.free.lock();
-        f.check()?;
-        all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
+        check_free_tree(&f, all)?;
         for (i, p) in node_guards.iter().enumerate() {
             let (cs, ce) = p.chunk;
             if cs < ce {
