@@ -56,9 +56,10 @@ pub fn reported(out: &std::process::Output, key: &str) -> Option<f64> {
     if !out.status.success() {
         return None;
     }
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .skip_while(|w| *w != key)
-        .nth(1)
-        .and_then(|v| v.parse::<f64>().ok())
+    reported_in(&String::from_utf8_lossy(&out.stdout), key)
+}
+
+/// The number after `key` in a successful program's output text.
+pub fn reported_in(stdout: &str, key: &str) -> Option<f64> {
+    stdout.split_whitespace().skip_while(|w| *w != key).nth(1).and_then(|v| v.parse::<f64>().ok())
 }

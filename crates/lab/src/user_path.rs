@@ -13,13 +13,17 @@
 //! | `vmarena` | `vmarena_vmalloc` / `vmarena_vfree` | linked against `libvmarena.so` (the default space, options from the environment) |
 //! | `glibc`, `jemalloc`, `mimalloc`, `tcmalloc` | `malloc` / `free` | glibc alone, or the peer preloaded |
 //! | `glibc-aligned`, ... | `posix_memalign(4096)` / `free` | the same, page aligned as vmarena's blocks are |
+//! | `vmarena:NAME=VALUE+...` | as `vmarena` | with `VMARENA_NAME=VALUE` set for each pair (an option of the default space's tables; an experiment's pair sets `VMARENA_EXPERIMENTS=1` too) |
 //!
 //! Each (workload, threads, contender) runs `--runs` times in a fresh process, contenders
 //! alternating; the median ns per operation (wall time over loops x threads) is reported, with
-//! vmarena's ratio to the best of glibc, jemalloc and mimalloc and to tcmalloc, and each
-//! contender's throughput at the highest thread count over the first.
+//! vmarena's ratio to the best of glibc, jemalloc and mimalloc and to tcmalloc, each
+//! contender's throughput at the highest thread count over the first, and each contender's
+//! median peak RSS and minor faults (`wait4`), so that an option's trade of time for memory
+//! shows in one run.
 
 use crate::machine::{write_output, Machine};
+use crate::preload::run_child;
 use crate::{cc, libs};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -39,7 +43,9 @@ pub struct UserPathConfig {
     /// Thread counts.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<u32>,
-    /// Contenders: vmarena, glibc, jemalloc, mimalloc, tcmalloc, and PEER-aligned for each peer.
+    /// Contenders: vmarena, glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned for each peer, and
+    /// vmarena:NAME=VALUE+... (vmarena with VMARENA_NAME=VALUE for each pair, an option of
+    /// `vmarena options`'s space or arena table).
     #[arg(
         long,
         value_delimiter = ',',
@@ -60,18 +66,25 @@ pub struct UserPathConfig {
     pub json: Option<PathBuf>,
 }
 
-/// One (workload, threads, contender): every run's ns per operation.
+/// One (workload, threads, contender): every run's ns per operation, peak RSS and minor
+/// faults.
 #[derive(Serialize, Clone, Debug, Default)]
 pub struct Cell {
     pub workload: String,
     pub threads: u32,
     pub contender: String,
     pub ns_per_op: Vec<f64>,
+    pub maxrss_kib: Vec<u64>,
+    pub minor_faults: Vec<u64>,
 }
 
 impl Cell {
     fn median(&self) -> f64 {
         crate::median::median(&self.ns_per_op)
+    }
+
+    fn median_of(v: &[u64]) -> f64 {
+        crate::median::median(&v.iter().map(|&x| x as f64).collect::<Vec<_>>())
     }
 }
 
@@ -79,20 +92,58 @@ struct Setup {
     bin: PathBuf,
     preload: Option<PathBuf>,
     aligned: bool,
+    env: Vec<(String, String)>,
+}
+
+/// The environment of a `vmarena:NAME=VALUE+...` contender: `VMARENA_NAME=VALUE` for each
+/// pair, where `VMARENA_NAME` is the variable of an option of the default space (space or
+/// arena table), and `VMARENA_EXPERIMENTS=1` when one of them is an experiment, which the
+/// library reads only then.
+pub fn variant_env(spec: &str) -> Result<Vec<(String, String)>, String> {
+    let options: Vec<vmarena::OptionDoc> =
+        [vmarena::SpaceOptions::TABLE, vmarena::ArenaOptions::TABLE].into_iter().flatten().copied().collect();
+    let mut env = Vec::new();
+    let mut experiment = false;
+    for pair in spec.split('+') {
+        let (name, value) = pair
+            .split_once('=')
+            .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+            .ok_or_else(|| format!("contender 'vmarena:{spec}': '{pair}' is not NAME=VALUE"))?;
+        let var = format!("VMARENA_{}", name.strip_prefix("VMARENA_").unwrap_or(name).to_ascii_uppercase());
+        let doc = options.iter().find(|d| d.env == var).ok_or_else(|| {
+            format!(
+                "contender 'vmarena:{spec}': {var} is not an option of the default space (`vmarena options` lists them)"
+            )
+        })?;
+        if env.iter().any(|(v, _)| *v == var) {
+            return Err(format!("contender 'vmarena:{spec}': {var} is set twice"));
+        }
+        experiment |= doc.experiment;
+        env.push((var, value.to_string()));
+    }
+    if experiment {
+        env.push(("VMARENA_EXPERIMENTS".into(), "1".into()));
+    }
+    Ok(env)
 }
 
 fn setup(c: &str, abi: &Path, plain: &Path) -> Result<Setup, String> {
     if c == "vmarena" {
-        return Ok(Setup { bin: abi.into(), preload: None, aligned: false });
+        return Ok(Setup { bin: abi.into(), preload: None, aligned: false, env: Vec::new() });
+    }
+    if let Some(spec) = c.strip_prefix("vmarena:") {
+        return Ok(Setup { bin: abi.into(), preload: None, aligned: false, env: variant_env(spec)? });
     }
     let (peer, aligned) = match c.strip_suffix("-aligned") {
         Some(p) => (p, true),
         None => (c, false),
     };
     let preload = libs::peer(peer).ok_or_else(|| {
-        format!("unknown contender '{c}' (vmarena, glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned)")
+        format!(
+            "unknown contender '{c}' (vmarena, vmarena:NAME=VALUE+..., glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned)"
+        )
     })??;
-    Ok(Setup { bin: plain.into(), preload, aligned })
+    Ok(Setup { bin: plain.into(), preload, aligned, env: Vec::new() })
 }
 
 fn loops_of(w: &str, loops: u64) -> u64 {
@@ -116,12 +167,7 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
         for &t in &cfg.threads {
             let first = cells.len();
             for c in &cfg.contenders {
-                cells.push(Cell {
-                    workload: w.clone(),
-                    threads: t,
-                    contender: c.clone(),
-                    ns_per_op: Vec::new(),
-                });
+                cells.push(Cell { workload: w.clone(), threads: t, contender: c.clone(), ..Cell::default() });
             }
             for round in 0..cfg.runs {
                 eprintln!("[user-path] {w}, {t} thread(s), run {} of {}", round + 1, cfg.runs);
@@ -134,17 +180,17 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
                     if let Some(p) = &s.preload {
                         cmd.env("LD_PRELOAD", p);
                     }
-                    let out = cmd.output().map_err(|e| format!("{}: {e}", s.bin.display()))?;
-                    let ns = cc::reported(&out, "ns_per_op").ok_or_else(|| {
-                        format!(
-                            "{w} under {}: {} {}{}",
-                            cfg.contenders[i],
-                            out.status,
-                            String::from_utf8_lossy(&out.stdout),
-                            String::from_utf8_lossy(&out.stderr)
-                        )
+                    cmd.envs(s.env.iter().map(|(k, v)| (k, v)));
+                    let raw =
+                        run_child(&mut cmd).map_err(|e| format!("{w} under {}: {e}", cfg.contenders[i]))?;
+                    let stdout = String::from_utf8_lossy(&raw.stdout);
+                    let ns = cc::reported_in(&stdout, "ns_per_op").ok_or_else(|| {
+                        format!("{w} under {}: no ns_per_op in its output: {stdout}", cfg.contenders[i])
                     })?;
-                    cells[first + i].ns_per_op.push(ns);
+                    let cell = &mut cells[first + i];
+                    cell.ns_per_op.push(ns);
+                    cell.maxrss_kib.push(raw.maxrss_kib);
+                    cell.minor_faults.push(raw.minflt);
                 }
             }
         }
@@ -231,6 +277,28 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
             }
         }
     }
+    println!("\nPeak RSS (MiB) / minor faults (thousands), medians:\n");
+    print!("| workload | threads |");
+    for c in &cfg.contenders {
+        print!(" {c} |");
+    }
+    println!("\n|---|---|{}", "---|".repeat(cfg.contenders.len()));
+    for w in &cfg.workloads {
+        for &t in &cfg.threads {
+            print!("| {w} | {t} |");
+            for c in &cfg.contenders {
+                match find(cells, w, t, c) {
+                    Some(x) => print!(
+                        " {:.1} / {:.1} |",
+                        Cell::median_of(&x.maxrss_kib) / 1024.0,
+                        Cell::median_of(&x.minor_faults) / 1000.0
+                    ),
+                    None => print!(" - |"),
+                }
+            }
+            println!();
+        }
+    }
 }
 
 pub fn json(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) -> String {
@@ -251,10 +319,52 @@ pub fn main(cfg: &UserPathConfig, m: &Machine) -> Result<(), String> {
     if let Some(w) = cfg.workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
         return Err(format!("unknown workload '{w}' (fix_size, full_fit, random_size, long_busy, mid_size)"));
     }
+    // Variants are checked before anything is built.
+    for spec in cfg.contenders.iter().filter_map(|c| c.strip_prefix("vmarena:")) {
+        variant_env(spec)?;
+    }
     let cells = run(cfg)?;
     print(cfg, &cells, m);
     if let Some(path) = &cfg.json {
         write_output(path, &json(cfg, &cells, m))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::variant_env;
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn a_variant_names_options_of_the_default_space() {
+        assert_eq!(
+            variant_env("thread_cache_pages_max=8192+VMARENA_GUARD_PAGES=2").unwrap(),
+            pairs(&[("VMARENA_THREAD_CACHE_PAGES_MAX", "8192"), ("VMARENA_GUARD_PAGES", "2")])
+        );
+        // An experiment is read only with VMARENA_EXPERIMENTS=1, so the variant sets it.
+        assert_eq!(
+            variant_env("SHARED_LAZY=0").unwrap(),
+            pairs(&[("VMARENA_SHARED_LAZY", "0"), ("VMARENA_EXPERIMENTS", "1")])
+        );
+    }
+
+    #[test]
+    fn a_malformed_variant_is_refused_with_its_reason() {
+        for (spec, why) in [
+            ("bogus=1", "VMARENA_BOGUS is not an option"),
+            ("SPACE_BYTES", "is not NAME=VALUE"),
+            ("SPACE_BYTES=", "is not NAME=VALUE"),
+            ("=1", "is not NAME=VALUE"),
+            ("GUARD_PAGES=1+guard_pages=2", "VMARENA_GUARD_PAGES is set twice"),
+            // Frame-pool options are not the default space's.
+            ("FRAMES_PCP=0", "not an option of the default space"),
+        ] {
+            let e = variant_env(spec).unwrap_err();
+            assert!(e.contains(why), "{spec}: {e}");
+        }
+    }
 }

@@ -281,3 +281,42 @@ fn percpu_counter_runs_every_mode_with_exact_sums() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mode 'lock'"));
 }
+
+/// A `vmarena:NAME=VALUE` contender runs the C ABI program with that option set: the table
+/// gets its column, and the memory table its figures; a space too small for one area fails
+/// the run with the program's own message, so the variable reached the process.
+#[test]
+fn user_path_variants_run_with_their_options() {
+    let libs = std::path::Path::new(env!("CARGO_BIN_EXE_vmarena")).parent().unwrap().to_path_buf();
+    if !libs.join("libvmarena.so").exists() {
+        eprintln!("skipped: no libvmarena.so beside the lab binary in this build");
+        return;
+    }
+    let lib_dir = libs.to_str().unwrap();
+    let base = ["user-path", "--workloads", "fix_size", "--threads", "1", "--loops", "2000", "--runs", "1"];
+    let mut args = base.to_vec();
+    args.extend(["--lib-dir", lib_dir, "--contenders", "vmarena,vmarena:thread_cache=0"]);
+    let out = vmarena(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("| workload | threads | vmarena | vmarena:thread_cache=0 |"), "{text}");
+    let memory = text.split("Peak RSS (MiB) / minor faults (thousands)").nth(1).expect("memory table");
+    let row = memory.lines().find(|l| l.starts_with("| fix_size | 1 |")).expect("a memory row");
+    let cells: Vec<&str> = row.split('|').map(str::trim).filter(|c| !c.is_empty()).collect();
+    assert_eq!(cells.len(), 4, "{row}");
+    for c in &cells[2..] {
+        let (rss, faults) = c.split_once(" / ").expect("RSS / faults");
+        assert!(rss.parse::<f64>().unwrap() > 0.0 && faults.parse::<f64>().unwrap() > 0.0, "{row}");
+    }
+
+    let mut args = base.to_vec();
+    args.extend(["--lib-dir", lib_dir, "--contenders", "vmarena:space_bytes=4096"]);
+    let out = vmarena(&args);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("VMARENA_SPACE_BYTES") && err.contains("allocation of 12288 bytes failed"), "{err}");
+
+    let out = vmarena(&["user-path", "--contenders", "vmarena:bogus=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("VMARENA_BOGUS is not an option"));
+}
