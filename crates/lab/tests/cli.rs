@@ -7,6 +7,18 @@ fn vmarena(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vmarena")).args(args).output().unwrap()
 }
 
+/// The folder of the lab binary, when this build put `libvmarena.so` beside it (a test that
+/// needs the library says it skipped otherwise).
+fn lib_dir() -> Option<std::path::PathBuf> {
+    let libs = std::path::Path::new(env!("CARGO_BIN_EXE_vmarena")).parent()?.to_path_buf();
+    if libs.join("libvmarena.so").exists() {
+        Some(libs)
+    } else {
+        eprintln!("skipped: no libvmarena.so beside the lab binary in this build");
+        None
+    }
+}
+
 #[test]
 fn pair_runs_every_strategy_and_reports_ratios() {
     // A folder that does not exist yet, as `results/` in a fresh clone.
@@ -254,11 +266,7 @@ fn output_into_a_closed_pipe_ends_quietly() {
 /// program (a per-CPU copy that lost or doubled increments would fail the command).
 #[test]
 fn percpu_counter_runs_every_mode_with_exact_sums() {
-    let libs = std::path::Path::new(env!("CARGO_BIN_EXE_vmarena")).parent().unwrap().to_path_buf();
-    if !libs.join("libvmarena.so").exists() {
-        eprintln!("skipped: no libvmarena.so beside the lab binary in this build");
-        return;
-    }
+    let Some(libs) = lib_dir() else { return };
     let out = vmarena(&[
         "percpu-counter",
         "--runs",
@@ -287,11 +295,7 @@ fn percpu_counter_runs_every_mode_with_exact_sums() {
 /// the run with the program's own message, so the variable reached the process.
 #[test]
 fn user_path_variants_run_with_their_options() {
-    let libs = std::path::Path::new(env!("CARGO_BIN_EXE_vmarena")).parent().unwrap().to_path_buf();
-    if !libs.join("libvmarena.so").exists() {
-        eprintln!("skipped: no libvmarena.so beside the lab binary in this build");
-        return;
-    }
+    let Some(libs) = lib_dir() else { return };
     let lib_dir = libs.to_str().unwrap();
     let base = ["user-path", "--workloads", "fix_size", "--threads", "1", "--loops", "2000", "--runs", "1"];
     let mut args = base.to_vec();
