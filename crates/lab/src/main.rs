@@ -92,10 +92,12 @@ enum Command {
     /// The vmalloc path as a user calls it: vmarena's C ABI against plain malloc (and page-aligned
     /// posix_memalign) under glibc, jemalloc, mimalloc and tcmalloc.
     ///
-    /// The kernel's test_vmalloc shapes (fix_size, full_fit, random_size, long_busy) from
-    /// threads the program creates, every page written, fresh processes, contenders
-    /// alternating: median ns per operation, vmarena's ratio to the best peer and to tcmalloc,
-    /// and throughput at the highest thread count over the first.
+    /// The kernel's test_vmalloc shapes (fix_size, full_fit, random_size, long_busy) and
+    /// mid_size from threads the program creates, every page written, fresh processes,
+    /// contenders alternating: median ns per operation, vmarena's ratio to the best peer and to
+    /// tcmalloc, throughput at the highest thread count over the first, and each contender's
+    /// median peak RSS and minor faults. vmarena:NAME=VALUE contenders run the C ABI with
+    /// options set, beside the default.
     UserPath(user_path::UserPathConfig),
     /// A per-CPU counter on vmarena's per-CPU objects against one shared atomic counter.
     ///
