@@ -11,7 +11,8 @@
 //!
 //! Table: open addressing with linear probing over a power-of-two number of slots, Fibonacci
 //! hashing of the start page (one multiply), at most half full, and backward-shift deletion (no
-//! tombstones, so probe sequences never degrade). It shrinks when it falls below an eighth full.
+//! tombstones, so probe sequences never degrade). It shrinks to a quarter when it falls below a
+//! sixteenth full.
 //! Slots are stored in 64-byte-aligned lines, so the table of one node never shares a cache
 //! line with another allocation (two nodes' tables side by side cost the Nodes strategy its
 //! two-thread scaling when they did: see DESIGN.md).
@@ -34,6 +35,10 @@ pub struct BusyArea<T: Copy> {
 const EMPTY: u64 = 0;
 const MIN_SLOTS: usize = 16;
 const KEYS_PER_LINE: usize = 8;
+/// The table shrinks to a quarter when fewer than one slot in `SHRINK_BELOW` holds a key (a
+/// quarter full at most after): a bulk free of many areas rehashes a third of what halving at
+/// an eighth did, for a table at most 16 times its keys.
+const SHRINK_BELOW: usize = 16;
 const VALS_PER_LINE: usize = 2;
 
 /// A cache line (or a few) of slots, aligned so that no other data shares it.
@@ -104,7 +109,8 @@ impl<T: Copy + Default> BusyMap<T> {
 
     /// `(key, value)` of every occupied slot.
     fn occupied(&self) -> impl Iterator<Item = (usize, u64, &BusyArea<T>)> + '_ {
-        (0..self.slots).map(|i| (i, self.key(i), self.val(i))).filter(|x| x.1 != EMPTY)
+        let keys = self.keys.iter().flat_map(|l| l.0.iter().copied());
+        keys.enumerate().filter(|&(_, k)| k != EMPTY).map(|(i, k)| (i, k, self.val(i)))
     }
 
     /// The slot holding `key`, if any.
@@ -217,8 +223,8 @@ impl<T: Copy + Default> BusyMap<T> {
             }
         }
         self.set_key(hole, EMPTY);
-        if self.slots > MIN_SLOTS && self.len * 8 < self.slots {
-            self.resize(self.slots / 2);
+        if self.slots > MIN_SLOTS && self.len * SHRINK_BELOW < self.slots {
+            self.resize((self.slots / 4).max(MIN_SLOTS));
         }
         area
     }

@@ -21,7 +21,7 @@
 //!
 //! Why not the busy map's table (`vmarena_core::busy::BusyMap`), the same kind of table: it
 //! keeps a value of an area record beside each key in cache-line-aligned blocks, sums pages,
-//! and halves its table below an eighth full, which suits live areas; a lazy list's length
+//! and shrinks its table below a sixteenth full, which suits live areas; a lazy list's length
 //! swings with every purge, so it resized all the time, and each operation cost more. Under the
 //! callgrind command of DESIGN.md the whole run took 95.4 M instructions with two busy maps,
 //! 93.2 M with two that never shrink, 88.5-89.8 M with the B-tree and 83.6-85.8 M with this

@@ -20,6 +20,52 @@ use vmarena_core::Span;
 /// `Rcu` poll releases, `vmarena::rcu::POLL_EVERY`) fits, so the allocations that follow hit.
 const CLASS_MAX_ENTRIES: u64 = 64;
 
+/// Areas a push takes out of a full stack at once: half of the largest stack, as jemalloc's
+/// thread cache flushes half of a full bin. They go down the busy-map path together
+/// ([`Spill`]), one lock acquisition per busy shard, and the entries left move down by as
+/// many slots: one move per area spilled.
+pub(crate) const SPILL_MAX: usize = CLASS_MAX_ENTRIES as usize / 2;
+
+/// Areas a push took out of the magazine, for the busy-map path: the oldest half of a full
+/// stack, or the one area evicted from a larger size to make room. Their words stay `cached`
+/// until the busy-map path clears them, so no free from outside can race with it.
+pub(crate) struct Spill {
+    /// One more than a full stack spills: the push's eviction, which cannot follow a spill
+    /// (a spill leaves room for the area under the budget) but costs nothing to allow.
+    spans: [Span; SPILL_MAX + 1],
+    len: usize,
+}
+
+impl Default for Spill {
+    fn default() -> Spill {
+        Spill { spans: [Span::default(); SPILL_MAX + 1], len: 0 }
+    }
+}
+
+impl Spill {
+    fn push(&mut self, s: Span) {
+        self.spans[self.len] = s;
+        self.len += 1;
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [Span] {
+        &mut self.spans[..self.len]
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Spilled areas of `pages` pages.
+    pub(crate) fn of_size(&self, pages: u64) -> usize {
+        self.spans[..self.len].iter().filter(|a| a.pages == pages).count()
+    }
+}
+
 /// One 64-byte cache line of words.
 #[repr(align(64))]
 #[derive(Default)]
@@ -309,22 +355,28 @@ impl Magazine {
         start
     }
 
-    /// Push a freed area. When the magazine's pages would pass `budget_pages`, room is made
-    /// first by taking the oldest area of the largest cached size, when that size is larger
-    /// than this area's and frees enough (into `evicted`, which the caller frees through the
-    /// busy map): the newest free is the likeliest to be asked for again, and the largest
-    /// area gives back the most budget for one busy-map free, which a refused push would cost
-    /// too. False, with nothing changed, when the area's stack is full or no such room exists.
-    /// A size turned away (refused or evicted) leaves a ghost.
+    /// Push a freed area. A full stack first spills its oldest half (at least one area)
+    /// into `spill`, which the caller frees through the busy map in one batch: the newest
+    /// frees are the likeliest to be asked for again, and a batch takes each busy shard's lock
+    /// once where one free at a time took it for every area. When the magazine's pages would
+    /// pass its budget, room is made by taking the oldest area of the largest cached size, when
+    /// that size is larger than this area's and frees enough (into `spill`): the largest area
+    /// gives back the most budget for one busy-map free, which a refused push would cost too.
+    /// False, with nothing changed, when no such room exists. A size turned away (spilled,
+    /// refused or evicted) leaves a ghost.
     #[inline]
-    pub(crate) fn push(&self, pages: u64, start: u64, evicted: &mut Option<Span>) -> bool {
+    pub(crate) fn push(&self, pages: u64, start: u64, spill: &mut Spill) -> bool {
         let c = &self.classes[pages as usize - 1];
+        let n = c.len.load(Relaxed);
+        let cap = c.cap.load(Relaxed);
+        if n >= cap {
+            self.spill_oldest(pages, (n / 2).max(n + 1 - cap).min(SPILL_MAX), spill);
+            set_bit(&self.ghosts, pages, true);
+        }
         let n = c.len.load(Relaxed);
         let held = self.pages.load(Relaxed);
         let budget = self.budget.load(Relaxed);
-        if n >= c.cap.load(Relaxed)
-            || (held + pages > budget && !self.make_room(held + pages - budget, pages, evicted))
-        {
+        if held + pages > budget && !self.make_room(held + pages - budget, pages, spill) {
             set_bit(&self.ghosts, pages, true);
             return false;
         }
@@ -337,17 +389,35 @@ impl Magazine {
         true
     }
 
-    /// Take the oldest cached area of the largest cached size into `evicted` when that size
+    /// Move the `k` oldest entries of the stack of `pages` pages (the bottom, `k` at most its
+    /// length) into `spill`; the entries above them move down, so the stack keeps its order.
+    #[cold]
+    fn spill_oldest(&self, pages: u64, k: usize, spill: &mut Spill) {
+        let c = &self.classes[pages as usize - 1];
+        let n = c.len.load(Relaxed);
+        let k = k.min(n);
+        let slots = || c.slots.lines.iter().flat_map(|l| l.0.iter());
+        for w in slots().take(k) {
+            spill.push(Span::new(w.load(Relaxed), pages));
+        }
+        for (to, from) in slots().zip(slots().skip(k)).take(n - k) {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        c.len.store(n - k, Relaxed);
+        self.pages.store(self.pages.load(Relaxed) - k as u64 * pages, Relaxed);
+    }
+
+    /// Take the oldest cached area of the largest cached size into `spill` when that size
     /// is above `pages` and at least `need`; false (nothing taken) otherwise.
     #[cold]
-    pub(crate) fn make_room(&self, need: u64, pages: u64, evicted: &mut Option<Span>) -> bool {
+    pub(crate) fn make_room(&self, need: u64, pages: u64, spill: &mut Spill) -> bool {
         let Some(p) = self.largest_occupied() else { return false };
         if p <= pages || p < need {
             return false;
         }
         let s = self.take_oldest(p).expect("an occupied size holds an area");
         set_bit(&self.ghosts, p, true);
-        *evicted = Some(Span::new(s, p));
+        spill.push(Span::new(s, p));
         true
     }
 

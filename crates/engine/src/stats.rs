@@ -49,8 +49,8 @@ stats_table! {
         cache_hits, "allocs";
         /// Cacheable allocations that found the thread's cache empty for their size.
         cache_misses, "allocs";
-        /// Frees that found the thread's cache full and went to the node.
-        cache_flushes, "frees";
+        /// Areas a thread's frees sent to the nodes: a full stack's oldest half (one batch), or a free over the budget.
+        cache_flushes, "areas";
         /// Cached areas given back to the nodes by drains, evictions and thread exits.
         cache_drained, "areas";
         /// Times a magazine's budget grew (a miss of a size it had turned away).

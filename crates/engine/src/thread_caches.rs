@@ -43,7 +43,7 @@
 use crate::area_state::{AreaStates, Claim};
 pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::handshake::{heavy_fence, Enter};
-use crate::magazine::{bump, Magazine};
+use crate::magazine::{bump, Magazine, Spill};
 use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
@@ -62,9 +62,15 @@ pub(crate) trait CacheOwner: Send + Sync {
     /// The arena's thread caches.
     fn caches(&self) -> Option<&ThreadCaches>;
 
-    /// Free an area taken out of a magazine through the busy map. Its word is `cached`, so no
-    /// other free can race with this one; a refusal is a broken invariant and panics.
-    fn free_from_cache(&self, start: u64);
+    /// Free areas taken out of a magazine through the busy map, in one batch (their order may
+    /// change). Their words are `cached`, so no other free can race with this; a refusal is a
+    /// broken invariant and panics.
+    fn free_from_cache(&self, areas: &mut [Span]);
+
+    /// Areas of a thread's frees went down the busy-map path: start a purge if one is due.
+    fn spilled(me: &Arc<Self>)
+    where
+        Self: Sized;
 
     /// A thread registered its first magazine of this arena: start the decay worker, which
     /// gives cached areas back on idle intervals.
@@ -365,21 +371,30 @@ impl ThreadCaches {
         pages: u64,
         caller: Option<&'static Location<'static>>,
     ) -> FreeFast {
-        let mut evicted = None;
+        let mut spill = Spill::default();
         let cached = self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(&**arena, m);
                 return false;
             }
-            let ok = m.push(pages, start, &mut evicted);
+            let ok = m.push(pages, start, &mut spill);
             bump(if ok { &m.pushes } else { &m.flushes });
+            // The oldest areas of a full stack go the way a refused free goes: flushes.
+            let flushed = spill.of_size(pages) as u64;
+            m.flushes.store(m.flushes.load(Relaxed) + flushed, Relaxed);
             m.hs.leave();
             ok
         });
-        if evicted.is_some() {
-            // Its word is `cached`: no other free can race with this.
+        if !spill.is_empty() {
+            // Their words are `cached`: no other free can race with this.
             let _inside = vmarena_platform::reentry::enter();
-            self.give_areas(&**arena, evicted.as_slice());
+            // An area of a larger size taken to make room counts as drained, as before.
+            let evicted = spill.len() - spill.of_size(pages);
+            arena.free_from_cache(spill.as_mut_slice());
+            if evicted > 0 {
+                self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += evicted as u64;
+            }
+            A::spilled(arena);
         }
         if cached == Some(true) {
             FreeFast::Cached { pages, caller }
@@ -395,16 +410,14 @@ impl ThreadCaches {
             let mut areas = Vec::new();
             m.take(&mut areas, self.budget.base_pages);
             m.hs.release();
-            self.give_areas(arena, &areas);
+            self.give_areas(arena, &mut areas);
         }
     }
 
     /// Areas taken from magazines go down the busy-map path (their words are `cached`, so no
     /// free from outside can race with it).
-    fn give_areas<A: CacheOwner + ?Sized>(&self, arena: &A, areas: &[Span]) {
-        for a in areas {
-            arena.free_from_cache(a.start);
-        }
+    fn give_areas<A: CacheOwner + ?Sized>(&self, arena: &A, areas: &mut [Span]) {
+        arena.free_from_cache(areas);
         self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += areas.len() as u64;
     }
 
@@ -423,7 +436,7 @@ impl ThreadCaches {
             r.flushes += mag.flushes.load(Relaxed);
             r.grows += mag.grows.load(Relaxed);
         }
-        self.give_areas(arena, &areas);
+        self.give_areas(arena, &mut areas);
     }
 
     /// Empty every magazine whose owner is not inside an operation; ask the others to empty
@@ -447,7 +460,7 @@ impl ThreadCaches {
                 m.hs.release();
             }
         }
-        self.give_areas(arena, &areas);
+        self.give_areas(arena, &mut areas);
         drop(reg);
         areas.len() as u64
     }

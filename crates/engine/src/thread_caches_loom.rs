@@ -12,7 +12,10 @@ use std::panic::Location;
 /// `thread_caches.rs`'s `CacheOwner`, over this stand-in's `ThreadCaches`.
 pub(crate) trait CacheOwner: Send + Sync {
     fn caches(&self) -> Option<&ThreadCaches>;
-    fn free_from_cache(&self, start: u64);
+    fn free_from_cache(&self, areas: &mut [vmarena_core::Span]);
+    fn spilled(me: &Arc<Self>)
+    where
+        Self: Sized;
     fn registered(me: &Arc<Self>)
     where
         Self: Sized;

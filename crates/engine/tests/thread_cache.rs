@@ -113,16 +113,37 @@ fn a_burst_of_64_frees_of_one_size_fits_with_the_default_budget() {
     };
     let a = Arena::new("burst", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();
     let xs: Vec<_> = (0..65).map(|_| a.alloc(&AllocRequest::pages(2)).unwrap().start).collect();
-    for &x in &xs {
+    for &x in &xs[..64] {
         a.free(x).unwrap();
     }
     let st = a.stats();
-    assert_eq!((st.cached_areas, st.cache_flushes), (64, 1), "64 cached, the 65th to the node");
+    assert_eq!((st.cached_areas, st.cache_flushes), (64, 0), "a burst of 64 fits");
     let hits = st.cache_hits;
     for _ in 0..64 {
         a.alloc(&AllocRequest::pages(2)).unwrap();
     }
     assert_eq!(a.stats().cache_hits, hits + 64);
+    a.check().unwrap();
+    for &x in &xs[..64] {
+        a.free(x).unwrap();
+    }
+    // The 65th free finds the stack full: its 32 oldest areas go to the nodes in one batch,
+    // one lock acquisition per busy shard (2 nodes here), and the newest stays cached.
+    let lock_acq = |a: &Arena| a.lock_stats().iter().map(|(_, l)| l.acquisitions).sum::<u64>();
+    let before = lock_acq(&a);
+    a.free(xs[64]).unwrap();
+    let taken = lock_acq(&a) - before;
+    assert!((1..=2).contains(&taken), "one acquisition per shard, not per area: {taken}");
+    let st = a.stats();
+    assert_eq!((st.cached_areas, st.cache_flushes), (33, 32), "half spilled, the newest cached");
+    assert_eq!(st.lazy_pages, 64, "the spilled areas wait for a purge as usual");
+    a.check().unwrap();
+    assert_eq!(a.alloc_cached(2, None), Some(xs[64]), "the newest free is the next hit");
+    assert_eq!(a.alloc_cached(2, None), Some(xs[63]));
+    // The oldest ones left: they are back in the pools, not in the magazine.
+    let cached: Vec<u64> = (0..31).map(|_| a.alloc_cached(2, None).unwrap()).collect();
+    assert!(cached.iter().all(|x| !xs[..32].contains(x)), "{cached:x?}");
+    assert_eq!(a.alloc_cached(2, None), None);
     a.check().unwrap();
 }
 

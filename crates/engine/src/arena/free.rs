@@ -113,16 +113,7 @@ impl Arena {
             Err(_) => {
                 sh.counters.bad_frees.fetch_add(1, Relaxed);
             }
-            Ok(_) => {
-                Shared::start_decay_worker(&self.shared);
-                let lazy = sh.lazy.approx.load(Relaxed);
-                let limit = sh.lazy.limit.load(Relaxed) as i64;
-                if lazy > limit && !sh.purging.requested.swap(true, Relaxed) {
-                    sh.kick(&self.shared);
-                } else if lazy > LAZY_BACKPRESSURE * limit {
-                    sh.purge_unless_running();
-                }
-            }
+            Ok(_) => Shared::freed(&self.shared),
         }
         r
     }
@@ -133,6 +124,20 @@ impl Shared {
     #[inline]
     pub(crate) fn free(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
         with_strategy!(&self.locks, s => s.free(self, start, kind))
+    }
+
+    /// Areas went lazy: start the decay worker, and a purge if the lazy pages passed their
+    /// limit (on this thread when the worker has fallen far behind).
+    #[inline]
+    pub(crate) fn freed(me: &Arc<Shared>) {
+        Shared::start_decay_worker(me);
+        let lazy = me.lazy.approx.load(Relaxed);
+        let limit = me.lazy.limit.load(Relaxed) as i64;
+        if lazy > limit && !me.purging.requested.swap(true, Relaxed) {
+            me.kick(me);
+        } else if lazy > LAZY_BACKPRESSURE * limit {
+            me.purge_unless_running();
+        }
     }
 
     /// Start the worker for the decay interval (which needs it even below the threshold), once.

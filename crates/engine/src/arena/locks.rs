@@ -70,6 +70,16 @@ pub(crate) trait StrategyLocks {
     /// make the area lazy: on a lazy list, or in a pool (Nodes).
     fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError>;
 
+    /// [`StrategyLocks::free`] of every area in `areas` (any kind; their order may change), in
+    /// one batch where the strategy can take each lock once for several. Stops at the first
+    /// area that is not live.
+    fn free_many(&self, sh: &Shared, areas: &mut [Span]) -> Result<(), FreeError> {
+        for a in areas.iter() {
+            self.free(sh, a.start, None)?;
+        }
+        Ok(())
+    }
+
     /// Run `f` on the busy map (or shard) that holds `start`, under its lock.
     fn with_busy<R>(&self, sh: &Shared, start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R;
 

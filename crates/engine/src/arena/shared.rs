@@ -27,7 +27,7 @@ use crate::sync::Ordering::Relaxed;
 use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Mutex};
 use crate::thread_caches::{CacheOwner, ThreadCaches};
 use crate::worker::Worker;
-use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, SizePools};
+use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, SizePools, Span};
 
 /// The lazy pages of an arena: how many there are, and when a purge is due.
 pub(crate) struct LazyAccount {
@@ -287,10 +287,14 @@ impl CacheOwner for Shared {
         self.cache.as_ref()
     }
 
-    fn free_from_cache(&self, start: u64) {
-        if let Err(e) = self.free(start, None) {
-            panic!("{}: cached area {start:#x} was not busy: {e}", self.name);
+    fn free_from_cache(&self, areas: &mut [Span]) {
+        if let Err(e) = with_strategy!(&self.locks, s => s.free_many(self, areas)) {
+            panic!("{}: a cached area was not busy: {e}", self.name);
         }
+    }
+
+    fn spilled(me: &Arc<Self>) {
+        Shared::freed(me);
     }
 
     fn registered(me: &Arc<Self>) {

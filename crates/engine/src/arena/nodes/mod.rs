@@ -82,6 +82,44 @@ impl StrategyLocks for Nodes {
         Ok(a)
     }
 
+    /// Areas sorted by busy shard: each shard's lock is taken once for its areas, and each
+    /// home node's once for those of its areas that another shard held.
+    fn free_many(&self, sh: &Shared, areas: &mut [Span]) -> Result<(), FreeError> {
+        let first = areas.first().map(|a| sh.shard_of(a.start));
+        if areas.iter().any(|a| Some(sh.shard_of(a.start)) != first) {
+            areas.sort_unstable_by_key(|a| sh.shard_of(a.start));
+        }
+        for run in areas.chunk_by(|a, b| sh.shard_of(a.start) == sh.shard_of(b.start)) {
+            let shard = sh.shard_of(run[0].start);
+            // Areas another node allocated, pushed there after the shard's lock is dropped.
+            let mut away: Vec<(usize, u64, u64)> = Vec::new();
+            {
+                let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
+                for a in run {
+                    let r = remove_record(&mut g.busy, a.start, None)?;
+                    if let Some(c) = &sh.cache {
+                        c.states.clear(a.start, r.pages);
+                    }
+                    match r.node {
+                        NO_NODE => sh.node_put(&mut g, a.start, r.pages, false),
+                        n if n as usize == shard => sh.node_put(&mut g, a.start, r.pages, true),
+                        n => away.push((n as usize, a.start, r.pages)),
+                    }
+                }
+                sh.sync_node(&mut g, false);
+            }
+            away.sort_unstable();
+            for same in away.chunk_by(|a, b| a.0 == b.0) {
+                let mut g = self.nodes[same[0].0].lock_at(&site::FREE_HOME_NODE);
+                for &(_, start, pages) in same {
+                    sh.node_put(&mut g, start, pages, true);
+                }
+                sh.sync_node(&mut g, false);
+            }
+        }
+        Ok(())
+    }
+
     fn with_busy<R>(&self, sh: &Shared, start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
         f(&mut self.nodes[sh.shard_of(start)].lock().busy)
     }
@@ -377,12 +415,19 @@ impl Shared {
     /// Put a freed area on its home node (locked): its pool, or the lazy list.
     #[inline]
     fn node_push(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
+        self.node_put(g, start, pages, tagged);
+        self.sync_node(g, false);
+    }
+
+    /// [`Shared::node_push`] without the lazy pages' publication: for a batch, which publishes
+    /// once at its end, before the lock is dropped.
+    #[inline]
+    fn node_put(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
         if tagged && self.poolable(pages) {
             g.pools.push(start, pages, PoolSide::Dirty);
         } else {
             g.lazy_list.push(LazyArea { start, pages, reusable: tagged });
         }
         g.frees += 1;
-        self.sync_node(g, false);
     }
 }
