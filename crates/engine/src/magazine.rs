@@ -396,12 +396,12 @@ impl Magazine {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
         let k = k.min(n);
-        let slots = || c.slots.lines.iter().flat_map(|l| l.0.iter());
-        for w in slots().take(k) {
-            spill.push(Span::new(w.load(Relaxed), pages));
+        let lines = &c.slots.lines;
+        for j in 0..k {
+            spill.push(Span::new(lines[j / 8].0[j % 8].load(Relaxed), pages));
         }
-        for (to, from) in slots().zip(slots().skip(k)).take(n - k) {
-            to.store(from.load(Relaxed), Relaxed);
+        for j in k..n {
+            lines[(j - k) / 8].0[(j - k) % 8].store(lines[j / 8].0[j % 8].load(Relaxed), Relaxed);
         }
         c.len.store(n - k, Relaxed);
         self.pages.store(self.pages.load(Relaxed) - k as u64 * pages, Relaxed);
