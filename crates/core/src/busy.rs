@@ -11,8 +11,11 @@
 //!
 //! Table: open addressing with linear probing over a power-of-two number of slots, Fibonacci
 //! hashing of the start page (one multiply), at most half full, and backward-shift deletion (no
-//! tombstones, so probe sequences never degrade). It shrinks to a quarter when it falls below a
-//! sixteenth full.
+//! tombstones, so probe sequences never degrade). Removals never shrink it: a program that frees
+//! thousands of areas in a row would otherwise rebuild the table, and give the old one back to
+//! the system, while its frees go on (a 4 MiB table's `munmap` took a millisecond there).
+//! [`BusyMap::compact`] shrinks it instead, from the purges that are not threshold purges (idle
+//! decay, explicit purges, the shrinker), as the lazy list's address maps do.
 //! Slots are stored in 64-byte-aligned lines, so the table of one node never shares a cache
 //! line with another allocation (two nodes' tables side by side cost the Nodes strategy its
 //! two-thread scaling when they did: see DESIGN.md).
@@ -35,10 +38,6 @@ pub struct BusyArea<T: Copy> {
 const EMPTY: u64 = 0;
 const MIN_SLOTS: usize = 16;
 const KEYS_PER_LINE: usize = 8;
-/// The table shrinks to a quarter when fewer than one slot in `SHRINK_BELOW` holds a key (a
-/// quarter full at most after): a bulk free of many areas rehashes a third of what halving at
-/// an eighth did, for a table at most 16 times its keys.
-const SHRINK_BELOW: usize = 16;
 const VALS_PER_LINE: usize = 2;
 
 /// A cache line (or a few) of slots, aligned so that no other data shares it.
@@ -223,10 +222,27 @@ impl<T: Copy + Default> BusyMap<T> {
             }
         }
         self.set_key(hole, EMPTY);
-        if self.slots > MIN_SLOTS && self.len * SHRINK_BELOW < self.slots {
-            self.resize((self.slots / 4).max(MIN_SLOTS));
-        }
         area
+    }
+
+    /// Shrink the table when it is under an eighth full, to the smallest size at most a
+    /// quarter full (not below the first size). For the purges that are not threshold purges,
+    /// never while frees go on (module documentation).
+    pub fn compact(&mut self) {
+        if self.slots > MIN_SLOTS && self.len * 8 < self.slots {
+            let mut to = self.slots;
+            while to > MIN_SLOTS && self.len * 4 < to / 2 {
+                to /= 2;
+            }
+            if to < self.slots {
+                self.resize(to);
+            }
+        }
+    }
+
+    /// Slots of the table (a power of two).
+    pub fn capacity(&self) -> usize {
+        self.slots
     }
 
     /// The record of the area starting at `start`.
@@ -310,6 +326,29 @@ mod tests {
     }
 
     #[test]
+    fn removals_never_shrink_and_compact_does() {
+        let mut m: BusyMap<u32> = BusyMap::default();
+        let a = BusyArea { pages: 2, node: 0, tag: 0 };
+        for k in 0..10_000u64 {
+            assert!(m.insert(k * 2, a));
+        }
+        let full = m.capacity();
+        assert_eq!(full, 32_768, "at most half full");
+        for k in 0..9_900u64 {
+            assert_eq!(m.remove(k * 2), Some(a));
+        }
+        assert_eq!(m.capacity(), full, "a run of frees rebuilds nothing");
+        m.compact();
+        assert_eq!(m.capacity(), 512, "100 keys: the smallest table at most a quarter full");
+        m.check().unwrap();
+        for k in 9_900..10_000u64 {
+            assert_eq!(m.get(k * 2), Some(&a));
+        }
+        m.compact();
+        assert_eq!(m.capacity(), 512, "an eighth full or more: left alone");
+    }
+
+    #[test]
     fn matches_a_shadow_map_through_growth_and_shrink() {
         use std::collections::BTreeMap;
         let mut m: BusyMap<u32> = BusyMap::default();
@@ -333,6 +372,13 @@ mod tests {
                 assert_eq!(m.remove(key), shadow.remove(&key));
             }
             if step % 10_000 == 0 {
+                let before = m.capacity();
+                if step % 20_000 == 0 {
+                    m.compact();
+                    assert!(
+                        m.capacity() <= before && (m.capacity() == 16 || m.len() * 8 >= m.capacity() / 2)
+                    );
+                }
                 m.check().unwrap();
                 assert_eq!(m.sorted(), shadow.iter().map(|(&k, &v)| (k, v)).collect::<Vec<_>>());
             }

@@ -14,7 +14,7 @@ use super::locks::StrategyLocks;
 use super::purge::PurgeBatch;
 use super::shared::{tree_alloc, Shared};
 use super::AreaLists;
-use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, NO_NODE};
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, NO_NODE};
 use crate::error::FreeError;
 use crate::lock::{LockRank, LockSite, LockStats, StatLock};
 use crate::node::Padded;
@@ -57,7 +57,11 @@ impl BusyLazy {
     }
 
     /// The purge's detach: the whole lazy list goes to be released and merged into the tree.
+    /// A purge that is not a threshold purge also shrinks the busy map (`BusyMap::compact`).
     pub(super) fn detach(&mut self, sh: &Shared, batch: &mut PurgeBatch) {
+        if batch.kind != PurgeKind::Threshold {
+            self.busy.compact();
+        }
         let lazy = std::mem::take(&mut self.lazy);
         let pages = std::mem::take(&mut self.lazy_pages);
         sh.lazy.approx.fetch_sub(pages as i64, Relaxed);

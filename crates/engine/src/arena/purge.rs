@@ -186,4 +186,33 @@ mod tests {
         }
         a.check().unwrap();
     }
+
+    /// A busy map that held 3,000 areas keeps its table through their frees (no rebuild while
+    /// frees go on) until a purge that is not a threshold purge compacts it; for each strategy.
+    #[test]
+    fn an_explicit_purge_shrinks_the_busy_maps_and_frees_do_not() {
+        for strategy in [Strategy::Nodes, Strategy::Global, Strategy::Split] {
+            let o = ArenaOptions {
+                strategy,
+                nodes: 1,
+                purge_thread: false,
+                decay_interval_ms: 0,
+                thread_cache: false,
+                lazy_max_pages: 1 << 40,
+                ..Default::default()
+            };
+            let a = Arena::new("compact", 0, 1 << 22, o, Box::new(NoBacking)).unwrap();
+            let capacity = |a: &Arena| a.shared.with_busy(0, |b| b.capacity());
+            let areas: Vec<_> = (0..3000).map(|_| a.alloc(&AllocRequest::pages(2)).unwrap()).collect();
+            let big = capacity(&a);
+            assert!(big >= 8192, "{strategy:?}: {big} slots for 3,000 areas");
+            for x in &areas {
+                a.free(x.start).unwrap();
+            }
+            assert_eq!(capacity(&a), big, "{strategy:?}: frees do not rebuild the table");
+            a.purge();
+            assert!(capacity(&a) <= 64, "{strategy:?}: {} slots after the purge", capacity(&a));
+            a.check().unwrap();
+        }
+    }
 }

@@ -48,6 +48,7 @@ impl Shared {
             if kind != PurgeKind::Threshold {
                 // Not while frees go on: the maps would shrink and grow again.
                 p.lazy_list.compact();
+                p.busy.compact();
             }
             self.sync_node(&mut p, true);
             if full {
