@@ -25,6 +25,9 @@ pub(crate) enum FreeFast {
 pub(crate) struct Budget {
     pub(crate) base_pages: u64,
     pub(crate) max_pages: u64,
+    /// A cached area at most this share (percent) larger than a request may serve it whole
+    /// when the request's own size has none (`lazy_slack_percent`).
+    pub(crate) slack_percent: u64,
 }
 
 /// Counters of the thread caches of one arena.
@@ -33,6 +36,8 @@ pub(crate) struct CacheFigures {
     pub(crate) areas: u64,
     pub(crate) pages: u64,
     pub(crate) hits: u64,
+    /// Hits served by a larger cached area within the slack (counted in `hits` too).
+    pub(crate) slack_hits: u64,
     pub(crate) misses: u64,
     pub(crate) pushes: u64,
     pub(crate) flushes: u64,

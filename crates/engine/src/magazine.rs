@@ -154,6 +154,7 @@ pub(crate) struct Magazine {
     ghosts: LineWords,
     pub(crate) grows: AtomicU64,
     pub(crate) hits: AtomicU64,
+    pub(crate) slack_hits: AtomicU64,
     pub(crate) misses: AtomicU64,
     pub(crate) pushes: AtomicU64,
     pub(crate) flushes: AtomicU64,
@@ -220,6 +221,7 @@ impl Magazine {
             ghosts: LineWords::new(words),
             grows: AtomicU64::new(0),
             hits: AtomicU64::new(0),
+            slack_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
@@ -295,6 +297,35 @@ impl Magazine {
             (0..n).rev().find(|&i| c.slots[i].load(Relaxed) & (align_pages - 1) == 0)?
         };
         Some(self.remove(pages, i))
+    }
+
+    /// The newest area of the smallest cached size above `pages` and at most `hi_pages`, as
+    /// `(start, its pages)`: the occupied bits of those sizes, in ascending order, clearing the
+    /// stale bits it meets (owner inside an operation, or a drainer holding the magazine).
+    pub(crate) fn pop_within(&self, pages: u64, hi_pages: u64) -> Option<(u64, u64)> {
+        let hi = hi_pages.min(self.classes.len() as u64);
+        let mut p = pages + 1;
+        while p <= hi {
+            let (w, _) = size_bit(p);
+            let o = &self.occupied[w];
+            let word = o.load(Relaxed);
+            // Bits of sizes p..=hi within this word (bit `q - 1` for size `q`).
+            let from = (p - 1) % 64;
+            let to = ((hi - 1) - w as u64 * 64).min(63);
+            let span = if to - from == 63 { u64::MAX } else { ((1u64 << (to - from + 1)) - 1) << from };
+            let mut x = word & span;
+            while x != 0 {
+                let bit = x.trailing_zeros() as u64;
+                let q = w as u64 * 64 + bit + 1;
+                if let Some(s) = self.pop_top(q) {
+                    return Some((s, q));
+                }
+                x &= !(1 << bit);
+                o.store(o.load(Relaxed) & !(1 << bit), Relaxed);
+            }
+            p = (w as u64 + 1) * 64 + 1;
+        }
+        None
     }
 
     /// The top of the stack of `pages` pages (1 to the largest tracked size), if any.

@@ -25,7 +25,7 @@ options_table! {
         lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM", experiment;
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
-        /// A lazy area at most this share larger than a request is handed out whole, not split (0: always split, as the kernel; Nodes).
+        /// A freed area at most this share larger than a request is handed out whole: a lazy one instead of split, and one in the thread's cache when the request's size has none there (0: exact sizes and splits, as the kernel; Nodes).
         lazy_slack_percent: u64 = 0, "percent", "VMARENA_LAZY_SLACK_PERCENT", experiment;
         /// A lazy area at most this many pages larger than a request, and at most twice the request larger, is handed out whole too (Nodes).
         lazy_slack_pages: u64 = 0, "pages", "VMARENA_LAZY_SLACK_PAGES", experiment;

@@ -309,11 +309,31 @@ impl ThreadCaches {
                 return Some(s);
             }
         }
-        self.alloc_rest(arena, pages, align_pages, caller)
+        self.alloc_rest(arena, pages, align_pages, pages, caller).map(|(s, _)| s)
+    }
+
+    /// [`ThreadCaches::alloc`] of any start, where a larger cached area within the slack
+    /// (`Budget::slack_percent`) serves the request whole when its own size has none: `(start,
+    /// the area's pages)`. A program that cycles through many sizes (test_vmalloc's
+    /// random_size) then reuses the areas it has for nearby sizes, instead of keeping one
+    /// area per size.
+    #[inline(always)]
+    pub(crate) fn alloc_fit<A: CacheOwner + 'static>(
+        &self,
+        arena: &Arc<A>,
+        pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<(u64, u64)> {
+        if let Some(s) = self.alloc_hit(pages, caller) {
+            return Some((s, pages));
+        }
+        let extra = (pages as u128 * self.budget.slack_percent as u128 / 100) as u64;
+        let hi = pages.saturating_add(extra).min(self.states.max_pages());
+        self.alloc_rest(arena, pages, 1, hi, caller)
     }
 
     /// [`ThreadCaches::alloc`] past its common case: registration, a drain to do, a miss, an
-    /// aligned request.
+    /// aligned request, a size served within the slack (up to `hi_pages`).
     #[cold]
     #[inline(never)]
     fn alloc_rest<A: CacheOwner + 'static>(
@@ -321,16 +341,23 @@ impl ThreadCaches {
         arena: &Arc<A>,
         pages: u64,
         align_pages: u64,
+        hi_pages: u64,
         caller: Option<&'static Location<'static>>,
-    ) -> Option<u64> {
+    ) -> Option<(u64, u64)> {
         self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(&**arena, m);
                 return None;
             }
-            let got = m.pop(pages, align_pages);
-            if let Some(s) = got {
-                self.states.reuse(s, pages, caller);
+            let mut got = m.pop(pages, align_pages).map(|s| (s, pages));
+            if got.is_none() && hi_pages > pages {
+                got = m.pop_within(pages, hi_pages);
+                if got.is_some() {
+                    bump(&m.slack_hits);
+                }
+            }
+            if let Some((s, p)) = got {
+                self.states.reuse(s, p, caller);
                 bump(&m.hits);
             } else {
                 bump(&m.misses);
@@ -431,6 +458,7 @@ impl ThreadCaches {
             mag.take(&mut areas, self.budget.base_pages);
             let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
             r.hits += mag.hits.load(Relaxed);
+            r.slack_hits += mag.slack_hits.load(Relaxed);
             r.misses += mag.misses.load(Relaxed);
             r.pushes += mag.pushes.load(Relaxed);
             r.flushes += mag.flushes.load(Relaxed);
@@ -478,6 +506,7 @@ impl ThreadCaches {
             f.areas += areas;
             f.pages += pages;
             f.hits += m.hits.load(Relaxed);
+            f.slack_hits += m.slack_hits.load(Relaxed);
             f.misses += m.misses.load(Relaxed);
             f.pushes += m.pushes.load(Relaxed);
             f.flushes += m.flushes.load(Relaxed);

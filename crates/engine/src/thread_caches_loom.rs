@@ -38,6 +38,14 @@ impl ThreadCaches {
     ) -> Option<u64> {
         None
     }
+    pub(crate) fn alloc_fit<A: CacheOwner>(
+        &self,
+        _: &Arc<A>,
+        _: u64,
+        _: Option<&'static Location<'static>>,
+    ) -> Option<(u64, u64)> {
+        None
+    }
     pub(crate) fn free<A: CacheOwner>(&self, _: &Arc<A>, _: u64) -> FreeFast {
         FreeFast::Untracked
     }

@@ -672,3 +672,52 @@ fn the_fast_paths_of_two_threads_write_no_common_cache_line() {
         assert!(gap <= 33, "areas carved from one node lie side by side (gap {gap} pages)");
     }
 }
+
+/// With `lazy_slack_percent` set, a miss of a size takes the newest area of the smallest
+/// larger cached size within the slack, whole: the allocation reports the area's pages, the
+/// area is freed whole, sizes whose stacks emptied are skipped, and nothing beyond the slack
+/// (or at all, with no slack) is taken.
+#[test]
+fn a_miss_takes_the_smallest_larger_cached_area_within_the_slack() {
+    let o = ArenaOptions { lazy_slack_percent: 50, ..opts() };
+    let a = Arena::new("slack", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();
+    let six = alloc_free(&a, 6, 1)[0];
+    let seven = alloc_free(&a, 7, 1)[0];
+    // Size 6's stack empties (its occupied bit stays until a search meets it).
+    assert_eq!(a.alloc_cached(6, None), Some(six));
+    let st = a.stats();
+    // 4 pages: up to 6 within 50%; 6 holds nothing now, 7 is beyond: a miss.
+    let x = a.alloc(&AllocRequest::pages(4)).unwrap();
+    assert_ne!(x.start, seven);
+    assert_eq!(x.pages, 4);
+    assert_eq!(a.stats().cache_slack_hits, st.cache_slack_hits);
+    // 5 pages: 7 is within 50% of 5 (7 <= 5 + 2): taken whole.
+    let y = a.alloc(&AllocRequest::pages(5)).unwrap();
+    assert_eq!((y.start, y.pages), (seven, 7), "the 7-page area, whole");
+    let st = a.stats();
+    assert_eq!(st.cache_slack_hits, 1);
+    a.check().unwrap();
+    // Its free returns all 7 pages, and a 7-page request takes it again exactly.
+    a.free(y.start).unwrap();
+    assert_eq!(a.stats().cached_pages, st.cached_pages + 7);
+    assert_eq!(a.alloc_cached(7, None), Some(seven));
+    a.free(seven).unwrap();
+    // Two candidates: the smaller one is taken.
+    alloc_free(&a, 8, 1);
+    let z = a.alloc(&AllocRequest::pages(6)).unwrap();
+    assert_eq!((z.start, z.pages), (seven, 7), "7 before 8");
+    a.free(z.start).unwrap();
+    a.free(six).unwrap();
+    a.free(x.start).unwrap();
+    // An aligned request and `alloc_cached` take exact sizes only.
+    assert_eq!(a.alloc_cached(5, None), None);
+    a.check().unwrap();
+    // Without slack, a larger cached area never serves a smaller request.
+    let b = Arena::new("exact", 0x1000, 0x1000 + (1 << 20), opts(), Box::new(NoBacking)).unwrap();
+    let big = alloc_free(&b, 7, 1)[0];
+    let w = b.alloc(&AllocRequest::pages(6)).unwrap();
+    assert_ne!(w.start, big);
+    assert_eq!((w.pages, b.stats().cache_slack_hits), (6, 0));
+    b.free(w.start).unwrap();
+    b.check().unwrap();
+}

@@ -412,8 +412,12 @@ impl VmSpace {
         caller: &'static Location<'static>,
     ) -> Option<(NonNull<u8>, u64)> {
         let pages = self.pages_for(bytes).ok()?;
-        let start =
-            self.arena.alloc_cached_aligned(pages, self.align_pages_for(align_bytes), Some(caller))?;
+        let align_pages = self.align_pages_for(align_bytes);
+        let (start, pages) = if align_pages == 1 {
+            self.arena.alloc_cached_fit(pages, Some(caller))?
+        } else {
+            (self.arena.alloc_cached_aligned(pages, align_pages, Some(caller))?, pages)
+        };
         Some((NonNull::new(((start as usize) << self.page_shift) as *mut u8)?, pages))
     }
 

@@ -99,6 +99,40 @@ fn vmallocinfo_names_the_latest_caller_and_lists_cached_areas_as_unpurged() {
     assert_eq!(s.size(q.as_ptr()), None);
 }
 
+/// A cached area within the slack (`lazy_slack_percent`, on in the default space) serves a
+/// smaller request whole: `size` reports all of it, `vzalloc` clears all of it, and its free
+/// caches it whole again.
+#[test]
+fn a_cached_area_reused_within_the_slack_is_usable_and_zeroed_whole() {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions {
+        purge_thread: false,
+        decay_interval_ms: 0,
+        lazy_slack_percent: DEFAULT_SPACE_LAZY_SLACK_PERCENT,
+        ..Default::default()
+    };
+    let s = VmSpace::new("tc-slack", so, ao).unwrap();
+    let page = 4096;
+    let p = s.vmalloc(12 * page).unwrap();
+    common::fill(p.as_ptr(), 12 * page, 5);
+    s.vfree(p.as_ptr()).unwrap();
+    // 9 data pages and a guard against 13 pages: within 50%.
+    let z = s.vzalloc(9 * page).unwrap();
+    assert_eq!(z, p, "the cached 12-page area, whole");
+    assert_eq!(s.size(z.as_ptr()), Some(12 * page));
+    // SAFETY: 12 pages usable.
+    let bytes = unsafe { std::slice::from_raw_parts(z.as_ptr(), 12 * page) };
+    assert!(bytes.iter().all(|&b| b == 0), "the slack pages read zero too");
+    assert_eq!(s.stats(false).arena.cache_slack_hits, 1);
+    common::fill(z.as_ptr(), 12 * page, 6);
+    s.vfree(z.as_ptr()).unwrap();
+    let again = s.vmalloc(12 * page).unwrap();
+    assert_eq!(again, p, "cached whole, taken again at its own size");
+    common::verify(again.as_ptr(), 12 * page, 6);
+    s.vfree(again.as_ptr()).unwrap();
+    s.check().unwrap();
+}
+
 #[test]
 fn vzalloc_from_the_cache_is_zeroed() {
     let s = space(0);

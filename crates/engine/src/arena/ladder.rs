@@ -41,8 +41,13 @@ impl Arena {
     /// thread's cache.
     pub fn alloc(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
         if req.window.is_none() && req.tag.kind == AreaKind::Vmalloc {
-            if let Some(start) = self.alloc_cached_aligned(req.pages, req.align_pages, req.tag.caller) {
-                return Ok(Allocation { start, pages: req.pages, fresh: false });
+            let hit = if req.align_pages == 1 {
+                self.alloc_cached_fit(req.pages, req.tag.caller)
+            } else {
+                self.alloc_cached_aligned(req.pages, req.align_pages, req.tag.caller).map(|s| (s, req.pages))
+            };
+            if let Some((start, pages)) = hit {
+                return Ok(Allocation { start, pages, fresh: false });
             }
         }
         self.alloc_uncached(req)
@@ -133,6 +138,22 @@ impl Arena {
             return None;
         }
         c.alloc(&self.shared, pages, align_pages, caller)
+    }
+
+    /// [`Arena::alloc_cached`], where a cached area at most `lazy_slack_percent` larger serves
+    /// the request whole when its own size has none: `(start, the area's pages)`. The area
+    /// keeps its size (its guard page follows it, and its free returns it whole).
+    #[inline]
+    pub fn alloc_cached_fit(
+        &self,
+        pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<(u64, u64)> {
+        let c = self.shared.cache.as_ref()?;
+        if pages == 0 || !c.states.tracks(pages, AreaKind::Vmalloc) {
+            return None;
+        }
+        c.alloc_fit(&self.shared, pages, caller)
     }
 
     /// A plain thread-cache hit for callers whose fast path must make no call (the C ABI):

@@ -106,6 +106,7 @@ impl Shared {
             let budget = crate::thread_caches::Budget {
                 base_pages: opts.thread_cache_pages,
                 max_pages: opts.thread_cache_pages_max,
+                slack_percent: opts.lazy_slack_percent,
             };
             match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget) {
                 Ok(c) => (Some(c), None),
@@ -246,6 +247,7 @@ impl Shared {
             cached_areas: cf.areas,
             cached_pages: cf.pages,
             cache_hits: cf.hits,
+            cache_slack_hits: cf.slack_hits,
             cache_misses: cf.misses,
             cache_flushes: cf.flushes,
             cache_drained: cf.drained,
