@@ -152,12 +152,10 @@ mod tests {
     use crate::options::ArenaOptions;
     use crate::strategy::Strategy;
 
-    /// A lazy list that grew to 3,000 areas and was then mostly reused keeps its address maps
-    /// until a purge that is not a threshold purge (here the explicit one) shrinks them.
-    #[test]
-    fn an_explicit_purge_shrinks_the_lazy_lists_address_maps() {
+    /// One node, no worker, no thread cache and no threshold purge: only explicit purges.
+    fn explicit_purges_only(strategy: Strategy) -> Arena {
         let o = ArenaOptions {
-            strategy: Strategy::Nodes,
+            strategy,
             nodes: 1,
             purge_thread: false,
             decay_interval_ms: 0,
@@ -165,7 +163,14 @@ mod tests {
             lazy_max_pages: 1 << 40,
             ..Default::default()
         };
-        let a = Arena::new("compact", 0, 1 << 22, o, Box::new(NoBacking)).unwrap();
+        Arena::new("compact", 0, 1 << 22, o, Box::new(NoBacking)).unwrap()
+    }
+
+    /// A lazy list that grew to 3,000 areas and was then mostly reused keeps its address maps
+    /// until a purge that is not a threshold purge (here the explicit one) shrinks them.
+    #[test]
+    fn an_explicit_purge_shrinks_the_lazy_lists_address_maps() {
+        let a = explicit_purges_only(Strategy::Nodes);
         let capacity = |a: &Arena| match &a.shared.locks {
             Locks::Nodes(n) => n.nodes[0].lock().lazy_list.map_capacity(),
             _ => unreachable!(),
@@ -192,16 +197,7 @@ mod tests {
     #[test]
     fn an_explicit_purge_shrinks_the_busy_maps_and_frees_do_not() {
         for strategy in [Strategy::Nodes, Strategy::Global, Strategy::Split] {
-            let o = ArenaOptions {
-                strategy,
-                nodes: 1,
-                purge_thread: false,
-                decay_interval_ms: 0,
-                thread_cache: false,
-                lazy_max_pages: 1 << 40,
-                ..Default::default()
-            };
-            let a = Arena::new("compact", 0, 1 << 22, o, Box::new(NoBacking)).unwrap();
+            let a = explicit_purges_only(strategy);
             let capacity = |a: &Arena| a.shared.with_busy(0, |b| b.capacity());
             let areas: Vec<_> = (0..3000).map(|_| a.alloc(&AllocRequest::pages(2)).unwrap()).collect();
             let big = capacity(&a);
