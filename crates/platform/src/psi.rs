@@ -1,27 +1,32 @@
-//! Memory-pressure notifications from Linux PSI (pressure stall information).
+//! Memory stall from Linux PSI (pressure stall information), sampled.
 //!
-//! A trigger is a line `some <stall_us> <window_us>` written to a `memory.pressure` file: the
-//! kernel then raises `POLLPRI` on that descriptor whenever tasks stalled on memory for at
-//! least `stall_us` within a `window_us` window (at most one event per window). Where the
-//! process sits in a cgroup v2 group, that group's file is used, so a container's memory limit
-//! counts; otherwise the system-wide `/proc/pressure/memory`.
+//! A `memory.pressure` file reads `some avg10=.. avg60=.. avg300=.. total=<us>` (and a `full`
+//! line): `total` is the time, in microseconds, during which at least one task stalled on
+//! memory. [`PsiStall`] keeps that file open and reads the total on demand; a caller that
+//! samples it once a window and compares the growth with a stall budget sees what a PSI trigger
+//! (`some <stall_us> <window_us>`) would report, at window boundaries. Where the process sits
+//! in a cgroup v2 group, that group's file is used, so a container's memory limit counts;
+//! otherwise the system-wide `/proc/pressure/memory`.
 //!
-//! Limits (Documentation/accounting/psi.rst): the kernel needs `CONFIG_PSI` (and PSI not
-//! disabled on the command line); the window is 500 ms to 10 s; unprivileged processes may
-//! create triggers since Linux 6.5 only with a window that is a multiple of 2 s. Where a trigger
-//! cannot be created, [`PsiTrigger::open`] says why, and the caller falls back to explicit
+//! Why not a trigger: the kernel waits for an RCU grace period when a trigger is destroyed
+//! (`psi_trigger_destroy` calls `synchronize_rcu`), and a process destroys it when it exits,
+//! so every process that had armed one took 15 ms more to exit on the test machine (a C
+//! program that arms `some 100000 2000000` on `/proc/pressure/memory` and returns: 16.0 ms
+//! against 0.6, medians of 15). A library inside short-lived programs must not add that;
+//! reading the file arms nothing. Reading needs no privilege and no window constraint.
+//!
+//! Limits: the kernel needs `CONFIG_PSI` (and PSI not disabled on the command line); where no
+//! file can be read, [`PsiStall::open`] says why, and the caller falls back to explicit
 //! pressure calls.
 
 use std::fs::OpenOptions;
-use std::io::Write;
 use std::os::fd::IntoRawFd;
 use std::path::PathBuf;
 
-/// An armed memory-pressure trigger.
-pub struct PsiTrigger {
+/// An open `memory.pressure` file whose "some" stall total can be read.
+pub struct PsiStall {
     fd: crate::kept_fd::KeptFd,
     path: PathBuf,
-    line: String,
 }
 
 /// The `memory.pressure` files to try, best first.
@@ -39,77 +44,67 @@ fn candidates() -> Vec<PathBuf> {
     out
 }
 
-impl PsiTrigger {
-    /// Arm a trigger for `stall_us` of "some" memory stall within `window_us`. The error
-    /// names every file tried and why it failed.
-    pub fn open(stall_us: u64, window_us: u64) -> Result<PsiTrigger, String> {
-        let line = format!("some {stall_us} {window_us}");
+/// The `total=` of the `some` line of a `memory.pressure` text.
+fn some_total(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
+}
+
+impl PsiStall {
+    /// Open the first `memory.pressure` file that reads as one. The error names every file
+    /// tried and why it failed.
+    pub fn open() -> Result<PsiStall, String> {
         let mut why = Vec::new();
         for path in candidates() {
             // Close-on-exec (std's default), then moved out of the program's way (`kept_fd`).
-            let f = OpenOptions::new().read(true).write(true).open(&path);
-            let mut f = match f {
+            let f = match OpenOptions::new().read(true).open(&path) {
                 Ok(f) => f,
                 Err(e) => {
                     why.push(format!("{}: {e}", path.display()));
                     continue;
                 }
             };
-            // The kernel wants the trigger in one write, terminated by NUL (a few bytes: the
-            // one write call write_all makes).
-            let mut bytes = line.clone().into_bytes();
-            bytes.push(0);
-            match f.write_all(&bytes) {
-                Ok(_) => {
-                    let fd = crate::kept_fd::KeptFd::adopt(f.into_raw_fd())
-                        .map_err(|e| format!("{}: keeping the descriptor: {e}", path.display()))?;
-                    return Ok(PsiTrigger { fd, path, line });
-                }
-                Err(e) => why.push(format!("{}: writing '{line}': {e}", path.display())),
+            let fd = crate::kept_fd::KeptFd::adopt(f.into_raw_fd())
+                .map_err(|e| format!("{}: keeping the descriptor: {e}", path.display()))?;
+            let s = PsiStall { fd, path };
+            match s.some_total_us() {
+                Ok(_) => return Ok(s),
+                Err(e) => why.push(e),
             }
         }
         Err(why.join("; "))
     }
 
-    /// The file the trigger is armed on.
+    /// The file read.
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
 
-    /// The trigger line (`some <stall_us> <window_us>`).
-    pub fn line(&self) -> &str {
-        &self.line
-    }
-
-    /// Block until the kernel reports pressure (`Ok(true)`), or `timeout_ms` passes
-    /// (`Ok(false)`; negative waits forever). An error means the trigger is gone (for
-    /// example, its cgroup was removed).
-    pub fn wait(&self, timeout_ms: i32) -> Result<bool, String> {
-        let gone = || format!("{}: the trigger's descriptor was closed by the program", self.path.display());
+    /// Microseconds during which some task stalled on memory, since boot (or since the group
+    /// was made). An error means the file is gone or no longer reads as expected (for
+    /// example, its cgroup was removed, or the program closed the descriptor).
+    pub fn some_total_us(&self) -> Result<u64, String> {
+        let gone = || format!("{}: the descriptor was closed by the program", self.path.display());
         let fd = self.fd.get().ok_or_else(gone)?;
-        let mut p = libc::pollfd { fd, events: libc::POLLPRI, revents: 0 };
-        loop {
-            // SAFETY: `p` is one valid pollfd for the duration of the call.
-            let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(format!("poll on {}: {e}", self.path.display()));
+        let mut buf = [0u8; 256];
+        let n = loop {
+            // SAFETY: `buf` is valid for `buf.len()` bytes for the duration of the call.
+            let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n >= 0 {
+                break n as usize;
             }
-            // Woken on a number the program may have reused meanwhile: only our file counts.
-            if self.fd.get() != Some(fd) {
-                return Err(gone());
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(format!("reading {}: {e}", self.path.display()));
             }
-            if n == 0 {
-                return Ok(false);
-            }
-            if p.revents & libc::POLLERR != 0 {
-                return Err(format!("{}: trigger removed", self.path.display()));
-            }
-            return Ok(p.revents & libc::POLLPRI != 0);
+        };
+        // The number may have been reused by the program meanwhile: only our file counts.
+        if self.fd.get() != Some(fd) {
+            return Err(gone());
         }
+        let text = String::from_utf8_lossy(&buf[..n]);
+        some_total(&text)
+            .ok_or_else(|| format!("{}: no 'some ... total=' line in {text:?}", self.path.display()))
     }
 }
 
@@ -118,16 +113,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn trigger_arms_or_explains() {
-        match PsiTrigger::open(100_000, 2_000_000) {
-            Ok(t) => {
-                assert!(t.path().ends_with("memory.pressure") || t.path().ends_with("memory"));
-                // No memory pressure on an idle test machine within 10 ms.
-                assert_eq!(t.wait(10), Ok(false));
+    fn the_some_total_is_parsed() {
+        let text = "some avg10=0.00 avg60=0.12 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7\n";
+        assert_eq!(some_total(text), Some(123456));
+        assert_eq!(some_total("full avg10=0.00 total=7\n"), None);
+        assert_eq!(some_total("some avg10=0.00 total=x\n"), None);
+    }
+
+    #[test]
+    fn the_stall_total_reads_and_never_falls_or_explains() {
+        match PsiStall::open() {
+            Ok(s) => {
+                assert!(s.path().ends_with("memory.pressure") || s.path().ends_with("memory"));
+                let a = s.some_total_us().unwrap();
+                let b = s.some_total_us().unwrap();
+                assert!(b >= a, "{a} then {b}");
             }
             Err(why) => assert!(why.contains("pressure"), "{why}"),
         }
-        let bad = PsiTrigger::open(100_000, 1);
-        assert!(bad.is_err(), "a 1 us window is refused by the kernel");
     }
 }

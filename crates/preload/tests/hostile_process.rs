@@ -137,7 +137,7 @@ fn sizes_whose_bookkeeping_cannot_be_allocated_fail_cleanly() {
     both("absurd_sizes", &[]);
 }
 
-/// Started with stdin and stdout closed: vmarena's descriptors (userfaultfd, PSI trigger, frame
+/// Started with stdin and stdout closed: vmarena's descriptors (userfaultfd, PSI file, frame
 /// pool file) do not take 0 and 1.
 #[test]
 fn descriptors_stay_out_of_closed_standard_numbers() {

@@ -6,29 +6,31 @@
 //! low-memory event calls all of them.
 //!
 //! Two things raise the event: [`pressure`] (C: `vmarena_pressure()`), and a monitor thread,
-//! started with the first space, that waits on a Linux PSI memory trigger
-//! (`vmarena_platform::psi`). Where PSI is not available (no `CONFIG_PSI`, a window the kernel
-//! refuses to an unprivileged process, no `/proc/pressure`), or `VMARENA_PSI=0`, no thread is
-//! started and [`monitor_status`] says why; memory then goes back only through the purge
-//! worker's decay and explicit calls.
+//! started with the first space, that reads the Linux PSI memory stall total once a window
+//! (`vmarena_platform::psi`) and raises the event when the window's stall reached
+//! `psi_stall_us`: what a PSI trigger would report, without arming one (a trigger makes the
+//! process's exit wait for an RCU grace period; see that module). Where PSI is not available
+//! (no `CONFIG_PSI`, no `/proc/pressure`), or `VMARENA_PSI=0`, no thread is started and
+//! [`monitor_status`] says why; memory then goes back only through the purge worker's decay and
+//! explicit calls.
 //!
-//! The monitor thread holds no lock while it waits and keeps no space alive (the registry holds
-//! weak references). It is not restarted in a child after `fork()`.
+//! The monitor thread holds no lock while it sleeps and keeps no space alive (the registry
+//! holds weak references). It is not restarted in a child after `fork()`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use vmarena_engine::options_table;
 use vmarena_engine::pressure::PressureReport;
 use vmarena_platform::fork_once::ForkOnce;
-use vmarena_platform::psi::PsiTrigger;
+use vmarena_platform::psi::PsiStall;
 
 options_table! {
     /// How low-memory events are detected (read from the environment once per process).
     pub struct PressureOptions {
         /// Watch Linux PSI memory pressure and raise a low-memory event when it fires.
         psi: bool = true, "bool", "VMARENA_PSI";
-        /// Memory stall ("some") within one window that fires the trigger.
+        /// Memory stall ("some") within one window that raises a low-memory event.
         psi_stall_us: u64 = 100_000, "us", "VMARENA_PSI_STALL_US";
-        /// PSI window; unprivileged processes need a multiple of 2 s.
+        /// How often the stall total is read: one window (at least 10 ms).
         psi_window_us: u64 = 2_000_000, "us", "VMARENA_PSI_WINDOW_US";
     }
 }
@@ -36,18 +38,21 @@ options_table! {
 /// What the PSI monitor is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MonitorStatus {
-    /// A thread waits on this file with this trigger line.
+    /// A thread reads this file once a window.
     Watching {
         /// The `memory.pressure` file.
         path: String,
-        /// The trigger line written to it.
-        trigger: String,
+        /// The rule, as a trigger line would state it: `some <stall_us> <window_us>`.
+        rule: String,
     },
     /// `VMARENA_PSI=0`.
     Disabled,
     /// PSI could not be armed; why.
     Unavailable(String),
 }
+
+/// The shortest window the monitor reads at (a smaller setting is raised to it).
+const MIN_WINDOW_US: u64 = 10_000;
 
 static MONITOR: ForkOnce<MonitorStatus> = ForkOnce::new();
 static PSI_EVENTS: AtomicU64 = AtomicU64::new(0);
@@ -59,21 +64,27 @@ pub fn start_monitor() -> &'static MonitorStatus {
         if !opts.psi {
             return MonitorStatus::Disabled;
         }
-        let t = match PsiTrigger::open(opts.psi_stall_us, opts.psi_window_us) {
+        let psi = match PsiStall::open() {
+            Ok(p) => p,
+            Err(why) => return MonitorStatus::Unavailable(why),
+        };
+        let mut last = match psi.some_total_us() {
             Ok(t) => t,
             Err(why) => return MonitorStatus::Unavailable(why),
         };
-        let status =
-            MonitorStatus::Watching { path: t.path().display().to_string(), trigger: t.line().to_string() };
+        let window = std::time::Duration::from_micros(opts.psi_window_us.max(MIN_WINDOW_US));
+        let status = MonitorStatus::Watching {
+            path: psi.path().display().to_string(),
+            rule: format!("some {} {}", opts.psi_stall_us, window.as_micros()),
+        };
         let spawned = vmarena_platform::helper_thread::spawn("vmarena-psi", move || loop {
-            match t.wait(-1) {
-                Ok(true) => {
-                    PSI_EVENTS.fetch_add(1, Relaxed);
-                    vmarena_engine::pressure::signal();
-                }
-                Ok(false) => {}
-                Err(_) => return,
+            std::thread::sleep(window);
+            let Ok(now) = psi.some_total_us() else { return };
+            if now.saturating_sub(last) >= opts.psi_stall_us {
+                PSI_EVENTS.fetch_add(1, Relaxed);
+                vmarena_engine::pressure::signal();
             }
+            last = now;
         });
         match spawned {
             Ok(_) => status,

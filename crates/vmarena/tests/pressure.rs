@@ -71,11 +71,11 @@ fn low_memory_event_releases_pooled_and_fixed_memory() {
 #[test]
 fn psi_monitor_watches_or_explains() {
     match pressure::start_monitor() {
-        MonitorStatus::Watching { path, trigger } => {
+        MonitorStatus::Watching { path, rule } => {
             assert!(path.ends_with("memory.pressure") || path == "/proc/pressure/memory", "{path}");
-            assert!(trigger.starts_with("some "), "{trigger}");
-            // The thread is alive and blocked in poll: give it a moment; no event fires on an
-            // idle machine.
+            assert_eq!(rule, "some 100000 2000000");
+            // The thread is alive and asleep until its first read: give it a moment; no event
+            // fires on an idle machine.
             std::thread::sleep(Duration::from_millis(50));
             assert_eq!(pressure::events().1, 0);
         }
