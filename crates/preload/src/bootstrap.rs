@@ -29,6 +29,11 @@ fn base() -> usize {
     BUF.0.get() as usize
 }
 
+/// The buffer's first address.
+pub fn start() -> usize {
+    base()
+}
+
 /// True when `p` is a bootstrap block.
 #[inline]
 pub fn contains(p: *const u8) -> bool {

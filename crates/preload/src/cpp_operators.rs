@@ -37,7 +37,7 @@
 use crate::interpose::{self as c, vm_alloc, vm_free};
 use crate::next;
 use crate::stats::{count, COUNTERS as C};
-use crate::{bootstrap, fast_below, in_space, pass_through_address, threshold};
+use crate::{bootstrap, fast_below, in_space, pass_below, pass_through_address, threshold};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 
@@ -296,7 +296,7 @@ macro_rules! delete_forms {
             // The pass-through: an address outside the space and the bootstrap heap (statistics
             // off), NULL included, goes with a tail call to the next free for a plain form whose
             // next definition is the runtime's (whose body is `free`), else to the next form.
-            if fast_below() != 0 && pass_through_address(p.cast()) {
+            if pass_below(p.cast()) || (fast_below() != 0 && pass_through_address(p.cast())) {
                 let next_is = if $plain { PLAIN_NEXT.load(Relaxed) } else { OTHER };
                 if next_is == RUNTIME {
                     // SAFETY: a non-zero bound means the next allocator is known; `p` came from

@@ -9,7 +9,7 @@
 
 use crate::next::{self, Next};
 use crate::stats::{count, COUNTERS as C};
-use crate::{bootstrap, fast_below, glibc_thresholds, in_space, pass_through_address, space, threshold};
+use crate::{bootstrap, fast_below, glibc_thresholds, in_space, pass_below, pass_through_address, space, threshold};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};
@@ -137,7 +137,7 @@ extern "C" fn malloc_full(size: usize) -> *mut c_void {
 /// `void free(void *p)`
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if fast_below() != 0 && pass_through_address(p.cast()) {
+    if pass_below(p.cast()) || (fast_below() != 0 && pass_through_address(p.cast())) {
         // SAFETY: the next allocator is known (non-zero bound) and `p` is neither vmarena's
         // nor the bootstrap heap's: the next allocator's block, or NULL, which it accepts.
         return unsafe { (next::ready().free)(p) };
@@ -194,7 +194,7 @@ pub unsafe extern "C" fn calloc(nmemb: usize, size: usize) -> *mut c_void {
 /// `void *realloc(void *p, size_t size)`
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    if size < fast_below() && pass_through_address(p.cast()) {
+    if size < fast_below() && (pass_below(p.cast()) || pass_through_address(p.cast())) {
         // SAFETY: the next allocator is known (non-zero bound) and `p` is its block or NULL;
         // a small size stays with it.
         return unsafe { (next::ready().realloc)(p, size) };

@@ -78,6 +78,14 @@ static FAST_BELOW: AtomicUsize = AtomicUsize::new(0);
 /// The default space's reservation once it exists, as its start and length (0, 0 before).
 static SPACE_LO: AtomicUsize = AtomicUsize::new(0);
 static SPACE_LEN: AtomicUsize = AtomicUsize::new(0);
+/// A free (or resize) of an address below this goes straight to the next allocator with one
+/// compare ([`pass_below`]): the lower of the bootstrap heap's start and the default space's,
+/// once the next allocator is known and statistics are off; 0 otherwise. glibc's main heap
+/// lies below both (`brk` memory), so a single-threaded program's frees take one compare.
+/// Recomputed from its inputs under [`PASS_LOCK`] by whoever changes one of them
+/// ([`update_pass_below`]), before the space hands out its first area.
+static PASS_BELOW: AtomicUsize = AtomicUsize::new(0);
+static PASS_LOCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The routing threshold in bytes.
 #[inline]
@@ -108,6 +116,32 @@ pub(crate) fn pass_through_address(p: *const u8) -> bool {
     !in_space(p) && !bootstrap::contains(p)
 }
 
+/// True when `p` lies below both the bootstrap heap and the default space and the pass-through
+/// is on: the next allocator's block (or NULL), with one compare. Implies [`fast_below`] is
+/// non-zero (the next allocator is known).
+#[inline]
+pub(crate) fn pass_below(p: *const u8) -> bool {
+    (p as usize) < PASS_BELOW.load(Acquire)
+}
+
+/// Recompute [`PASS_BELOW`] from the pass-through bound and the space's start, under a spin
+/// lock, so that of two threads changing them at once (the first `malloc` and the first large
+/// one) the later one stores what both changes imply.
+fn update_pass_below() {
+    while PASS_LOCK.compare_exchange_weak(false, true, Acquire, Relaxed).is_err() {
+        std::hint::spin_loop();
+    }
+    let v = if FAST_BELOW.load(Acquire) == 0 {
+        0
+    } else if SPACE_LEN.load(Acquire) > 0 {
+        bootstrap::start().min(SPACE_LO.load(Relaxed))
+    } else {
+        bootstrap::start()
+    };
+    PASS_BELOW.store(v, Release);
+    PASS_LOCK.store(false, Release);
+}
+
 /// Called once, right after the next allocator is known: options, the exit summary,
 /// and the process's `membarrier` registration, which the default space's thread caches need.
 /// That happens at the first `malloc`, while the process almost always has one thread: there
@@ -123,6 +157,7 @@ pub(crate) fn on_ready() {
         stats::switch_on(opts.lock_timing);
     } else {
         FAST_BELOW.store(opts.threshold.max(1), Release);
+        update_pass_below();
     }
     if let Some(m) = next::get().and_then(|n| n.glibc_mallopt).filter(|_| opts.glibc_thresholds) {
         glibc_thresholds::enable(m);
@@ -140,6 +175,8 @@ pub(crate) fn space() -> Option<&'static vmarena::VmSpace> {
         // The start first: until the length is stored, nothing is in the space.
         SPACE_LO.store(lo, Relaxed);
         SPACE_LEN.store(hi - lo, Release);
+        // Before any area of the space is handed out: none of them may pass below.
+        update_pass_below();
     }
     Some(s)
 }
