@@ -337,7 +337,9 @@ fn filtered(out: &[u8], drop: &[&str]) -> String {
 }
 
 pub fn run(cfg: &SuiteConfig) -> Result<Vec<SuiteRun>, String> {
-    let bench = cfg.dir.join("bench");
+    // Absolute: the programs run in a scratch folder and read their inputs from the checkout.
+    let dir = std::fs::canonicalize(&cfg.dir).map_err(|e| format!("{}: {e}", cfg.dir.display()))?;
+    let bench = dir.join("bench");
     if !bench.is_dir() {
         return Err(format!(
             "{} has no bench/ folder: point --dir at a mimalloc-bench checkout",
