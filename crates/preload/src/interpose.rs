@@ -9,7 +9,9 @@
 
 use crate::next::{self, Next};
 use crate::stats::{count, COUNTERS as C};
-use crate::{bootstrap, fast_below, glibc_thresholds, in_space, pass_below, pass_through_address, space, threshold};
+use crate::{
+    bootstrap, fast_below, glibc_thresholds, in_space, pass_below, pass_through_address, space, threshold,
+};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};
