@@ -15,8 +15,11 @@
 //! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
 //!   the pair; a second free of the area loses it and is refused), then push on this thread's
 //!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
-//!   make room); when its size's stack is full, or no larger area can make room, the area
-//!   goes down the busy-map path, which clears the word under the shard lock;
+//!   make room); when its size's stack is full, its oldest half goes down the busy-map path in
+//!   one batch (`CacheOwner::free_from_cache`), which clears the words under each shard's lock
+//!   once, and the area is cached; when no larger area can make room, the area goes that way;
+//! - alloc miss of its size: a larger cached area within the slack (`Budget::slack_percent`)
+//!   is taken whole, else the busy-map path;
 //! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
 //!   magazines. Owner and drainer meet through a [`Handshake`] (Dekker's pair with asymmetric
 //!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
