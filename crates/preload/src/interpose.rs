@@ -139,7 +139,7 @@ extern "C" fn malloc_full(size: usize) -> *mut c_void {
 /// `void free(void *p)`
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if fast_below() != 0 && (pass_below(p.cast()) || pass_through_address(p.cast())) {
+    if pass_below(p.cast()) || (fast_below() != 0 && pass_through_address(p.cast())) {
         // SAFETY: the next allocator is known (non-zero bound) and `p` is neither vmarena's
         // nor the bootstrap heap's: the next allocator's block, or NULL, which it accepts.
         return unsafe { (next::ready().free)(p) };

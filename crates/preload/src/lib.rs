@@ -62,7 +62,7 @@ pub mod stats;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{
     AtomicUsize,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Acquire, Relaxed, SeqCst},
 };
 
 pub use stats::{PreloadOptions, PreloadStats};
@@ -82,10 +82,10 @@ static SPACE_LEN: AtomicUsize = AtomicUsize::new(0);
 /// compare ([`pass_below`]): the lower of the bootstrap heap's start and the default space's,
 /// once the next allocator is known and statistics are off; 0 otherwise. glibc's main heap
 /// lies below both (`brk` memory), so a single-threaded program's frees take one compare.
-/// Recomputed from its inputs under [`PASS_LOCK`] by whoever changes one of them
-/// ([`update_pass_below`]), before the space hands out its first area.
+/// Only ever lowered once set ([`lower_pass_below`]), by the first `malloc` and by the space's
+/// construction, before the space hands out its first area; no lock, so a fork at any moment
+/// leaves nothing held.
 static PASS_BELOW: AtomicUsize = AtomicUsize::new(0);
-static PASS_LOCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The routing threshold in bytes.
 #[inline]
@@ -124,22 +124,23 @@ pub(crate) fn pass_below(p: *const u8) -> bool {
     (p as usize) < PASS_BELOW.load(Acquire)
 }
 
-/// Recompute [`PASS_BELOW`] from the pass-through bound and the space's start, under a spin
-/// lock, so that of two threads changing them at once (the first `malloc` and the first large
-/// one) the later one stores what both changes imply.
-fn update_pass_below() {
-    while PASS_LOCK.compare_exchange_weak(false, true, Acquire, Relaxed).is_err() {
-        std::hint::spin_loop();
-    }
-    let v = if FAST_BELOW.load(Acquire) == 0 {
-        0
-    } else if SPACE_LEN.load(Acquire) > 0 {
+/// Set [`PASS_BELOW`] to `v`, or lower it to `v` when it is set: a compare-and-swap loop, so
+/// two threads setting it at once (the first `malloc` and the first large one) end at the lower
+/// of their values. Each caller stores its own input (the pass-through bound, the space's
+/// bounds) with `SeqCst` and then reads the other's with `SeqCst`, so at least one of them sees
+/// both and stores a bound below the space (Dekker's pair).
+fn lower_pass_below(v: usize) {
+    let _ = PASS_BELOW.fetch_update(SeqCst, SeqCst, |cur| Some(if cur == 0 { v } else { cur.min(v) }));
+}
+
+/// The bound below which frees pass with one compare, from the bootstrap heap's start and the
+/// space's, as far as it is built.
+fn pass_bound() -> usize {
+    if SPACE_LEN.load(SeqCst) > 0 {
         bootstrap::start().min(SPACE_LO.load(Relaxed))
     } else {
         bootstrap::start()
-    };
-    PASS_BELOW.store(v, Release);
-    PASS_LOCK.store(false, Release);
+    }
 }
 
 /// Called once, right after the next allocator is known: options, the exit summary,
@@ -156,8 +157,8 @@ pub(crate) fn on_ready() {
     if opts.stats {
         stats::switch_on(opts.lock_timing);
     } else {
-        FAST_BELOW.store(opts.threshold.max(1), Release);
-        update_pass_below();
+        FAST_BELOW.store(opts.threshold.max(1), SeqCst);
+        lower_pass_below(pass_bound());
     }
     if let Some(m) = next::get().and_then(|n| n.glibc_mallopt).filter(|_| opts.glibc_thresholds) {
         glibc_thresholds::enable(m);
@@ -174,9 +175,13 @@ pub(crate) fn space() -> Option<&'static vmarena::VmSpace> {
         let (lo, hi) = s.bounds();
         // The start first: until the length is stored, nothing is in the space.
         SPACE_LO.store(lo, Relaxed);
-        SPACE_LEN.store(hi - lo, Release);
-        // Before any area of the space is handed out: none of them may pass below.
-        update_pass_below();
+        SPACE_LEN.store(hi - lo, SeqCst);
+        // Before any area of the space is handed out: none of them may pass below. With the
+        // pass-through off (not yet, or statistics on) nothing passes below anything, and
+        // `on_ready`, if it comes, reads the space's bounds stored above.
+        if FAST_BELOW.load(SeqCst) != 0 {
+            lower_pass_below(pass_bound());
+        }
     }
     Some(s)
 }
