@@ -12,6 +12,12 @@
 //! allocator alone, and the shim alone over the best of the peers. Outputs that are
 //! deterministic (cfrac, espresso, barnes without its timing lines) are compared with glibc's.
 //!
+//! The interposition floor: `interposer` and `interposer+PEER` preload a library built from
+//! `c/interposer.c` that defines every function the shim defines and only jumps to the next
+//! definition, the least any preloaded shim costs. With it in the run, each shim composition is
+//! also reported over the interposer with the same allocator next: what the shim adds to the
+//! cost of being interposed at all.
+//!
 //! Getting a checkout: `git clone https://github.com/daanx/mimalloc-bench` (any folder; only its
 //! `bench/` is read).
 
@@ -228,7 +234,8 @@ pub struct SuiteConfig {
     #[arg(long, value_delimiter = ',')]
     pub programs: Vec<String>,
     /// Allocators and compositions: glibc, jemalloc, mimalloc, tcmalloc, shim (glibc next),
-    /// shim+jemalloc, shim+mimalloc, shim+tcmalloc.
+    /// shim+jemalloc, shim+mimalloc, shim+tcmalloc; and the interposition floor, interposer
+    /// (glibc next) and interposer+PEER: a preloaded library that only forwards every call.
     #[arg(
         long,
         value_delimiter = ',',
@@ -259,24 +266,44 @@ pub struct SuiteRun {
     pub output_matches: Option<bool>,
 }
 
-/// The LD_PRELOAD of an allocator name (`None`: glibc alone).
-fn preload_of(alloc: &str, shim: &Path) -> Result<Option<String>, String> {
-    let (with_shim, peer) = match alloc.strip_prefix("shim") {
-        Some("") => (true, "glibc"),
-        Some(rest) => (true, rest.strip_prefix('+').unwrap_or("?")),
-        None => (false, alloc),
+/// The LD_PRELOAD of an allocator name (`None`: glibc alone); `interposer` is the forwarding
+/// library's path.
+fn preload_of(alloc: &str, shim: &Path, interposer: &Path) -> Result<Option<String>, String> {
+    let (front, peer) = match alloc.split_once('+') {
+        Some((front, peer)) => (Some(front), peer),
+        None if alloc == "shim" || alloc == "interposer" => (Some(alloc), "glibc"),
+        None => (None, alloc),
+    };
+    let unknown = || {
+        format!(
+            "unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, shim, shim+PEER, \
+             interposer, interposer+PEER)"
+        )
     };
     let mut libs = Vec::new();
-    if with_shim {
-        libs.push(shim.display().to_string());
+    match front {
+        Some("shim") => libs.push(shim.display().to_string()),
+        Some("interposer") => libs.push(interposer.display().to_string()),
+        Some(_) => return Err(unknown()),
+        None => {}
     }
-    let lib = libs::peer(peer).ok_or_else(|| {
-        format!("unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, shim, shim+PEER)")
-    })??;
-    if let Some(path) = lib {
+    if let Some(path) = libs::peer(peer).ok_or_else(unknown)?? {
         libs.push(path.display().to_string());
     }
     Ok((!libs.is_empty()).then(|| libs.join(" ")))
+}
+
+/// Build the interposition floor (`c/interposer.c`) into `out`, functions aligned as the shim's
+/// are (`.cargo/config.toml`), so that code placement is not what the comparison measures.
+fn build_interposer(out: &Path) -> Result<PathBuf, String> {
+    crate::cc::compile(
+        out,
+        "interposer",
+        include_str!("c/interposer.c"),
+        "libinterposer.so",
+        &["-shared", "-fPIC", "-falign-functions=64", "-ldl"],
+        None,
+    )
 }
 
 fn expand(s: &str, bench: &Path) -> String {
@@ -356,8 +383,14 @@ pub fn run(cfg: &SuiteConfig) -> Result<Vec<SuiteRun>, String> {
             .map(|n| all.iter().find(|p| p.name == n).ok_or_else(|| format!("unknown program '{n}'")))
             .collect::<Result<_, _>>()?
     };
-    let preloads = cfg.allocators.iter().map(|a| preload_of(a, &shim)).collect::<Result<Vec<_>, _>>()?;
     let out = crate::cc::scratch("suite")?;
+    let interposer = out.join("libinterposer.so");
+    let preloads =
+        cfg.allocators.iter().map(|a| preload_of(a, &shim, &interposer)).collect::<Result<Vec<_>, _>>()?;
+    if cfg.allocators.iter().any(|a| a.starts_with("interposer")) {
+        eprintln!("[suite] building the interposer");
+        build_interposer(&out)?;
+    }
     let mut bins = Vec::new();
     for prog in &chosen {
         eprintln!("[suite] building {}", prog.name);
@@ -447,13 +480,26 @@ pub fn print(cfg: &SuiteConfig, runs: &[SuiteRun], m: &Machine) {
     for a in &cfg.allocators {
         print!(" {a} |");
     }
-    let compositions: Vec<&String> = cfg.allocators.iter().filter(|a| a.starts_with("shim")).collect();
+    // Each composition over its allocator alone; each shim composition over the interposer with
+    // the same allocator next, when both ran.
+    let compositions: Vec<&String> =
+        cfg.allocators.iter().filter(|a| a.starts_with("shim") || a.starts_with("interposer")).collect();
+    let alone = |c: &str| c.split_once('+').map_or("glibc", |(_, peer)| peer).to_string();
+    let floors: Vec<(&String, String)> = cfg
+        .allocators
+        .iter()
+        .filter(|a| a.starts_with("shim"))
+        .map(|a| (a, a.replacen("shim", "interposer", 1)))
+        .filter(|(_, f)| cfg.allocators.contains(f))
+        .collect();
     for c in &compositions {
-        let alone = c.strip_prefix("shim+").unwrap_or("glibc");
-        print!(" {c} / {alone} |");
+        print!(" {c} / {} |", alone(c));
+    }
+    for (c, f) in &floors {
+        print!(" {c} / {f} |");
     }
     println!(" shim / best peer |");
-    println!("|---|{}", "---|".repeat(cfg.allocators.len() + compositions.len() + 1));
+    println!("|---|{}", "---|".repeat(cfg.allocators.len() + compositions.len() + floors.len() + 1));
     for prog in &progs {
         print!("| {prog} |");
         for a in &cfg.allocators {
@@ -463,12 +509,15 @@ pub fn print(cfg: &SuiteConfig, runs: &[SuiteRun], m: &Machine) {
             }
         }
         let med = |a: &str| summary(runs, prog, a).map(|s| s.0);
+        let ratio = |x: &str, y: &str| match (med(x), med(y)) {
+            (Some(x), Some(y)) => format!(" {:.3}x |", x / y),
+            _ => " - |".into(),
+        };
         for c in &compositions {
-            let alone = c.strip_prefix("shim+").unwrap_or("glibc");
-            match (med(c), med(alone)) {
-                (Some(x), Some(y)) => print!(" {:.3}x |", x / y),
-                _ => print!(" - |"),
-            }
+            print!("{}", ratio(c, &alone(c)));
+        }
+        for (c, f) in &floors {
+            print!("{}", ratio(c, f));
         }
         let best = ["glibc", "jemalloc", "mimalloc", "tcmalloc"]
             .iter()
@@ -546,9 +595,75 @@ mod tests {
     #[test]
     fn allocator_names_become_preloads() {
         let shim = Path::new("/x/libvmarena_preload.so");
-        assert_eq!(preload_of("glibc", shim), Ok(None));
-        assert_eq!(preload_of("shim", shim), Ok(Some("/x/libvmarena_preload.so".into())));
-        assert!(preload_of("bogus", shim).is_err());
-        assert!(preload_of("shim+bogus", shim).is_err());
+        let floor = Path::new("/s/libinterposer.so");
+        assert_eq!(preload_of("glibc", shim, floor), Ok(None));
+        assert_eq!(preload_of("shim", shim, floor), Ok(Some("/x/libvmarena_preload.so".into())));
+        assert_eq!(preload_of("interposer", shim, floor), Ok(Some("/s/libinterposer.so".into())));
+        assert!(preload_of("bogus", shim, floor).is_err());
+        assert!(preload_of("shim+bogus", shim, floor).is_err());
+        assert!(preload_of("other+glibc", shim, floor).is_err());
+    }
+
+    /// The interposition floor forwards every call where it would have gone: a C++ program
+    /// using every operator form and the C allocation calls gives the same output under it
+    /// (glibc next, and each peer next) as alone, and a program whose libraries call the
+    /// allocator from their constructors (before the interposer's) starts.
+    #[test]
+    fn the_interposer_forwards_every_form() {
+        let out = crate::cc::scratch("interposer-test").unwrap();
+        let lib = build_interposer(&out).unwrap();
+        let src = out.join("forms.cpp");
+        std::fs::write(
+            &src,
+            r#"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <malloc.h>
+#include <new>
+int main() {
+    char *p = (char *)malloc(100); strcpy(p, "abc");
+    p = (char *)realloc(p, 1 << 20); p = (char *)realloc(p, 10);
+    char *z = (char *)calloc(1000, 1000); for (int i = 0; i < 1000000; i++) if (z[i]) return 2;
+    void *a = 0; if (posix_memalign(&a, 4096, 100) || (size_t)a % 4096) return 3;
+    void *b = aligned_alloc(64, 128), *c = memalign(256, 10), *v = valloc(10);
+    if (malloc_usable_size(p) < 10) return 4;
+    free(a); free(b); free(c); free(v); free(z);
+    int *n = new int[1000]; delete[] n;
+    int *o = new (std::nothrow) int; delete o;
+    struct alignas(128) A { char x[256]; };
+    A *al = new A; if ((size_t)al % 128) return 5; delete al;
+    A *arr = new A[3]; delete[] arr;
+    void *s = ::operator new(48); ::operator delete(s, 48);
+    void *t = ::operator new(64, std::align_val_t(64), std::nothrow);
+    ::operator delete(t, std::align_val_t(64), std::nothrow);
+    printf("%s %zu\n", p, malloc_usable_size(p) >= 10);
+    free(p);
+    return 0;
+}
+"#,
+        )
+        .unwrap();
+        let bin = out.join("forms");
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let ok = Command::new(&cxx).args(["-std=c++17", "-O1", "-o"]).arg(&bin).arg(&src).status().unwrap();
+        assert!(ok.success(), "{cxx} failed");
+        let alone = Command::new(&bin).output().unwrap();
+        assert!(alone.status.success());
+        assert_eq!(String::from_utf8_lossy(&alone.stdout), "abc 1\n");
+        for peer in ["glibc", "jemalloc", "mimalloc", "tcmalloc"] {
+            let Some(Ok(next)) = libs::peer(peer) else { continue };
+            let mut preload = lib.display().to_string();
+            if let Some(n) = next {
+                preload = format!("{preload} {}", n.display());
+            }
+            let under = Command::new(&bin).env("LD_PRELOAD", &preload).output().unwrap();
+            assert!(under.status.success(), "{peer} next: {under:?}");
+            assert_eq!(under.stdout, alone.stdout, "{peer} next");
+            // `ls` links libraries (libselinux) whose constructors allocate before ours runs.
+            let ls = Command::new("ls").arg("/").env("LD_PRELOAD", &preload).output().unwrap();
+            assert!(ls.status.success() && !ls.stdout.is_empty(), "ls with {peer} next: {ls:?}");
+        }
+        let _ = std::fs::remove_dir_all(&out);
     }
 }
