@@ -21,6 +21,13 @@
 //! contender's throughput at the highest thread count over the first, and each contender's
 //! median peak RSS and minor faults (`wait4`), so that an option's trade of time for memory
 //! shows in one run.
+//!
+//! The ratio to the best peer is also given paired: the median, over the rounds, of vmarena's
+//! time over that peer's time in the same round (the two processes ran one after the other),
+//! with the rounds' range and how many rounds vmarena won. The host's load moves every
+//! contender's time by up to 2x between rounds (DESIGN.md, section 9); a pair measured within
+//! milliseconds of each other shares most of that drift, so the paired figure moves less
+//! between runs of the command than the ratio of two medians does.
 
 use crate::machine::{write_output, Machine};
 use crate::preload::run_child;
@@ -199,6 +206,28 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
     Ok(cells)
 }
 
+/// Per-round ratios of two contenders' times (round `i` of each ran back to back).
+#[derive(Debug, PartialEq)]
+struct Paired {
+    median: f64,
+    min: f64,
+    max: f64,
+    /// Rounds where the first was faster.
+    won: usize,
+    rounds: usize,
+}
+
+fn paired(a: &[f64], b: &[f64]) -> Paired {
+    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    Paired {
+        median: crate::median::median(&r),
+        min: r.iter().copied().fold(f64::INFINITY, f64::min),
+        max: r.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        won: r.iter().filter(|&&x| x < 1.0).count(),
+        rounds: r.len(),
+    }
+}
+
 fn find<'a>(cells: &'a [Cell], w: &str, t: u32, c: &str) -> Option<&'a Cell> {
     cells.iter().find(|x| x.workload == w && x.threads == t && x.contender == c)
 }
@@ -219,13 +248,13 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
     let best_col = has("vmarena") && PEERS.iter().any(|p| has(p) || has(&format!("{p}-aligned")));
     let tc_col = has("vmarena") && has("tcmalloc");
     if best_col {
-        print!(" vmarena / best of glibc, jemalloc, mimalloc |");
+        print!(" vmarena / best of glibc, jemalloc, mimalloc | paired: median (range), rounds won |");
     }
     if tc_col {
         print!(" vmarena / tcmalloc |");
     }
     println!();
-    let extra = usize::from(best_col) + usize::from(tc_col);
+    let extra = 2 * usize::from(best_col) + usize::from(tc_col);
     println!("|---|---|{}", "---|".repeat(cfg.contenders.len() + extra));
     for w in &cfg.workloads {
         for &t in &cfg.threads {
@@ -242,9 +271,19 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
                 let best = PEERS
                     .iter()
                     .flat_map(|p| [p.to_string(), format!("{p}-aligned")])
-                    .filter_map(|c| find(cells, w, t, &c).map(Cell::median))
-                    .fold(f64::INFINITY, f64::min);
-                print!(" {:.2}x |", v / best);
+                    .filter_map(|c| find(cells, w, t, &c))
+                    .min_by(|a, b| a.median().total_cmp(&b.median()));
+                print!(" {:.2}x |", v / best.map_or(f64::NAN, Cell::median));
+                match (find(cells, w, t, "vmarena"), best) {
+                    (Some(v), Some(b)) => {
+                        let p = paired(&v.ns_per_op, &b.ns_per_op);
+                        print!(
+                            " {:.2}x ({:.2}-{:.2}), {} of {} vs {} |",
+                            p.median, p.min, p.max, p.won, p.rounds, b.contender
+                        );
+                    }
+                    _ => print!(" - |"),
+                }
             }
             if tc_col {
                 let tc = find(cells, w, t, "tcmalloc").map(Cell::median).unwrap_or(f64::NAN);
@@ -333,7 +372,7 @@ pub fn main(cfg: &UserPathConfig, m: &Machine) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::variant_env;
+    use super::{paired, variant_env, Paired};
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
@@ -350,6 +389,16 @@ mod tests {
             variant_env("SHARED_LAZY=0").unwrap(),
             pairs(&[("VMARENA_SHARED_LAZY", "0"), ("VMARENA_EXPERIMENTS", "1")])
         );
+    }
+
+    #[test]
+    fn paired_ratios_take_each_round_on_its_own() {
+        // The medians (2 and 2) call it a tie; round by round the first took half the
+        // second's time twice and twice its time once.
+        let p = paired(&[1.0, 3.0, 2.0], &[2.0, 6.0, 1.0]);
+        assert_eq!(p, Paired { median: 0.5, min: 0.5, max: 2.0, won: 2, rounds: 3 });
+        let p = paired(&[3.0, 1.0, 2.0], &[2.0, 2.0, 2.0]);
+        assert_eq!((p.median, p.min, p.max, p.won, p.rounds), (1.0, 0.5, 1.5, 1, 3));
     }
 
     #[test]
