@@ -81,6 +81,18 @@ impl<T: Copy + Default> BusyMap<T> {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
+    /// The addresses of the key line and the value line of `start`'s home slot, where a
+    /// lookup of `start` begins: for a batch that prefetches them before its removals. Only
+    /// addresses are computed; nothing is read.
+    #[inline]
+    pub fn home_lines(&self, start: u64) -> [usize; 2] {
+        let i = self.home(start.wrapping_add(1));
+        [
+            self.keys.as_ptr().wrapping_add(i / KEYS_PER_LINE) as usize,
+            self.vals.as_ptr().wrapping_add(i / VALS_PER_LINE) as usize,
+        ]
+    }
+
     #[inline]
     fn mask(&self) -> usize {
         self.slots - 1
@@ -307,6 +319,30 @@ impl<T: Copy + Default> BusyMap<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lines a prefetch asks for are those of the table a lookup reads first: inside the
+    /// two tables, and for a key alone in its run, the lines of its own slot.
+    #[test]
+    fn home_lines_are_the_lines_a_lookup_reads_first() {
+        let mut m: BusyMap<()> = BusyMap::default();
+        for s in (0..600u64).map(|i| i * 2 + 1000) {
+            m.insert(s, BusyArea { pages: 2, node: 0, tag: () });
+        }
+        let keys = m.keys.as_ptr() as usize..m.keys.as_ptr() as usize + m.keys.len() * 64;
+        let vals = m.vals.as_ptr() as usize
+            ..m.vals.as_ptr() as usize
+                + m.vals.len() * std::mem::size_of::<Line<BusyArea<()>, VALS_PER_LINE>>();
+        for s in (0..1200u64).map(|i| i + 1000) {
+            let [k, v] = m.home_lines(s);
+            assert!(keys.contains(&k) && vals.contains(&v), "start {s}: lines outside the tables");
+            if let Some(i) = m.find(s + 1) {
+                if i == m.home(s + 1) {
+                    assert_eq!(k, &m.keys[i / KEYS_PER_LINE] as *const _ as usize);
+                    assert_eq!(v, &m.vals[i / VALS_PER_LINE] as *const _ as usize);
+                }
+            }
+        }
+    }
 
     #[test]
     fn insert_remove_and_double_remove() {

@@ -7,8 +7,9 @@
 //! the thread's inside-vmarena flag ([`reentry`]), once-computed values that survive a fork
 //! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]),
 //! descriptors kept out of the program's way and checked before use ([`kept_fd`]), memory files for frame pools ([`memfd`]),
-//! process-wide barriers ([`membarrier`]), lazily zero word tables ([`word_table`]) and two words
-//! of static TLS for the fast paths ([`static_tls`]).
+//! process-wide barriers ([`membarrier`]), lazily zero word tables ([`word_table`]), two words
+//! of static TLS for the fast paths ([`static_tls`]) and cache-line prefetch hints
+//! ([`prefetch`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
 //! engine's `Backing` trait, so they can be tested with a fake backing that makes no syscalls.
 //!
@@ -22,6 +23,7 @@ pub mod kept_fd;
 pub mod membarrier;
 pub mod memfd;
 pub mod page_move;
+pub mod prefetch;
 pub mod process;
 pub mod psi;
 pub mod reentry;

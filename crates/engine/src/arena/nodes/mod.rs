@@ -94,7 +94,20 @@ impl StrategyLocks for Nodes {
             // Areas another node allocated, pushed there after the shard's lock is dropped.
             let mut away: Vec<(usize, u64, u64)> = Vec::new();
             {
+                // Each area's word and home slot are far from the others' and rarely cached
+                // in a bulk free: ask for all of them first, so that the misses overlap (the
+                // words before the lock, the slots under it, since the table may be resized).
+                if let Some(c) = &sh.cache {
+                    for a in run {
+                        c.states.prefetch(a.start);
+                    }
+                }
                 let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
+                for a in run {
+                    for line in g.busy.home_lines(a.start) {
+                        vmarena_platform::prefetch::prefetch_line(line);
+                    }
+                }
                 for a in run {
                     let r = remove_record(&mut g.busy, a.start, None)?;
                     if let Some(c) = &sh.cache {
