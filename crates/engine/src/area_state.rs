@@ -186,14 +186,6 @@ impl AreaStates {
         }
     }
 
-    /// Start loading the line of `start`'s word (a batch's prefetch before its clears).
-    #[inline]
-    pub(crate) fn prefetch(&self, start: u64) {
-        if let Some(w) = self.word(start) {
-            vmarena_platform::prefetch::prefetch_line(w as *const AtomicU64 as usize);
-        }
-    }
-
     /// The area at `start` left the busy map (call under its shard lock).
     #[inline]
     pub(crate) fn clear(&self, start: u64, pages: u64) {

@@ -94,14 +94,10 @@ impl StrategyLocks for Nodes {
             // Areas another node allocated, pushed there after the shard's lock is dropped.
             let mut away: Vec<(usize, u64, u64)> = Vec::new();
             {
-                // Each area's word and home slot are far from the others' and rarely cached
-                // in a bulk free: ask for all of them first, so that the misses overlap (the
-                // words before the lock, the slots under it, since the table may be resized).
-                if let Some(c) = &sh.cache {
-                    for a in run {
-                        c.states.prefetch(a.start);
-                    }
-                }
+                // Each area's busy-map home slot is far from the others' and rarely cached in
+                // a bulk free: ask for all of them first, so that the misses overlap (under
+                // the lock: the table may be resized). The areas' words were read by their
+                // frees a few dozen frees ago and are still cached.
                 let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
                 for a in run {
                     for line in g.busy.home_lines(a.start) {
