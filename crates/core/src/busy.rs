@@ -81,16 +81,15 @@ impl<T: Copy + Default> BusyMap<T> {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
-    /// The addresses of the key line and the value line of `start`'s home slot, where a
-    /// lookup of `start` begins: for a batch that prefetches them before its removals. Only
-    /// addresses are computed; nothing is read.
+    /// The addresses a lookup of `start` reads first, for a batch that prefetches them before
+    /// its removals: its home slot's key, and the first and last byte of the slot's value
+    /// (a value may straddle two cache lines). Only addresses are computed; nothing is read.
     #[inline]
-    pub fn home_lines(&self, start: u64) -> [usize; 2] {
+    pub fn home_lines(&self, start: u64) -> [usize; 3] {
         let i = self.home(start.wrapping_add(1));
-        [
-            self.keys.as_ptr().wrapping_add(i / KEYS_PER_LINE) as usize,
-            self.vals.as_ptr().wrapping_add(i / VALS_PER_LINE) as usize,
-        ]
+        let key = &self.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE] as *const u64 as usize;
+        let val = self.val(i) as *const BusyArea<T> as usize;
+        [key, val, val + std::mem::size_of::<BusyArea<T>>() - 1]
     }
 
     #[inline]
@@ -320,28 +319,35 @@ impl<T: Copy + Default> BusyMap<T> {
 mod tests {
     use super::*;
 
-    /// The lines a prefetch asks for are those of the table a lookup reads first: inside the
-    /// two tables, and for a key alone in its run, the lines of its own slot.
+    /// The addresses a prefetch asks for are those a lookup reads first: for a key alone in
+    /// its run, its own slot's key and value, whichever start is asked for inside the tables.
     #[test]
-    fn home_lines_are_the_lines_a_lookup_reads_first() {
-        let mut m: BusyMap<()> = BusyMap::default();
+    fn home_lines_are_what_a_lookup_reads_first() {
+        let mut m: BusyMap<u64> = BusyMap::default();
         for s in (0..600u64).map(|i| i * 2 + 1000) {
-            m.insert(s, BusyArea { pages: 2, node: 0, tag: () });
+            m.insert(s, BusyArea { pages: 2, node: 0, tag: s });
         }
         let keys = m.keys.as_ptr() as usize..m.keys.as_ptr() as usize + m.keys.len() * 64;
         let vals = m.vals.as_ptr() as usize
             ..m.vals.as_ptr() as usize
-                + m.vals.len() * std::mem::size_of::<Line<BusyArea<()>, VALS_PER_LINE>>();
+                + m.vals.len() * std::mem::size_of::<Line<BusyArea<u64>, VALS_PER_LINE>>();
+        let mut own = 0;
         for s in (0..1200u64).map(|i| i + 1000) {
-            let [k, v] = m.home_lines(s);
-            assert!(keys.contains(&k) && vals.contains(&v), "start {s}: lines outside the tables");
+            let [k, v, end] = m.home_lines(s);
+            assert!(
+                keys.contains(&k) && vals.contains(&v) && vals.contains(&end),
+                "start {s}: outside the tables"
+            );
+            assert_eq!(end - v + 1, std::mem::size_of::<BusyArea<u64>>());
             if let Some(i) = m.find(s + 1) {
                 if i == m.home(s + 1) {
-                    assert_eq!(k, &m.keys[i / KEYS_PER_LINE] as *const _ as usize);
-                    assert_eq!(v, &m.vals[i / VALS_PER_LINE] as *const _ as usize);
+                    own += 1;
+                    assert_eq!(k, &m.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE] as *const u64 as usize);
+                    assert_eq!(v, m.val(i) as *const BusyArea<u64> as usize);
                 }
             }
         }
+        assert!(own > 100, "only {own} keys sat in their home slot");
     }
 
     #[test]
