@@ -94,8 +94,8 @@ enum Command {
     ///
     /// The kernel's test_vmalloc shapes (fix_size, full_fit, random_size, long_busy) and
     /// mid_size from threads the program creates, every page written, fresh processes,
-    /// contenders alternating: median ns per operation, vmarena's ratio to the best peer and to
-    /// tcmalloc, throughput at the highest thread count over the first, and each contender's
+    /// contenders alternating: median ns per operation, vmarena's ratio to the best peer (also
+    /// paired round by round) and to tcmalloc, throughput at the highest thread count over the first, and each contender's
     /// median peak RSS and minor faults. vmarena:NAME=VALUE contenders run the C ABI with
     /// options set, beside the default.
     UserPath(user_path::UserPathConfig),
@@ -118,8 +118,10 @@ enum Command {
     /// shim's compositions with each.
     ///
     /// Interleaved runs, medians: time (or the suite's relative time), spread, peak RSS, minor
-    /// faults; each composition over the allocator alone and the shim over the best peer;
-    /// deterministic outputs compared with glibc's (any difference exits 1).
+    /// faults; each composition over the allocator alone, each shim composition over the
+    /// interposition floor (`interposer`, a preloaded library that only forwards) when it ran,
+    /// and the shim over the best peer; deterministic outputs compared with glibc's (any
+    /// difference exits 1).
     Suite(suite::SuiteConfig),
     /// CPython's regression tests (python3 -m test, a memory-heavy selection) without the
     /// shim and under it, at the default threshold and at 1 byte, every test case's outcome
