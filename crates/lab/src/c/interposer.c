@@ -42,11 +42,14 @@ static int early(uintptr_t p)
     return p - (uintptr_t)early_heap < sizeof early_heap;
 }
 
-#define FORWARDERS(X)                                                                          \
-    X(malloc)                                                                                  \
+/* `free` and `realloc` have bodies of their own (below); every other function is a bare
+ * forwarder. */
+#define SPECIAL_FORWARDERS(X)                                                                  \
     X(free)                                                                                    \
+    X(realloc)
+#define PLAIN_FORWARDERS(X)                                                                    \
+    X(malloc)                                                                                  \
     X(calloc)                                                                                  \
-    X(realloc)                                                                                 \
     X(posix_memalign)                                                                          \
     X(aligned_alloc)                                                                           \
     X(memalign)                                                                                \
@@ -73,6 +76,7 @@ static int early(uintptr_t p)
     X(_ZdaPvmSt11align_val_t)                                                                  \
     X(_ZdlPvSt11align_val_tRKSt9nothrow_t)                                                     \
     X(_ZdaPvSt11align_val_tRKSt9nothrow_t)
+#define FORWARDERS(X) SPECIAL_FORWARDERS(X) PLAIN_FORWARDERS(X)
 
 static void interposer_init(void);
 static int resolving;
@@ -138,35 +142,6 @@ void *realloc(void *p, size_t n)
     {                                                                                          \
         return next_##name(a, b, c);                                                           \
     }
-#define PLAIN_FORWARDERS(X)                                                                    \
-    X(malloc)                                                                                  \
-    X(calloc)                                                                                  \
-    X(posix_memalign)                                                                          \
-    X(aligned_alloc)                                                                           \
-    X(memalign)                                                                                \
-    X(valloc)                                                                                  \
-    X(pvalloc)                                                                                 \
-    X(malloc_usable_size)                                                                      \
-    X(_Znwm)                                                                                   \
-    X(_Znam)                                                                                   \
-    X(_ZnwmRKSt9nothrow_t)                                                                     \
-    X(_ZnamRKSt9nothrow_t)                                                                     \
-    X(_ZnwmSt11align_val_t)                                                                    \
-    X(_ZnamSt11align_val_t)                                                                    \
-    X(_ZnwmSt11align_val_tRKSt9nothrow_t)                                                      \
-    X(_ZnamSt11align_val_tRKSt9nothrow_t)                                                      \
-    X(_ZdlPv)                                                                                  \
-    X(_ZdaPv)                                                                                  \
-    X(_ZdlPvRKSt9nothrow_t)                                                                    \
-    X(_ZdaPvRKSt9nothrow_t)                                                                    \
-    X(_ZdlPvm)                                                                                 \
-    X(_ZdaPvm)                                                                                 \
-    X(_ZdlPvSt11align_val_t)                                                                   \
-    X(_ZdaPvSt11align_val_t)                                                                   \
-    X(_ZdlPvmSt11align_val_t)                                                                  \
-    X(_ZdaPvmSt11align_val_t)                                                                  \
-    X(_ZdlPvSt11align_val_tRKSt9nothrow_t)                                                     \
-    X(_ZdaPvSt11align_val_tRKSt9nothrow_t)
 PLAIN_FORWARDERS(PLAIN)
 
 static fwd_fn resolve(const char *name)
