@@ -402,6 +402,8 @@ impl ThreadCaches {
         caller: Option<&'static Location<'static>>,
     ) -> FreeFast {
         let mut spill = Spill::default();
+        // Spilled areas of the freed area's own size (a full stack's oldest half).
+        let mut flushed = 0;
         let cached = self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(&**arena, m);
@@ -410,8 +412,8 @@ impl ThreadCaches {
             let ok = m.push(pages, start, &mut spill);
             bump(if ok { &m.pushes } else { &m.flushes });
             // The oldest areas of a full stack go the way a refused free goes: flushes.
-            let flushed = spill.of_size(pages) as u64;
-            m.flushes.store(m.flushes.load(Relaxed) + flushed, Relaxed);
+            flushed = spill.of_size(pages);
+            m.flushes.store(m.flushes.load(Relaxed) + flushed as u64, Relaxed);
             m.hs.leave();
             ok
         });
@@ -419,7 +421,7 @@ impl ThreadCaches {
             // Their words are `cached`: no other free can race with this.
             let _inside = vmarena_platform::reentry::enter();
             // An area of a larger size taken to make room counts as drained, as before.
-            let evicted = spill.len() - spill.of_size(pages);
+            let evicted = spill.len() - flushed;
             arena.free_from_cache(spill.as_mut_slice());
             if evicted > 0 {
                 self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += evicted as u64;
