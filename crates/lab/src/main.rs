@@ -14,6 +14,7 @@ mod lock_model;
 mod machine;
 mod median;
 mod pair;
+mod paired;
 mod percpu_counter;
 mod preload;
 mod python_tests;

@@ -12,6 +12,9 @@
 //! allocator alone, and the shim alone over the best of the peers. Outputs that are
 //! deterministic (cfrac, espresso, barnes without its timing lines) are compared with glibc's.
 //!
+//! Each ratio is also given paired round by round (`crate::paired`): the rounds run every
+//! allocator of a program one after the other, so a pair shares its round's host load.
+//!
 //! The interposition floor: `interposer` and `interposer+PEER` preload a library built from
 //! `c/interposer.c` that defines every function the shim defines and only jumps to the next
 //! definition, the least any preloaded shim costs. With it in the run, each shim composition is
@@ -24,6 +27,7 @@
 use crate::libs;
 use crate::machine::{write_output, Machine};
 use crate::median::median;
+use crate::paired::paired;
 use crate::preload::run_child;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -526,6 +530,42 @@ pub fn print(cfg: &SuiteConfig, runs: &[SuiteRun], m: &Machine) {
         match med("shim") {
             Some(s) if best.is_finite() => println!(" {:.3}x |", s / best),
             _ => println!(" - |"),
+        }
+    }
+    // The same ratios paired round by round (`crate::paired`): each round ran every allocator
+    // of a program one after the other.
+    let pairs: Vec<(String, String)> = compositions
+        .iter()
+        .map(|c| (c.to_string(), alone(c)))
+        .chain(floors.iter().map(|(c, f)| (c.to_string(), f.clone())))
+        .collect();
+    if !pairs.is_empty() && cfg.runs > 1 {
+        println!(
+            "\nThe same ratios paired round by round: median (range), rounds where the first was faster:\n"
+        );
+        print!("| program |");
+        for (a, b) in &pairs {
+            print!(" {a} / {b} |");
+        }
+        println!("\n|---|{}", "---|".repeat(pairs.len()));
+        for prog in &progs {
+            print!("| {prog} |");
+            for (a, b) in &pairs {
+                let times = |x: &str| -> Vec<f64> {
+                    runs.iter()
+                        .filter(|r| r.program == *prog && r.allocator == x)
+                        .map(|r| r.seconds)
+                        .collect()
+                };
+                let (ta, tb) = (times(a), times(b));
+                if ta.is_empty() || ta.len() != tb.len() {
+                    print!(" - |");
+                    continue;
+                }
+                let p = paired(&ta, &tb);
+                print!(" {:.3}x ({:.2}-{:.2}), {} of {} |", p.median, p.min, p.max, p.won, p.rounds);
+            }
+            println!();
         }
     }
     println!("\nPeak RSS (MiB) / minor faults (thousands), medians:\n");

@@ -22,14 +22,12 @@
 //! median peak RSS and minor faults (`wait4`), so that an option's trade of time for memory
 //! shows in one run.
 //!
-//! The ratio to the best peer is also given paired: the median, over the rounds, of vmarena's
-//! time over that peer's time in the same round (the two processes ran one after the other),
-//! with the rounds' range and how many rounds vmarena won. The host's load moves every
-//! contender's time by up to 2x between rounds (DESIGN.md, section 9); a pair measured within
-//! milliseconds of each other shares most of that drift, so the paired figure moves less
-//! between runs of the command than the ratio of two medians does.
+//! The ratio to the best peer is also given paired (`crate::paired`): the median, over the
+//! rounds, of vmarena's time over that peer's time in the same round, with the rounds' range
+//! and how many rounds vmarena won.
 
 use crate::machine::{write_output, Machine};
+use crate::paired::paired;
 use crate::preload::run_child;
 use crate::{cc, libs};
 use serde::Serialize;
@@ -206,28 +204,6 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
     Ok(cells)
 }
 
-/// Per-round ratios of two contenders' times (round `i` of each ran back to back).
-#[derive(Debug, PartialEq)]
-struct Paired {
-    median: f64,
-    min: f64,
-    max: f64,
-    /// Rounds where the first was faster.
-    won: usize,
-    rounds: usize,
-}
-
-fn paired(a: &[f64], b: &[f64]) -> Paired {
-    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    Paired {
-        median: crate::median::median(&r),
-        min: r.iter().copied().fold(f64::INFINITY, f64::min),
-        max: r.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        won: r.iter().filter(|&&x| x < 1.0).count(),
-        rounds: r.len(),
-    }
-}
-
 fn find<'a>(cells: &'a [Cell], w: &str, t: u32, c: &str) -> Option<&'a Cell> {
     cells.iter().find(|x| x.workload == w && x.threads == t && x.contender == c)
 }
@@ -372,7 +348,7 @@ pub fn main(cfg: &UserPathConfig, m: &Machine) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{paired, variant_env, Paired};
+    use super::variant_env;
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
@@ -389,16 +365,6 @@ mod tests {
             variant_env("SHARED_LAZY=0").unwrap(),
             pairs(&[("VMARENA_SHARED_LAZY", "0"), ("VMARENA_EXPERIMENTS", "1")])
         );
-    }
-
-    #[test]
-    fn paired_ratios_take_each_round_on_its_own() {
-        // The medians (2 and 2) call it a tie; round by round the first took half the
-        // second's time twice and twice its time once.
-        let p = paired(&[1.0, 3.0, 2.0], &[2.0, 6.0, 1.0]);
-        assert_eq!(p, Paired { median: 0.5, min: 0.5, max: 2.0, won: 2, rounds: 3 });
-        let p = paired(&[3.0, 1.0, 2.0], &[2.0, 2.0, 2.0]);
-        assert_eq!((p.median, p.min, p.max, p.won, p.rounds), (1.0, 0.5, 1.5, 1, 3));
     }
 
     #[test]
