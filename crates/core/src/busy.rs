@@ -38,7 +38,9 @@ pub struct BusyArea<T: Copy> {
 const EMPTY: u64 = 0;
 const MIN_SLOTS: usize = 16;
 const KEYS_PER_LINE: usize = 8;
-const VALS_PER_LINE: usize = 2;
+// One value to a line (`Line<_, 1>`): the engine's values are 40 bytes, so two to a line pair
+// would put every second one across two cache lines, for the same memory (a line pair holding
+// two values is 128 bytes, as two lines of one value each are).
 
 /// A cache line (or a few) of slots, aligned so that no other data shares it.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +52,7 @@ struct Line<X: Copy, const N: usize>([X; N]);
 pub struct BusyMap<T: Copy + Default> {
     /// `start + 1` per slot; 0 marks an empty slot.
     keys: Vec<Line<u64, KEYS_PER_LINE>>,
-    vals: Vec<Line<BusyArea<T>, VALS_PER_LINE>>,
+    vals: Vec<Line<BusyArea<T>, 1>>,
     slots: usize,
     shift: u32,
     len: usize,
@@ -68,7 +70,7 @@ impl<T: Copy + Default> BusyMap<T> {
         debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
         BusyMap {
             keys: vec![Line([EMPTY; KEYS_PER_LINE]); slots / KEYS_PER_LINE],
-            vals: vec![Line([BusyArea::default(); VALS_PER_LINE]); slots / VALS_PER_LINE],
+            vals: vec![Line([BusyArea::default()]); slots],
             slots,
             shift: 64 - slots.trailing_zeros(),
             len: 0,
@@ -82,14 +84,13 @@ impl<T: Copy + Default> BusyMap<T> {
     }
 
     /// The addresses a lookup of `start` reads first, for a batch that prefetches them before
-    /// its removals: its home slot's key, and the first and last byte of the slot's value
-    /// (a value may straddle two cache lines). Only addresses are computed; nothing is read.
+    /// its removals: its home slot's key and value (each value has a line of its own). Only
+    /// addresses are computed; nothing is read.
     #[inline]
-    pub fn home_lines(&self, start: u64) -> [usize; 3] {
+    pub fn home_lines(&self, start: u64) -> [usize; 2] {
         let i = self.home(start.wrapping_add(1));
         let key = &self.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE] as *const u64 as usize;
-        let val = self.val(i) as *const BusyArea<T> as usize;
-        [key, val, val + std::mem::size_of::<BusyArea<T>>() - 1]
+        [key, self.val(i) as *const BusyArea<T> as usize]
     }
 
     #[inline]
@@ -109,12 +110,12 @@ impl<T: Copy + Default> BusyMap<T> {
 
     #[inline]
     fn val(&self, i: usize) -> &BusyArea<T> {
-        &self.vals[i / VALS_PER_LINE].0[i % VALS_PER_LINE]
+        &self.vals[i].0[0]
     }
 
     #[inline]
     fn val_mut(&mut self, i: usize) -> &mut BusyArea<T> {
-        &mut self.vals[i / VALS_PER_LINE].0[i % VALS_PER_LINE]
+        &mut self.vals[i].0[0]
     }
 
     /// `(key, value)` of every occupied slot.
@@ -320,7 +321,8 @@ mod tests {
     use super::*;
 
     /// The addresses a prefetch asks for are those a lookup reads first: for a key alone in
-    /// its run, its own slot's key and value, whichever start is asked for inside the tables.
+    /// its run, its own slot's key and value, whichever start is asked for inside the tables,
+    /// and a value never crosses a line.
     #[test]
     fn home_lines_are_what_a_lookup_reads_first() {
         let mut m: BusyMap<u64> = BusyMap::default();
@@ -329,16 +331,13 @@ mod tests {
         }
         let keys = m.keys.as_ptr() as usize..m.keys.as_ptr() as usize + m.keys.len() * 64;
         let vals = m.vals.as_ptr() as usize
-            ..m.vals.as_ptr() as usize
-                + m.vals.len() * std::mem::size_of::<Line<BusyArea<u64>, VALS_PER_LINE>>();
+            ..m.vals.as_ptr() as usize + m.vals.len() * std::mem::size_of::<Line<BusyArea<u64>, 1>>();
         let mut own = 0;
         for s in (0..1200u64).map(|i| i + 1000) {
-            let [k, v, end] = m.home_lines(s);
-            assert!(
-                keys.contains(&k) && vals.contains(&v) && vals.contains(&end),
-                "start {s}: outside the tables"
-            );
-            assert_eq!(end - v + 1, std::mem::size_of::<BusyArea<u64>>());
+            let [k, v] = m.home_lines(s);
+            assert!(keys.contains(&k) && vals.contains(&v), "start {s}: outside the tables");
+            // The whole value lies in the line it starts in.
+            assert!(v % 64 + std::mem::size_of::<BusyArea<u64>>() <= 64);
             if let Some(i) = m.find(s + 1) {
                 if i == m.home(s + 1) {
                     own += 1;

@@ -10,6 +10,10 @@ use std::panic::Location;
 /// `AreaTag::requested_bytes` of an area whose latest allocation came from a thread cache.
 pub const UNKNOWN_BYTES: u64 = u64::MAX;
 
+/// A busy-map value (an area's record) fits one cache line, which the busy map gives each
+/// value: a lookup reads one line of values, and a batch prefetches that line.
+const _: () = assert!(std::mem::size_of::<vmarena_core::busy::BusyArea<AreaTag>>() <= 64);
+
 /// What the layer above records with each live area.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AreaTag {
