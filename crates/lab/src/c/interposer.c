@@ -7,10 +7,12 @@
  * it as `interposer` (glibc next) and `interposer+PEER`, so that the shim's cost splits into
  * what interposing costs and what the shim adds to it.
  *
- * Each function is resolved with dlsym(RTLD_NEXT) by a constructor. dlsym may itself allocate;
- * calls that come before the next definitions are known are served from a static buffer, never
- * reused and never freed. A C program has no next C++ operators (libstdc++ defines them): their
- * slots stay empty and are never called.
+ * Each function is resolved with dlsym(RTLD_NEXT) by a constructor, or by the first call that
+ * comes before it (another library's constructor may run first). dlsym may itself allocate:
+ * `malloc` and `calloc` calls made while the slots are being resolved are served from a static
+ * buffer, never reused and never freed. A C program has no next C++ operators (libstdc++
+ * defines them): their slots keep their stubs, which stop the program with a message if one is
+ * ever called.
  *
  * Every forwarder has the same shape: up to three integer arguments, passed on untouched, so
  * that the compiler emits a bare `jmp *next(%rip)`. On x86-64 and aarch64 a function that takes
