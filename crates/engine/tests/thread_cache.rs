@@ -711,6 +711,13 @@ fn a_miss_takes_the_smallest_larger_cached_area_within_the_slack() {
     a.free(x.start).unwrap();
     // An aligned request and `alloc_cached` take exact sizes only.
     assert_eq!(a.alloc_cached(5, None), None);
+    // Aligned as the cached 7-page area is, so that only the exact-size rule keeps it out.
+    let align_pages = 1 << seven.trailing_zeros().min(8);
+    assert!(align_pages >= 2, "the 7-page area starts at {seven:#x}");
+    let aligned = a.alloc(&AllocRequest { align_pages, ..AllocRequest::pages(5) }).unwrap();
+    assert_ne!(aligned.start, seven, "an aligned request is never served within the slack");
+    assert_eq!(a.stats().cache_slack_hits, st.cache_slack_hits + 1);
+    a.free(aligned.start).unwrap();
     a.check().unwrap();
     // Without slack, a larger cached area never serves a smaller request.
     let b = Arena::new("exact", 0x1000, 0x1000 + (1 << 20), opts(), Box::new(NoBacking)).unwrap();
