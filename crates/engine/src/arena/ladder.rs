@@ -3,7 +3,8 @@
 //! and its limits.
 //!
 //! Owns nothing: one pass is the strategy's `try_alloc` (global.rs, split.rs, nodes/) under its
-//! own locks; the retries take the purge mutex through the purge. The order of the steps is
+//! own locks; the retries take the purge mutex through the purge, which carves the request
+//! from the free tree in its last merge's hold of the tree lock. The order of the steps is
 //! [`Step`]'s.
 
 use super::locks::{with_strategy, StrategyLocks};
@@ -87,8 +88,15 @@ impl Arena {
                     Some(ranges) => with_strategy!(&sh.locks, s => s.reclaim_ranges(sh, &ranges)) > 0,
                     None => false,
                 },
-                // Every lazy area released, every pool and chunk back in the tree.
-                _ => sh.purge(PurgeKind::Full).areas_to_tree > 0,
+                // Every lazy area released, every pool and chunk back in the tree, and this
+                // request carved from the tree before any other thread can take what came back.
+                _ => {
+                    let (report, got) = sh.purge_claiming(PurgeKind::Full, Some((&r, req.tag)));
+                    if let Some(a) = got {
+                        return Ok(a);
+                    }
+                    report.areas_to_tree > 0
+                }
             };
             if step == Step::Reclaim && !progress {
                 continue;

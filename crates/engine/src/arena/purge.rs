@@ -9,12 +9,20 @@
 //! [`worker`](crate::worker).
 
 use super::locks::{with_strategy, StrategyLocks};
-use super::shared::Shared;
-use crate::area::{PurgeKind, PurgeReport};
+use super::shared::{tree_alloc, Shared};
+use crate::area::{Allocation, AreaTag, PurgeKind, PurgeReport};
 use crate::lock::LockSite;
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{FreeTree, Span};
+use vmarena_core::{FreeTree, Request, Span};
+
+/// Most areas merged into the free tree in one hold of its lock, so that pool misses on other
+/// threads are not held up for a whole batch.
+const MERGE_CHUNK: usize = 256;
+
+/// Purges in a row a failed allocation runs under one hold of the purge mutex while its carve
+/// fails and other threads keep making areas lazy.
+const CLAIM_ROUNDS: usize = 8;
 
 /// One purge's lists, filled by the strategy's `detach`.
 pub(crate) struct PurgeBatch {
@@ -33,11 +41,50 @@ impl Shared {
     /// Release lazy memory in one batch, refill or decay pools, return areas to the tree.
     /// Serialised by the purge mutex; holds each spin lock only to detach or attach lists.
     pub(crate) fn purge(&self, kind: PurgeKind) -> PurgeReport {
+        self.purge_claiming(kind, None).0
+    }
+
+    /// [`Shared::purge`] for an allocation that failed: `claim`'s area is carved from the free
+    /// tree in the same hold of the tree's lock as the purge's last merge, and entered in the
+    /// busy map before the purge mutex is let go. While the carve fails and other threads made
+    /// areas lazy meanwhile, the purge runs again, up to [`CLAIM_ROUNDS`] times, without
+    /// letting the mutex go: the other threads that fail meanwhile wait for it instead of
+    /// purging for themselves, so the lazy areas pile up for this thread's next round.
+    ///
+    /// Carving after the purge had returned let the others take back every page it gave back
+    /// first, and the request failed with the arena nearly empty: eight threads that allocate
+    /// and free large areas in a small arena on two CPUs did, several times a run
+    /// (`tests/purge_race.rs`).
+    pub(crate) fn purge_claiming(
+        &self,
+        kind: PurgeKind,
+        claim: Option<(&Request, AreaTag)>,
+    ) -> (PurgeReport, Option<Allocation>) {
         if kind == PurgeKind::Full {
             // Failure path, shrinker, low memory: cached areas count as well.
             self.drain_caches();
         }
         let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut total = PurgeReport::default();
+        for _ in 0..CLAIM_ROUNDS {
+            let (report, got) = self.purge_locked(kind, claim);
+            total.areas_released += report.areas_released;
+            total.pages_released += report.pages_released;
+            total.areas_to_tree += report.areas_to_tree;
+            total.syscalls += report.syscalls;
+            if got.is_some() || claim.is_none() || self.lazy_pages_exact() == 0 {
+                return (total, got);
+            }
+        }
+        (total, None)
+    }
+
+    /// One purge, under the purge mutex: detach, release, refill, merge (carving `claim`).
+    fn purge_locked(
+        &self,
+        kind: PurgeKind,
+        claim: Option<(&Request, AreaTag)>,
+    ) -> (PurgeReport, Option<Allocation>) {
         self.purging.requested.store(false, Relaxed);
         let mut batch = PurgeBatch {
             kind,
@@ -49,7 +96,13 @@ impl Shared {
         with_strategy!(&self.locks, s => s.detach(self, &mut batch));
         let (mut calls, spill) = self.release_batch(&batch.release);
         with_strategy!(&self.locks, s => s.refill(&mut batch));
-        calls += self.merge_batch(&batch.to_tree, &batch.chunks, &spill);
+        calls += self.backing.retire(&batch.to_tree) as u64;
+        let carved = self.merge_lists([&batch.to_tree, &batch.chunks, &spill], claim.map(|(r, _)| r));
+        let got = carved.zip(claim).map(|(start, (r, tag))| {
+            let span = Span::new(start, r.size_pages);
+            with_strategy!(&self.locks, s => s.insert_parts(self, &[span], tag));
+            self.carved(start, r.size_pages)
+        });
         calls += self.heal_mosaics();
         let pages_released = Span::total_pages(&batch.release);
         let c = &self.counters;
@@ -60,12 +113,13 @@ impl Shared {
         c.areas_released.fetch_add(batch.release.len() as u64, Relaxed);
         c.pages_released.fetch_add(pages_released, Relaxed);
         c.release_calls.fetch_add(calls, Relaxed);
-        PurgeReport {
+        let report = PurgeReport {
             areas_released: batch.release.len() as u64,
             pages_released,
             areas_to_tree: batch.to_tree.len() as u64,
             syscalls: calls,
-        }
+        };
+        (report, got)
     }
 
     /// Release the memory of `release` in one batch, with the free pages that share a huge
@@ -84,10 +138,36 @@ impl Shared {
     /// tree. Returns the syscalls made.
     pub(crate) fn merge_batch(&self, to_tree: &[Span], chunks: &[Span], spill: &[Span]) -> u64 {
         let calls = self.backing.retire(to_tree) as u64;
-        self.merge_into_tree(to_tree);
-        self.merge_into_tree(chunks);
-        self.merge_into_tree(spill);
+        self.merge_lists([to_tree, chunks, spill], None);
         calls
+    }
+
+    /// Merge `lists` into the free tree in holds of at most [`MERGE_CHUNK`] areas; in the last
+    /// hold (the only one when the lists are empty), carve `claim` from the tree: its start.
+    pub(crate) fn merge_lists(&self, lists: [&[Span]; 3], claim: Option<&Request>) -> Option<u64> {
+        let mut areas = lists.into_iter().flatten().peekable();
+        loop {
+            let carved = self.with_free_tree(&site::PURGE_MERGE, |t| {
+                for &Span { start: s, pages } in areas.by_ref().take(MERGE_CHUNK) {
+                    self.merge_one(t, s, pages);
+                }
+                if areas.peek().is_some() {
+                    return None;
+                }
+                Some(claim.and_then(|r| tree_alloc(t, r)))
+            });
+            if let Some(c) = carved {
+                return c;
+            }
+        }
+    }
+
+    /// Merge one area into the free tree (locked): a page already free is a lost area.
+    #[inline]
+    fn merge_one(&self, t: &mut FreeTree, s: u64, pages: u64) {
+        if let Err(e) = t.insert_merge(s, s + pages) {
+            panic!("{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}", self.name);
+        }
     }
 
     /// The free pages around the released areas that lie in the same release granule (a
@@ -123,16 +203,10 @@ impl Shared {
     /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
     /// misses on other threads are not held up for the whole batch.
     pub(crate) fn merge_into_tree(&self, areas: &[Span]) {
-        const CHUNK: usize = 256;
-        for chunk in areas.chunks(CHUNK) {
+        for chunk in areas.chunks(MERGE_CHUNK) {
             self.with_free_tree(&site::PURGE_MERGE, |t| {
                 for &Span { start: s, pages } in chunk {
-                    if let Err(e) = t.insert_merge(s, s + pages) {
-                        panic!(
-                            "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",
-                            self.name
-                        );
-                    }
+                    self.merge_one(t, s, pages);
                 }
             });
         }
