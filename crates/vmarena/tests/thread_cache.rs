@@ -99,6 +99,27 @@ fn vmallocinfo_names_the_latest_caller_and_lists_cached_areas_as_unpurged() {
     assert_eq!(s.size(q.as_ptr()), None);
 }
 
+/// A hit of the C ABI's `vmarena_vmalloc` (whose caller is encoded once per space) names the
+/// C ABI in `vmallocinfo`, as the miss that carved the area did.
+#[test]
+fn an_area_reused_through_the_c_abi_names_the_c_abi() {
+    use vmarena::capi::{vmarena_vfree, vmarena_vmalloc};
+    let line_of = |p: *mut std::ffi::c_void| {
+        let info = vmarena::default_space().unwrap().vmallocinfo();
+        info.lines().find(|l| l.starts_with(&format!("0x{:016x}", p as usize))).map(str::to_string)
+    };
+    let p = vmarena_vmalloc(4096);
+    assert!(!p.is_null());
+    assert!(line_of(p).unwrap().contains(" vmarena_c_abi "), "the miss: {:?}", line_of(p));
+    assert_eq!(vmarena_vfree(p), 0);
+    let q = vmarena_vmalloc(4096);
+    assert_eq!(q, p, "the thread's cache served the second call");
+    let mine = line_of(q).unwrap();
+    assert!(mine.contains(" vmarena_c_abi ") && mine.contains("vmalloc"), "the hit: {mine}");
+    assert_eq!(vmarena_vfree(q), 0);
+    assert_eq!(vmarena_vfree(q), -libc::EINVAL, "double free");
+}
+
 /// A cached area within the slack (`lazy_slack_percent`, on in the default space) serves a
 /// smaller request whole: `size` reports all of it, `vzalloc` clears all of it, and its free
 /// caches it whole again.
