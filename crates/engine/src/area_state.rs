@@ -120,24 +120,6 @@ fn encode(pages: u64, caller: Option<&'static Location<'static>>, st: u64) -> u6
     (c << CALLER_SHIFT) | ((pages & PAGES_MASK) << PAGES_SHIFT) | st
 }
 
-/// A caller as a state word holds it, encoded once: a call site that allocates often (the C
-/// ABI's `vmarena_vmalloc`) keeps it and hands it to [`Arena::alloc_hit`](crate::Arena::alloc_hit),
-/// whose hit then stores it without encoding the location again (nine instructions a hit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CallerBits(u64);
-
-impl CallerBits {
-    /// `caller`, encoded (no caller: `None`).
-    pub fn of(caller: Option<&'static Location<'static>>) -> CallerBits {
-        CallerBits(encode(0, caller, 0))
-    }
-
-    /// The caller it encodes.
-    pub fn caller(self) -> Option<&'static Location<'static>> {
-        decode_caller(self.0)
-    }
-}
-
 #[inline(always)]
 fn decode_caller(w: u64) -> Option<&'static Location<'static>> {
     let c = (w >> CALLER_SHIFT) << 3;
@@ -282,10 +264,10 @@ impl AreaStates {
 
     /// A cached area handed out again by the magazine that holds it: cached → live.
     #[inline]
-    pub(crate) fn reuse(&self, start: u64, pages: u64, caller: CallerBits) {
+    pub(crate) fn reuse(&self, start: u64, pages: u64, caller: Option<&'static Location<'static>>) {
         if let Some(w) = self.word(start) {
             debug_assert_eq!(w.load(Relaxed) & ST_MASK, CACHED, "reused a start that was not cached");
-            w.store(caller.0 | ((pages & PAGES_MASK) << PAGES_SHIFT) | LIVE | REUSED, Release);
+            w.store(encode(pages, caller, LIVE) | REUSED, Release);
         }
     }
 

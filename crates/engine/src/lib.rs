@@ -44,7 +44,6 @@ mod thread_caches;
 mod thread_caches;
 mod worker;
 
-pub use area_state::CallerBits;
 pub use arena::{
     AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport,
     SmallArea, Step, NO_NODE, UNKNOWN_BYTES,

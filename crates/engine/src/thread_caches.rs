@@ -43,7 +43,7 @@
 //! borrow flag and the destructor-state check of the thread-local that owns the magazines.
 #![allow(unsafe_code)]
 
-use crate::area_state::{AreaStates, CallerBits, Claim};
+use crate::area_state::{AreaStates, Claim};
 pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::handshake::{heavy_fence, Enter};
 use crate::magazine::{bump, Magazine, Spill};
@@ -250,7 +250,7 @@ impl ThreadCaches {
     /// arena's front, a drain asked for, an empty stack), which [`ThreadCaches::alloc`] then
     /// handles.
     #[inline(always)]
-    pub(crate) fn alloc_hit(&self, pages: u64, caller: CallerBits) -> Option<u64> {
+    pub(crate) fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
         let m = self.front()?;
         if m.hs.enter() != Enter::Go {
             return None;
@@ -308,7 +308,7 @@ impl ThreadCaches {
         caller: Option<&'static Location<'static>>,
     ) -> Option<u64> {
         if align_pages == 1 {
-            if let Some(s) = self.alloc_hit(pages, CallerBits::of(caller)) {
+            if let Some(s) = self.alloc_hit(pages, caller) {
                 return Some(s);
             }
         }
@@ -327,7 +327,7 @@ impl ThreadCaches {
         pages: u64,
         caller: Option<&'static Location<'static>>,
     ) -> Option<(u64, u64)> {
-        if let Some(s) = self.alloc_hit(pages, CallerBits::of(caller)) {
+        if let Some(s) = self.alloc_hit(pages, caller) {
             return Some((s, pages));
         }
         let extra = (pages as u128 * self.budget.slack_percent as u128 / 100) as u64;
@@ -360,7 +360,7 @@ impl ThreadCaches {
                 }
             }
             if let Some((s, p)) = got {
-                self.states.reuse(s, p, CallerBits::of(caller));
+                self.states.reuse(s, p, caller);
                 bump(&m.hits);
             } else {
                 bump(&m.misses);

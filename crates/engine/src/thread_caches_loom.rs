@@ -49,7 +49,7 @@ impl ThreadCaches {
     pub(crate) fn free<A: CacheOwner>(&self, _: &Arc<A>, _: u64) -> FreeFast {
         FreeFast::Untracked
     }
-    pub(crate) fn alloc_hit(&self, _: u64, _: crate::area_state::CallerBits) -> Option<u64> {
+    pub(crate) fn alloc_hit(&self, _: u64, _: Option<&'static Location<'static>>) -> Option<u64> {
         None
     }
     pub(crate) fn free_hit(&self, _: u64) -> Option<(u64, Option<&'static Location<'static>>)> {

@@ -41,17 +41,11 @@ fn no_space() -> *mut libc::c_void {
 pub extern "C" fn vmarena_vmalloc(size: usize) -> *mut libc::c_void {
     // A plain thread-cache hit makes no call and cannot panic; everything else is out of line.
     if let Some(s) = existing_default_space() {
-        if let Some(p) = s.vmalloc_hit(size) {
+        if let Some(p) = s.vmalloc_hit(size, Location::caller()) {
             return p.as_ptr().cast();
         }
     }
     vmalloc_rest(size)
-}
-
-/// The caller that `vmarena_vmalloc`'s thread-cache hits record (`vmallocinfo`), encoded once
-/// per space (`VmSpace`'s `abi_caller`).
-pub(crate) fn vmalloc_site() -> &'static Location<'static> {
-    Location::caller()
 }
 
 #[inline(never)]

@@ -31,8 +31,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vmarena_engine::{
-    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, CallerBits, FreeError,
-    LockStats,
+    AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, FreeError, LockStats,
 };
 use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, reentry, Reservation};
@@ -59,8 +58,6 @@ impl vmarena_engine::ForkLocks for SpaceMaps {
 
 /// The vmalloc family over one reservation. All methods take `&self` and are thread safe.
 pub struct VmSpace {
-    /// The caller `vmarena_vmalloc`'s hits record, encoded once (`crate::capi::vmalloc_site`).
-    abi_caller: CallerBits,
     name: String,
     arena: Arena,
     reservation: Reservation,
@@ -225,7 +222,6 @@ impl VmSpace {
             Arc::downgrade(&fork_maps) as std::sync::Weak<dyn vmarena_engine::ForkLocks>;
         vmarena_engine::fork::register(vmarena_engine::fork::Rank::SpaceMaps, weak);
         Ok(VmSpace {
-            abi_caller: CallerBits::of(Some(crate::capi::vmalloc_site())),
             name: name.to_string(),
             arena,
             reservation,
@@ -429,13 +425,17 @@ impl VmSpace {
     /// (the C ABI): a small area from this thread's cache, or `None` with nothing changed
     /// and nothing counted (then call `vmalloc`).
     #[inline(always)]
-    pub(crate) fn vmalloc_hit(&self, bytes: usize) -> Option<NonNull<u8>> {
+    pub(crate) fn vmalloc_hit(
+        &self,
+        bytes: usize,
+        caller: &'static Location<'static>,
+    ) -> Option<NonNull<u8>> {
         // Size 0 and sizes that overflow are refused by `vmalloc`.
         if bytes == 0 {
             return None;
         }
         let data = (bytes.checked_add(self.page_bytes - 1)? >> self.page_shift) as u64;
-        let start = self.arena.alloc_hit(data + self.guard_pages, self.abi_caller)?;
+        let start = self.arena.alloc_hit(data + self.guard_pages, Some(caller))?;
         NonNull::new(((start as usize) << self.page_shift) as *mut u8)
     }
 

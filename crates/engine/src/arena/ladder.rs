@@ -11,7 +11,6 @@ use super::locks::{with_strategy, StrategyLocks};
 use super::shared::Shared;
 use super::Arena;
 use crate::area::{AllocRequest, Allocation, AreaKind, PurgeKind, Step};
-use crate::area_state::CallerBits;
 use crate::error::AllocError;
 use crate::sync::Ordering::Relaxed;
 use std::panic::Location;
@@ -167,10 +166,9 @@ impl Arena {
 
     /// A plain thread-cache hit for callers whose fast path must make no call (the C ABI):
     /// an area of `pages` pages from this thread's cache, or `None` with nothing changed and
-    /// nothing counted (call [`Arena::alloc_cached`] or [`Arena::alloc`] then). `caller` is
-    /// encoded once by the call site ([`CallerBits::of`]).
+    /// nothing counted (call [`Arena::alloc_cached`] or [`Arena::alloc`] then).
     #[inline(always)]
-    pub fn alloc_hit(&self, pages: u64, caller: CallerBits) -> Option<u64> {
+    pub fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
         let c = self.shared.cache.as_ref()?;
         if pages.wrapping_sub(1) >= c.states.max_pages() {
             return None;
