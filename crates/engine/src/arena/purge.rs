@@ -143,9 +143,13 @@ impl Shared {
     }
 
     /// Merge `lists` into the free tree in holds of at most [`MERGE_CHUNK`] areas; in the last
-    /// hold (the only one when the lists are empty), carve `claim` from the tree: its start.
+    /// hold (the only one when the lists are empty; none when they are and there is no
+    /// `claim`), carve `claim` from the tree: its start.
     pub(crate) fn merge_lists(&self, lists: [&[Span]; 3], claim: Option<&Request>) -> Option<u64> {
         let mut areas = lists.into_iter().flatten().peekable();
+        if claim.is_none() && areas.peek().is_none() {
+            return None;
+        }
         loop {
             let carved = self.with_free_tree(&site::PURGE_MERGE, |t| {
                 for &Span { start: s, pages } in areas.by_ref().take(MERGE_CHUNK) {
