@@ -99,8 +99,9 @@ fn vmallocinfo_names_the_latest_caller_and_lists_cached_areas_as_unpurged() {
     assert_eq!(s.size(q.as_ptr()), None);
 }
 
-/// A hit of the C ABI's `vmarena_vmalloc` (whose caller is encoded once per space) names the
-/// C ABI in `vmallocinfo`, as the miss that carved the area did.
+/// A hit of the C ABI's `vmarena_vmalloc` (the plain hit inlined in it, which packs its own
+/// caller into the area's state word) names the C ABI in `vmallocinfo`, as the miss that carved
+/// the area did.
 #[test]
 fn an_area_reused_through_the_c_abi_names_the_c_abi() {
     use vmarena::capi::{vmarena_vfree, vmarena_vmalloc};
