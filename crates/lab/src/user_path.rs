@@ -14,6 +14,7 @@
 //! | `glibc`, `jemalloc`, `mimalloc`, `tcmalloc` | `malloc` / `free` | glibc alone, or the peer preloaded |
 //! | `glibc-aligned`, ... | `posix_memalign(4096)` / `free` | the same, page aligned as vmarena's blocks are |
 //! | `vmarena:NAME=VALUE+...` | as `vmarena` | with `VMARENA_NAME=VALUE` set for each pair (an option of the default space's tables; an experiment's pair sets `VMARENA_EXPERIMENTS=1` too) |
+//! | `rseq-model` | as `vmarena` | linked against a model of per-CPU magazines in restartable sequences, with vmarena's per-area compare-and-swap (`src/c/rseq_magazine_model.c`): not vmarena, a bound on what that front end could give the hit paths; not in the default list |
 //!
 //! Each (workload, threads, contender) runs `--runs` times in a fresh process, contenders
 //! alternating; the median ns per operation (wall time over loops x threads) is reported, with
@@ -35,6 +36,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCE: &str = include_str!("c/user_path.c");
+const MODEL: &str = include_str!("c/rseq_magazine_model.c");
+const MODEL_CONTENDER: &str = "rseq-model";
 const WORKLOADS: &[&str] = &["fix_size", "full_fit", "random_size", "long_busy", "mid_size"];
 const PEERS: &[&str] = &["glibc", "jemalloc", "mimalloc"];
 
@@ -48,9 +51,11 @@ pub struct UserPathConfig {
     /// Thread counts.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<u32>,
-    /// Contenders: vmarena, glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned for each peer, and
+    /// Contenders: vmarena, glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned for each peer,
     /// vmarena:NAME=VALUE+... (vmarena with VMARENA_NAME=VALUE for each pair, an option of
-    /// `vmarena options`'s space or arena table).
+    /// `vmarena options`'s space or arena table), and rseq-model (a model of per-CPU magazines
+    /// in restartable sequences with vmarena's per-area compare-and-swap, not vmarena: what
+    /// that design could give the hit paths; x86-64).
     #[arg(
         long,
         value_delimiter = ',',
@@ -132,9 +137,13 @@ pub fn variant_env(spec: &str) -> Result<Vec<(String, String)>, String> {
     Ok(env)
 }
 
-fn setup(c: &str, abi: &Path, plain: &Path) -> Result<Setup, String> {
+fn setup(c: &str, abi: &Path, plain: &Path, model: Option<&Path>) -> Result<Setup, String> {
     if c == "vmarena" {
         return Ok(Setup { bin: abi.into(), preload: None, aligned: false, env: Vec::new() });
+    }
+    if c == MODEL_CONTENDER {
+        let bin = model.ok_or("the rseq model was not built")?;
+        return Ok(Setup { bin: bin.into(), preload: None, aligned: false, env: Vec::new() });
     }
     if let Some(spec) = c.strip_prefix("vmarena:") {
         return Ok(Setup { bin: abi.into(), preload: None, aligned: false, env: variant_env(spec)? });
@@ -145,10 +154,19 @@ fn setup(c: &str, abi: &Path, plain: &Path) -> Result<Setup, String> {
     };
     let preload = libs::peer(peer).ok_or_else(|| {
         format!(
-            "unknown contender '{c}' (vmarena, vmarena:NAME=VALUE+..., glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned)"
+            "unknown contender '{c}' (vmarena, vmarena:NAME=VALUE+..., glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned, rseq-model)"
         )
     })??;
     Ok(Setup { bin: plain.into(), preload, aligned, env: Vec::new() })
+}
+
+/// The program linked against the model (`c/rseq_magazine_model.c`), built in a folder of its
+/// own as `libvmarena.so`, where the program's run path finds it.
+fn build_model(scratch: &Path) -> Result<PathBuf, String> {
+    let dir = scratch.join("rseq-model");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    cc::compile(&dir, "rseq_magazine_model", MODEL, "libvmarena.so", &["-shared", "-fPIC"], None)?;
+    cc::compile(scratch, "user_path", SOURCE, "user_path_model", &["-DVMARENA_ABI"], Some(&dir))
 }
 
 fn loops_of(w: &str, loops: u64) -> u64 {
@@ -166,7 +184,13 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
     let abi =
         cc::compile(&scratch, "user_path", SOURCE, "user_path_vmarena", &["-DVMARENA_ABI"], Some(&libs))?;
     let plain = cc::compile(&scratch, "user_path", SOURCE, "user_path_malloc", &[], None)?;
-    let setups = cfg.contenders.iter().map(|c| setup(c, &abi, &plain)).collect::<Result<Vec<_>, _>>()?;
+    let model =
+        if cfg.contenders.iter().any(|c| c == MODEL_CONTENDER) { Some(build_model(&scratch)?) } else { None };
+    let setups = cfg
+        .contenders
+        .iter()
+        .map(|c| setup(c, &abi, &plain, model.as_deref()))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut cells = Vec::new();
     for w in &cfg.workloads {
         for &t in &cfg.threads {

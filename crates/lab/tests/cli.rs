@@ -262,6 +262,41 @@ fn output_into_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// The rseq model of per-CPU magazines builds and runs beside vmarena, at 1 and 2 threads (the
+/// program exits on a failed allocation or a refused free, so a model that refused a free of
+/// an area it handed out fails the command); an unknown contender is refused by name.
+#[test]
+fn user_path_runs_the_rseq_model_beside_vmarena() {
+    let Some(libs) = lib_dir() else { return };
+    let out = vmarena(&[
+        "user-path",
+        "--workloads",
+        "fix_size,full_fit,long_busy",
+        "--threads",
+        "1,2",
+        "--loops",
+        "5000",
+        "--runs",
+        "1",
+        "--contenders",
+        "vmarena,rseq-model",
+        "--lib-dir",
+        libs.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("| workload | threads | vmarena | rseq-model |"), "{text}");
+    for row in ["| full_fit | 2 |", "| long_busy | 2 |"] {
+        let line =
+            text.lines().find(|l| l.starts_with(row)).unwrap_or_else(|| panic!("{row} missing: {text}"));
+        let ns: Vec<f64> = line.split('|').filter_map(|c| c.trim().parse().ok()).collect();
+        assert!(ns.len() >= 3 && ns[1..].iter().all(|&x| x > 0.0), "{line}");
+    }
+    let out = vmarena(&["user-path", "--contenders", "rseq-modle"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown contender 'rseq-modle'"));
+}
+
 /// The per-CPU counter program runs each mode, and each run's sum is checked exact by the
 /// program (a per-CPU copy that lost or doubled increments would fail the command).
 #[test]
