@@ -9,10 +9,14 @@
  *  - each area has a state word on a cache line of its own (live or cached, and its size), and
  *    a free claims it live -> cached with a compare-and-swap, as vmarena's free does, so a
  *    second free of an area, racing or not, gets -EINVAL;
+ *  - each sequence also reads what a budget and a drain would make it read: the stack's cap
+ *    (a push at the cap goes to the slow path) and a stopped flag (a drainer would set it, then
+ *    fence the CPU with membarrier's rseq command, before emptying the stack); the model never
+ *    changes either;
  *  - a miss carves fresh address space with one atomic add; a full stack keeps the area out of
  *    the model (the shapes it runs never fill one);
- *  - there is no budget, no drain, no purge and no release of memory: what it measures is the
- *    hit paths alone.
+ *  - there is no budget accounting, no drain, no purge and no release of memory: what it
+ *    measures is the hit paths alone.
  *
  * It defines vmarena_vmalloc and vmarena_vfree, so that user_path.c built with -DVMARENA_ABI
  * runs on it. x86-64 only; it needs the rseq area glibc registers for every thread (2.35 on). */
@@ -34,11 +38,13 @@
 #define CACHED 2ull
 #define WORD_STRIDE 8 /* words one cache line apart: two CPUs' areas never share a line */
 
-/* One CPU's stack of one size: the length, then the slots (page indices), on lines of its own. */
+/* One CPU's stack of one size, on lines of its own: the length, the cap, the stopped flag, then
+ * the slots (page indices). The sequences below use these offsets: 0, 8, 16, 24. */
 struct stack {
     uint64_t len;
+    uint64_t cap;
+    uint64_t stopped;
     uint64_t slot[STACK_SLOTS];
-    uint64_t pad[7];
 } __attribute__((aligned(64)));
 
 struct cpu_stacks {
@@ -59,8 +65,11 @@ __attribute__((constructor)) static void model_init(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     cpus = mmap(NULL, sizeof(struct cpu_stacks) * MAX_CPUS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base != MAP_FAILED && words != MAP_FAILED && cpus != MAP_FAILED && __rseq_size > 0 &&
-        sysconf(_SC_NPROCESSORS_CONF) <= MAX_CPUS)
+        sysconf(_SC_NPROCESSORS_CONF) <= MAX_CPUS) {
+        for (int c = 0; c < MAX_CPUS; c++)
+            for (int z = 0; z < SIZES; z++) cpus[c].size[z].cap = STACK_SLOTS;
         return;
+    }
 #endif
     fprintf(stderr, "rseq_magazine_model: needs x86-64, rseq registered by glibc, at most 256 CPUs and 16 GiB of "
                     "address space\n");
@@ -74,7 +83,7 @@ static inline struct rseq *rseq_area(void) {
 static inline _Atomic uint64_t *word_of(uint64_t page) { return &words[page * WORD_STRIDE]; }
 
 /* Pop the top of this CPU's stack at byte offset `size_off` into *out: 0, 1 when the stack is
- * empty, -1 when the kernel aborted the sequence (the caller runs it again). The store of the
+ * empty or stopped, -1 when the kernel aborted the sequence (the caller runs it again). The store of the
  * shortened length is the commit; the store to *out (this thread's stack) before it is redone
  * by a rerun. */
 static inline int stack_pop(uintptr_t size_off, uint64_t *out) {
@@ -92,10 +101,12 @@ static inline int stack_pop(uintptr_t size_off, uint64_t *out) {
         "movl %[cpu_id], %%eax\n\t"
         "imulq %[stride], %%rax\n\t"
         "addq %[base], %%rax\n\t"
+        "cmpq $0, 16(%%rax)\n\t"          /* stopped: the slow path */
+        "jne %l[empty]\n\t"
         "movq (%%rax), %%rdx\n\t"
         "testq %%rdx, %%rdx\n\t"
         "jz %l[empty]\n\t"
-        "movq (%%rax, %%rdx, 8), %%rcx\n\t" /* slot[len - 1] sits 8 * len bytes in */
+        "movq 16(%%rax, %%rdx, 8), %%rcx\n\t" /* slot[len - 1] sits 16 + 8 * len bytes in */
         "movq %%rcx, (%[out])\n\t"
         "decq %%rdx\n\t"
         "movq %%rdx, (%%rax)\n\t"          /* the commit */
@@ -117,7 +128,8 @@ aborted:
     return -1;
 }
 
-/* Push `page` on this CPU's stack at byte offset `size_off`: 0, 1 when the stack is full, -1
+/* Push `page` on this CPU's stack at byte offset `size_off`: 0, 1 when the stack is at its cap
+ * or stopped, -1
  * when the kernel aborted the sequence. The store of the longer length is the commit. */
 static inline int stack_push(uintptr_t size_off, uint64_t page) {
     struct rseq *rs = rseq_area();
@@ -134,10 +146,12 @@ static inline int stack_push(uintptr_t size_off, uint64_t page) {
         "movl %[cpu_id], %%eax\n\t"
         "imulq %[stride], %%rax\n\t"
         "addq %[base], %%rax\n\t"
+        "cmpq $0, 16(%%rax)\n\t"          /* stopped: the slow path */
+        "jne %l[full]\n\t"
         "movq (%%rax), %%rdx\n\t"
-        "cmpq $64, %%rdx\n\t"              /* STACK_SLOTS */
+        "cmpq 8(%%rax), %%rdx\n\t"         /* at the cap */
         "jae %l[full]\n\t"
-        "movq %[page], 8(%%rax, %%rdx, 8)\n\t"
+        "movq %[page], 24(%%rax, %%rdx, 8)\n\t"
         "incq %%rdx\n\t"
         "movq %%rdx, (%%rax)\n\t"          /* the commit */
         "2:\n\t"
