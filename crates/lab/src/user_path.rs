@@ -25,7 +25,8 @@
 //!
 //! The ratio to the best peer is also given paired (`crate::paired`): the median, over the
 //! rounds, of vmarena's time over that peer's time in the same round, with the rounds' range
-//! and how many rounds vmarena won.
+//! and how many rounds vmarena won; variants and the model get the same figure in a table of
+//! their own.
 
 use crate::machine::{write_output, Machine};
 use crate::paired::paired;
@@ -232,6 +233,35 @@ fn find<'a>(cells: &'a [Cell], w: &str, t: u32, c: &str) -> Option<&'a Cell> {
     cells.iter().find(|x| x.workload == w && x.threads == t && x.contender == c)
 }
 
+/// The fastest (by median) of glibc, jemalloc and mimalloc, plain or aligned, at (w, t).
+fn best_peer<'a>(cells: &'a [Cell], w: &str, t: u32) -> Option<&'a Cell> {
+    PEERS
+        .iter()
+        .flat_map(|p| [p.to_string(), format!("{p}-aligned")])
+        .filter_map(|c| find(cells, w, t, &c))
+        .min_by(|a, b| a.median().total_cmp(&b.median()))
+}
+
+/// A contender measured against the peers: vmarena, a variant of it, or the model.
+fn ours(c: &str) -> bool {
+    c == "vmarena" || c.starts_with("vmarena:") || c == MODEL_CONTENDER
+}
+
+/// `c`'s time over the best peer's, paired round by round: "median (range), won of rounds vs
+/// peer", or "-".
+fn paired_cell(cells: &[Cell], w: &str, t: u32, c: &str) -> String {
+    match (find(cells, w, t, c), best_peer(cells, w, t)) {
+        (Some(v), Some(b)) => {
+            let p = paired(&v.ns_per_op, &b.ns_per_op);
+            format!(
+                "{:.2}x ({:.2}-{:.2}), {} of {} vs {}",
+                p.median, p.min, p.max, p.won, p.rounds, b.contender
+            )
+        }
+        _ => "-".into(),
+    }
+}
+
 pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
     println!(
         "# vmarena user-path: ns per operation (wall / (loops x threads)), median of {} fresh processes, every page written",
@@ -268,28 +298,34 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
             let v = find(cells, w, t, "vmarena").map(Cell::median).unwrap_or(f64::NAN);
             if best_col {
                 // The best plain call of the three peers, and of their aligned forms.
-                let best = PEERS
-                    .iter()
-                    .flat_map(|p| [p.to_string(), format!("{p}-aligned")])
-                    .filter_map(|c| find(cells, w, t, &c))
-                    .min_by(|a, b| a.median().total_cmp(&b.median()));
+                let best = best_peer(cells, w, t);
                 print!(" {:.2}x |", v / best.map_or(f64::NAN, Cell::median));
-                match (find(cells, w, t, "vmarena"), best) {
-                    (Some(v), Some(b)) => {
-                        let p = paired(&v.ns_per_op, &b.ns_per_op);
-                        print!(
-                            " {:.2}x ({:.2}-{:.2}), {} of {} vs {} |",
-                            p.median, p.min, p.max, p.won, p.rounds, b.contender
-                        );
-                    }
-                    _ => print!(" - |"),
-                }
+                print!(" {} |", paired_cell(cells, w, t, "vmarena"));
             }
             if tc_col {
                 let tc = find(cells, w, t, "tcmalloc").map(Cell::median).unwrap_or(f64::NAN);
                 print!(" {:.2}x |", v / tc);
             }
             println!();
+        }
+    }
+    // Variants and the model, paired against the peers as vmarena is above.
+    let others: Vec<&String> = cfg.contenders.iter().filter(|c| ours(c) && *c != "vmarena").collect();
+    if !others.is_empty() && PEERS.iter().any(|p| has(p) || has(&format!("{p}-aligned"))) {
+        println!("\nPaired against the best of glibc, jemalloc and mimalloc (the median of the rounds' ratios, their range, the rounds won):\n");
+        print!("| workload | threads |");
+        for c in &others {
+            print!(" {c} |");
+        }
+        println!("\n|---|---|{}", "---|".repeat(others.len()));
+        for w in &cfg.workloads {
+            for &t in &cfg.threads {
+                print!("| {w} | {t} |");
+                for c in &others {
+                    print!(" {} |", paired_cell(cells, w, t, c));
+                }
+                println!();
+            }
         }
     }
     if let (Some(&lo), Some(&hi)) = (cfg.threads.first(), cfg.threads.last()) {

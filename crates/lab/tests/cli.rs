@@ -279,19 +279,23 @@ fn user_path_runs_the_rseq_model_beside_vmarena() {
         "--runs",
         "1",
         "--contenders",
-        "vmarena,rseq-model",
+        "vmarena,rseq-model,glibc",
         "--lib-dir",
         libs.to_str().unwrap(),
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("| workload | threads | vmarena | rseq-model |"), "{text}");
+    assert!(text.contains("| workload | threads | vmarena | rseq-model | glibc |"), "{text}");
     for row in ["| full_fit | 2 |", "| long_busy | 2 |"] {
         let line =
             text.lines().find(|l| l.starts_with(row)).unwrap_or_else(|| panic!("{row} missing: {text}"));
-        let ns: Vec<f64> = line.split('|').filter_map(|c| c.trim().parse().ok()).collect();
-        assert!(ns.len() >= 3 && ns[1..].iter().all(|&x| x > 0.0), "{line}");
+        let ns: Vec<f64> = line.split('|').take(6).filter_map(|c| c.trim().parse().ok()).collect();
+        assert!(ns.len() == 4 && ns[1..].iter().all(|&x| x > 0.0), "{line}");
     }
+    // The model is paired against the peers too, in a table of its own.
+    let paired = text.split("Paired against the best of glibc").nth(1).expect("a paired table");
+    let row = paired.lines().find(|l| l.starts_with("| full_fit | 1 |")).expect("a paired row");
+    assert!(row.contains("x (") && row.contains("of 1 vs glibc"), "{row}");
     let out = vmarena(&["user-path", "--contenders", "rseq-modle"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown contender 'rseq-modle'"));
