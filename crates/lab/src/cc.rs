@@ -1,4 +1,5 @@
-//! The lab's C programs: written from sources embedded in the binary (with `include/vmarena.h`)
+//! The lab's C programs: written from sources embedded in the binary (with `include/vmarena.h`
+//! and `c/rseq_seq.h`)
 //! into a scratch folder and compiled there with `$CC` (default `cc`), so that a built lab runs
 //! them without the source tree.
 
@@ -7,6 +8,9 @@ use std::process::Command;
 
 /// The header every program may include as "vmarena.h".
 pub const HEADER: &str = include_str!("../../../include/vmarena.h");
+
+/// The restartable sequences' shared pieces, which every program may include as "rseq_seq.h".
+pub const RSEQ_HEADER: &str = include_str!("c/rseq_seq.h");
 
 /// A scratch folder of this process (removed by the caller).
 pub fn scratch(what: &str) -> Result<PathBuf, String> {
@@ -28,6 +32,8 @@ pub fn compile(
     let src = scratch.join(format!("{name}.c"));
     std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
     std::fs::write(scratch.join("vmarena.h"), HEADER).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    std::fs::write(scratch.join("rseq_seq.h"), RSEQ_HEADER)
+        .map_err(|e| format!("{}: {e}", scratch.display()))?;
     let bin = scratch.join(output);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let mut cmd = Command::new(&cc);

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/rseq.h>
 #include <time.h>
+#include "rseq_seq.h"
 #include "vmarena.h"
 
 static const char *mode;
@@ -33,10 +34,6 @@ static _Atomic long shared_counter;
 static void *counter;          /* the per-CPU counter's handle (CPU 0's copy) */
 static uintptr_t stride;       /* bytes between two CPUs' copies */
 
-static struct rseq *rseq_area(void) {
-    return (struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
-}
-
 /* Add v to this CPU's copy inside a restartable sequence; 0 when committed, -1 when the kernel
  * aborted it (preemption, migration, signal): the caller retries. The commit is the single
  * add to memory; everything before it may run again. */
@@ -44,25 +41,10 @@ static inline int rseq_add(long v) {
 #if defined(__x86_64__)
     struct rseq *rs = rseq_area();
     __asm__ __volatile__ goto(
-        ".pushsection __rseq_cs, \"aw\"\n\t"
-        ".balign 32\n\t"
-        "3:\n\t"
-        ".long 0, 0\n\t"                 /* version, flags */
-        ".quad 1f, (2f - 1f), 4f\n\t"    /* start_ip, post_commit_offset, abort_ip */
-        ".popsection\n\t"
-        "leaq 3b(%%rip), %%rax\n\t"
-        "movq %%rax, %[rseq_cs]\n\t"
-        "1:\n\t"
-        "movl %[cpu_id], %%eax\n\t"
-        "imulq %[stride], %%rax\n\t"
-        "addq %[base], %%rax\n\t"
+        RSEQ_SEQ_BEGIN
+        RSEQ_THIS_CPU_RAX
         "addq %[v], (%%rax)\n\t"         /* the commit */
-        "2:\n\t"
-        ".pushsection __rseq_failure, \"ax\"\n\t"
-        ".long 0x53053053\n\t"           /* RSEQ_SIG, as glibc registers it on x86 */
-        "4:\n\t"
-        "jmp %l[aborted]\n\t"
-        ".popsection\n\t"
+        RSEQ_SEQ_END
         :
         : [cpu_id] "m"(rs->cpu_id), [rseq_cs] "m"(rs->rseq_cs), [stride] "r"(stride),
           [base] "r"((uintptr_t)counter), [v] "r"(v)

@@ -27,8 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/rseq.h>
 #include <unistd.h>
+#include "rseq_seq.h"
 
 #define MAX_CPUS 256
 #define SIZES 8
@@ -76,31 +76,17 @@ __attribute__((constructor)) static void model_init(void) {
     exit(3);
 }
 
-static inline struct rseq *rseq_area(void) {
-    return (struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
-}
-
 static inline _Atomic uint64_t *word_of(uint64_t page) { return &words[page * WORD_STRIDE]; }
 
 /* Pop the top of this CPU's stack at byte offset `size_off` into *out: 0, 1 when the stack is
- * empty or stopped, -1 when the kernel aborted the sequence (the caller runs it again). The store of the
- * shortened length is the commit; the store to *out (this thread's stack) before it is redone
- * by a rerun. */
+ * empty or stopped, -1 when the kernel aborted the sequence (the caller runs it again). The
+ * store of the shortened length is the commit; the store to *out (this thread's stack) before
+ * it is redone by a rerun. */
 static inline int stack_pop(uintptr_t size_off, uint64_t *out) {
     struct rseq *rs = rseq_area();
     __asm__ __volatile__ goto(
-        ".pushsection __rseq_cs, \"aw\"\n\t"
-        ".balign 32\n\t"
-        "3:\n\t"
-        ".long 0, 0\n\t"                 /* version, flags */
-        ".quad 1f, (2f - 1f), 4f\n\t"    /* start, length up to the commit's end, abort */
-        ".popsection\n\t"
-        "leaq 3b(%%rip), %%rax\n\t"
-        "movq %%rax, %[rseq_cs]\n\t"
-        "1:\n\t"
-        "movl %[cpu_id], %%eax\n\t"
-        "imulq %[stride], %%rax\n\t"
-        "addq %[base], %%rax\n\t"
+        RSEQ_SEQ_BEGIN
+        RSEQ_THIS_CPU_RAX
         "cmpq $0, 16(%%rax)\n\t"          /* stopped: the slow path */
         "jne %l[empty]\n\t"
         "movq (%%rax), %%rdx\n\t"
@@ -110,12 +96,7 @@ static inline int stack_pop(uintptr_t size_off, uint64_t *out) {
         "movq %%rcx, (%[out])\n\t"
         "decq %%rdx\n\t"
         "movq %%rdx, (%%rax)\n\t"          /* the commit */
-        "2:\n\t"
-        ".pushsection __rseq_failure, \"ax\"\n\t"
-        ".long 0x53053053\n\t"             /* RSEQ_SIG, as glibc registers it on x86 */
-        "4:\n\t"
-        "jmp %l[aborted]\n\t"
-        ".popsection\n\t"
+        RSEQ_SEQ_END
         :
         : [cpu_id] "m"(rs->cpu_id), [rseq_cs] "m"(rs->rseq_cs), [stride] "r"(cpu_stride),
           [base] "r"((uintptr_t)cpus + size_off), [out] "r"(out)
@@ -129,23 +110,13 @@ aborted:
 }
 
 /* Push `page` on this CPU's stack at byte offset `size_off`: 0, 1 when the stack is at its cap
- * or stopped, -1
- * when the kernel aborted the sequence. The store of the longer length is the commit. */
+ * or stopped, -1 when the kernel aborted the sequence. The store of the longer length is the
+ * commit. */
 static inline int stack_push(uintptr_t size_off, uint64_t page) {
     struct rseq *rs = rseq_area();
     __asm__ __volatile__ goto(
-        ".pushsection __rseq_cs, \"aw\"\n\t"
-        ".balign 32\n\t"
-        "3:\n\t"
-        ".long 0, 0\n\t"
-        ".quad 1f, (2f - 1f), 4f\n\t"
-        ".popsection\n\t"
-        "leaq 3b(%%rip), %%rax\n\t"
-        "movq %%rax, %[rseq_cs]\n\t"
-        "1:\n\t"
-        "movl %[cpu_id], %%eax\n\t"
-        "imulq %[stride], %%rax\n\t"
-        "addq %[base], %%rax\n\t"
+        RSEQ_SEQ_BEGIN
+        RSEQ_THIS_CPU_RAX
         "cmpq $0, 16(%%rax)\n\t"          /* stopped: the slow path */
         "jne %l[full]\n\t"
         "movq (%%rax), %%rdx\n\t"
@@ -154,12 +125,7 @@ static inline int stack_push(uintptr_t size_off, uint64_t page) {
         "movq %[page], 24(%%rax, %%rdx, 8)\n\t"
         "incq %%rdx\n\t"
         "movq %%rdx, (%%rax)\n\t"          /* the commit */
-        "2:\n\t"
-        ".pushsection __rseq_failure, \"ax\"\n\t"
-        ".long 0x53053053\n\t"
-        "4:\n\t"
-        "jmp %l[aborted]\n\t"
-        ".popsection\n\t"
+        RSEQ_SEQ_END
         :
         : [cpu_id] "m"(rs->cpu_id), [rseq_cs] "m"(rs->rseq_cs), [stride] "r"(cpu_stride),
           [base] "r"((uintptr_t)cpus + size_off), [page] "r"(page)
