@@ -55,6 +55,19 @@ fn thread_pointer() -> Option<usize> {
     }
 }
 
+/// The address of this thread's rseq area (`struct rseq`: `cpu_id` at byte 4, `rseq_cs` at
+/// byte 8), where glibc registered one.
+pub(crate) fn rseq_area() -> Option<usize> {
+    let mut off = RSEQ_OFFSET.load(Ordering::Relaxed);
+    if off == UNKNOWN {
+        off = probe_rseq();
+    }
+    if off == NO_RSEQ {
+        return None;
+    }
+    thread_pointer().map(|tp| (tp as isize + off) as usize)
+}
+
 /// The CPU this thread runs on now (it may move right after). 0 if unknown.
 #[inline]
 pub fn current() -> usize {

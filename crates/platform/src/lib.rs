@@ -2,12 +2,13 @@
 //!
 //! Owns: address-space reservations ([`Reservation`]), page release and guard markers
 //! ([`release`], [`guard`]), page moves between addresses ([`page_move`], [`uffd`]), the
-//! current CPU and CPU count ([`cpu`]), a cycle counter and process figures for tests and the lab
+//! current CPU and CPU count ([`cpu`]), per-CPU stacks in restartable sequences
+//! ([`cpu_stack`]), a cycle counter and process figures for tests and the lab
 //! ([`process`]), memory-pressure notifications ([`psi`]),
 //! the thread's inside-vmarena flag ([`reentry`]), once-computed values that survive a fork
 //! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]),
 //! descriptors kept out of the program's way and checked before use ([`kept_fd`]), memory files for frame pools ([`memfd`]),
-//! process-wide barriers ([`membarrier`]), lazily zero word tables ([`word_table`]), two words
+//! process-wide barriers and rseq fences ([`membarrier`]), lazily zero word tables ([`word_table`]), two words
 //! of static TLS for the fast paths ([`static_tls`]) and cache-line prefetch hints
 //! ([`prefetch`]).
 //! Does not own: any allocation policy. The layers above call these functions through the
@@ -16,6 +17,7 @@
 //! Linux only (x86_64 and aarch64 are what it is built and tested on).
 
 pub mod cpu;
+pub mod cpu_stack;
 pub mod fork_once;
 pub mod guard;
 pub mod helper_thread;

@@ -19,6 +19,8 @@ use crate::fork_once::ForkOnce;
 const CMD_QUERY: libc::c_long = 0;
 const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
 const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+const CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
+const CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
 
 fn membarrier(cmd: libc::c_long) -> libc::c_long {
     // SAFETY: membarrier takes two integers and touches no memory of ours.
@@ -50,4 +52,29 @@ pub fn register() -> Result<(), String> {
 /// done (not registered, or refused); the caller must then treat the other threads as unfenced.
 pub fn barrier() -> bool {
     register().is_ok() && membarrier(CMD_PRIVATE_EXPEDITED) == 0
+}
+
+/// Register the process for rseq fences (once; later calls return the first answer). `Err`
+/// names why they are unavailable (kernels before 5.10, seccomp filters).
+pub fn register_rseq() -> Result<(), String> {
+    static REGISTERED: ForkOnce<Result<(), String>> = ForkOnce::new();
+    REGISTERED
+        .get_or_init(|| {
+            let cmds = membarrier(CMD_QUERY);
+            if cmds < 0 || cmds & CMD_PRIVATE_EXPEDITED_RSEQ == 0 {
+                return Err("membarrier without MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ".into());
+            }
+            if membarrier(CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ) != 0 {
+                return Err(format!("membarrier rseq registration failed (errno {})", crate::last_errno()));
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// Restart every restartable sequence running in this process, and pass a full memory
+/// barrier on every CPU that runs one of its threads: afterwards no sequence that began before
+/// the call can commit. False when it could not be done (see [`register_rseq`]).
+pub fn rseq_fence() -> bool {
+    register_rseq().is_ok() && membarrier(CMD_PRIVATE_EXPEDITED_RSEQ) == 0
 }

@@ -1,0 +1,303 @@
+//! `CpuStacks`: per-CPU stacks of words, pushed and popped in restartable sequences.
+//!
+//! The user-space form of a per-CPU list that the kernel guards by disabling preemption: a push
+//! or a pop runs as a restartable sequence (rseq) on the CPU whose stack it touches, and the
+//! kernel moves a thread that is preempted, migrated or signalled inside one to the sequence's
+//! abort handler, from where the operation runs again. The stacks need no lock and no locked
+//! instruction: each sequence ends with one committing store of the stack's length.
+//!
+//! Owns: `cpus x per_cpu` stacks ([`crate::cpu::possible`] CPUs), each on 512 bytes of its own:
+//! the length, the cap, a stopped flag, then [`SLOTS`] slots.
+//!
+//! Who writes what:
+//! - a sequence running on CPU `c` writes the slots and the length of CPU `c`'s stacks, and only
+//!   after it read the stopped flag clear, inside the same sequence;
+//! - [`CpuStacks::drain`] (one drainer at a time) sets every stopped flag, then fences with
+//!   [`crate::membarrier::rseq_fence`]: every sequence that began before the fence is restarted,
+//!   and every one that begins after it reads the flag set and gives up. The drainer then owns
+//!   every stack until it clears the flags;
+//! - [`CpuStacks::set_cap`] writes a cap (pushes read it; it bounds what a push may add).
+//!
+//! Invariant: `len <= SLOTS` and `cap <= SLOTS`; a push commits only below the cap.
+//!
+//! x86-64 only, with the rseq area glibc registers for every thread (2.35 on) and `membarrier`'s
+//! rseq commands (Linux 5.10 on); [`CpuStacks::new`] says which is missing.
+//!
+//! Unsafe: the two sequences, inline assembly whose descriptor the kernel reads from section
+//! `__rseq_cs`, with the signature glibc registers before the abort handler.
+
+use crate::membarrier;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::Mutex;
+
+/// Slots of one stack.
+pub const SLOTS: usize = 61;
+
+/// One stack: the sequences below address these fields by their byte offsets (0, 8, 16, 24).
+#[repr(C, align(64))]
+struct Stack {
+    len: AtomicU64,
+    cap: AtomicU64,
+    stopped: AtomicU64,
+    slot: [AtomicU64; SLOTS],
+}
+
+const STACK_BYTES: usize = 512;
+const _: () = assert!(std::mem::size_of::<Stack>() == STACK_BYTES);
+
+/// Per-CPU stacks of words.
+pub struct CpuStacks {
+    stacks: Box<[Stack]>,
+    per_cpu: usize,
+    cpus: usize,
+    drainer: Mutex<()>,
+}
+
+impl CpuStacks {
+    /// `per_cpu` stacks for every possible CPU, each with a cap of `cap` (at most [`SLOTS`]).
+    /// `Err` when this machine cannot run the sequences, naming why.
+    pub fn new(per_cpu: usize, cap: usize) -> Result<CpuStacks, String> {
+        if !cfg!(target_arch = "x86_64") {
+            return Err("per-CPU stacks need x86-64".into());
+        }
+        if crate::cpu::rseq_area().is_none() {
+            return Err("no rseq area: glibc 2.35 or later registers one for every thread".into());
+        }
+        membarrier::register_rseq()?;
+        if per_cpu == 0 || cap > SLOTS {
+            return Err(format!("per-CPU stacks: {per_cpu} stacks a CPU, cap {cap} (at most {SLOTS})"));
+        }
+        let cpus = crate::cpu::possible();
+        let stacks = (0..cpus * per_cpu)
+            .map(|_| Stack {
+                len: AtomicU64::new(0),
+                cap: AtomicU64::new(cap as u64),
+                stopped: AtomicU64::new(0),
+                slot: std::array::from_fn(|_| AtomicU64::new(0)),
+            })
+            .collect();
+        Ok(CpuStacks { stacks, per_cpu, cpus, drainer: Mutex::new(()) })
+    }
+
+    /// CPUs with stacks.
+    pub fn cpus(&self) -> usize {
+        self.cpus
+    }
+
+    /// Set the cap of stack `stack` of every CPU (at most [`SLOTS`]); a stack above it keeps
+    /// what it holds and takes no push until it is below.
+    pub fn set_cap(&self, stack: usize, cap: usize) {
+        assert!(stack < self.per_cpu && cap <= SLOTS, "stack {stack}, cap {cap}");
+        for c in 0..self.cpus {
+            self.stacks[c * self.per_cpu + stack].cap.store(cap as u64, Relaxed);
+        }
+    }
+
+    /// The base address of stack `stack` of CPU 0.
+    fn base(&self, stack: usize) -> u64 {
+        assert!(stack < self.per_cpu, "stack {stack} of {}", self.per_cpu);
+        self.stacks.as_ptr() as u64 + (stack * STACK_BYTES) as u64
+    }
+
+    /// Pop the top of stack `stack` of the CPU this thread runs on: `None` when it is empty or
+    /// a drain holds it.
+    #[inline]
+    pub fn pop(&self, stack: usize) -> Option<u64> {
+        let base = self.base(stack);
+        let rs = crate::cpu::rseq_area()?;
+        let (cpus, cpu_bytes) = (self.cpus as u64, (self.per_cpu * STACK_BYTES) as u64);
+        loop {
+            let mut v = 0u64;
+            let out = &mut v as *mut u64;
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `rs` is this thread's rseq area (`cpu_id` at byte 4, `rseq_cs` at byte 8),
+            // which the kernel keeps while the thread lives. The sequence reads the CPU id inside
+            // itself and touches only that CPU's stack, `base + cpu x cpu_bytes` (a CPU id past
+            // the table gives up first), at the offsets of `Stack`, and `*out`, a local; the
+            // slot read is below `len <= SLOTS` (the invariant). Its one committing store is the
+            // last instruction before label 2, and the descriptor names it; the abort handler
+            // follows the signature glibc registered with the kernel.
+            unsafe {
+                std::arch::asm!(
+                    ".pushsection __rseq_cs, \"aw\"",
+                    ".balign 32",
+                    "3:",
+                    ".long 0, 0",
+                    ".quad 1f, (2f - 1f), 4f",
+                    ".popsection",
+                    "leaq 3b(%rip), {t}",
+                    "movq {t}, 8({rs})",
+                    "1:",
+                    "movl 4({rs}), {c:e}",
+                    "cmpq {cpus}, {c}",
+                    "jae {none}",
+                    "imulq {cpu_bytes}, {c}",
+                    "addq {base}, {c}",
+                    "cmpq $0, 16({c})",
+                    "jne {none}",
+                    "movq ({c}), {n}",
+                    "testq {n}, {n}",
+                    "jz {none}",
+                    "movq 16({c},{n},8), {t}",
+                    "movq {t}, ({out})",
+                    "decq {n}",
+                    "movq {n}, ({c})",
+                    "2:",
+                    ".pushsection __rseq_failure, \"ax\"",
+                    ".long 0x53053053",
+                    "4:",
+                    "jmp {aborted}",
+                    ".popsection",
+                    rs = in(reg) rs,
+                    cpus = in(reg) cpus,
+                    cpu_bytes = in(reg) cpu_bytes,
+                    base = in(reg) base,
+                    out = in(reg) out,
+                    c = out(reg) _,
+                    n = out(reg) _,
+                    t = out(reg) _,
+                    none = label { return None },
+                    aborted = label { continue },
+                    options(att_syntax, nostack),
+                );
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (rs, cpus, cpu_bytes, out);
+            return Some(v);
+        }
+    }
+
+    /// Push `v` on stack `stack` of the CPU this thread runs on: false, with nothing changed,
+    /// when it is at its cap or a drain holds it.
+    #[inline]
+    pub fn push(&self, stack: usize, v: u64) -> bool {
+        let base = self.base(stack);
+        let Some(rs) = crate::cpu::rseq_area() else { return false };
+        let (cpus, cpu_bytes) = (self.cpus as u64, (self.per_cpu * STACK_BYTES) as u64);
+        loop {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `pop`: the sequence touches only the stack of the CPU it read inside
+            // itself, at the offsets of `Stack`; it writes slot `len` only when `len < cap <=
+            // SLOTS`, and commits with its last store, the length.
+            unsafe {
+                std::arch::asm!(
+                    ".pushsection __rseq_cs, \"aw\"",
+                    ".balign 32",
+                    "3:",
+                    ".long 0, 0",
+                    ".quad 1f, (2f - 1f), 4f",
+                    ".popsection",
+                    "leaq 3b(%rip), {t}",
+                    "movq {t}, 8({rs})",
+                    "1:",
+                    "movl 4({rs}), {c:e}",
+                    "cmpq {cpus}, {c}",
+                    "jae {full}",
+                    "imulq {cpu_bytes}, {c}",
+                    "addq {base}, {c}",
+                    "cmpq $0, 16({c})",
+                    "jne {full}",
+                    "movq ({c}), {n}",
+                    "cmpq 8({c}), {n}",
+                    "jae {full}",
+                    "movq {v}, 24({c},{n},8)",
+                    "incq {n}",
+                    "movq {n}, ({c})",
+                    "2:",
+                    ".pushsection __rseq_failure, \"ax\"",
+                    ".long 0x53053053",
+                    "4:",
+                    "jmp {aborted}",
+                    ".popsection",
+                    rs = in(reg) rs,
+                    cpus = in(reg) cpus,
+                    cpu_bytes = in(reg) cpu_bytes,
+                    base = in(reg) base,
+                    v = in(reg) v,
+                    c = out(reg) _,
+                    n = out(reg) _,
+                    t = out(reg) _,
+                    full = label { return false },
+                    aborted = label { continue },
+                    options(att_syntax, nostack),
+                );
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (rs, cpus, cpu_bytes, v);
+            return true;
+        }
+    }
+
+    /// Empty every stack of every CPU: `f(cpu, stack, value)` for each value, oldest first
+    /// within a stack. Stops the stacks, fences every running sequence, takes the values, and
+    /// lets the stacks go again. `Err` when the fence failed (nothing was taken).
+    pub fn drain(&self, mut f: impl FnMut(usize, usize, u64)) -> Result<usize, String> {
+        let _one = self.drainer.lock().unwrap_or_else(|e| e.into_inner());
+        for s in self.stacks.iter() {
+            s.stopped.store(1, Relaxed);
+        }
+        if !membarrier::rseq_fence() {
+            for s in self.stacks.iter() {
+                s.stopped.store(0, Release);
+            }
+            return Err(format!("membarrier rseq fence failed (errno {})", crate::last_errno()));
+        }
+        let mut taken = 0;
+        for (i, s) in self.stacks.iter().enumerate() {
+            let len = (s.len.load(Acquire) as usize).min(SLOTS);
+            for slot in &s.slot[..len] {
+                f(i / self.per_cpu, i % self.per_cpu, slot.load(Relaxed));
+            }
+            s.len.store(0, Relaxed);
+            taken += len;
+        }
+        for s in self.stacks.iter() {
+            s.stopped.store(0, Release);
+        }
+        Ok(taken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stacks(per_cpu: usize, cap: usize) -> Option<CpuStacks> {
+        match CpuStacks::new(per_cpu, cap) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                // Only a machine without the kernel's or glibc's part may refuse.
+                assert!(
+                    crate::cpu::rseq_area().is_none() || membarrier::register_rseq().is_err(),
+                    "refused on a machine that has rseq and its fence: {e}"
+                );
+                eprintln!("skipped: {e}");
+                None
+            }
+        }
+    }
+
+    /// On one CPU, a stack is a stack: last in, first out, a cap, and nothing from another stack.
+    #[test]
+    fn one_cpu_pushes_and_pops_in_order_up_to_the_cap() {
+        let Some(s) = stacks(2, 5) else { return };
+        assert!(crate::cpu::pin_current_thread(0));
+        for v in 1..=5 {
+            assert!(s.push(0, v), "push {v}");
+        }
+        assert!(!s.push(0, 6), "a push at the cap is refused");
+        assert!(s.push(1, 100));
+        for v in (1..=5).rev() {
+            assert_eq!(s.pop(0), Some(v));
+        }
+        assert_eq!(s.pop(0), None);
+        assert_eq!(s.pop(1), Some(100));
+        s.set_cap(0, 1);
+        assert!(s.push(0, 7) && !s.push(0, 8));
+        let mut seen = Vec::new();
+        assert_eq!(s.drain(|cpu, stack, v| seen.push((cpu, stack, v))).unwrap(), 1);
+        assert_eq!(seen, [(0, 0, 7)]);
+        assert_eq!(s.pop(0), None, "the drain emptied it");
+    }
+}

@@ -1,0 +1,100 @@
+//! Per-CPU stacks under contention (tier 3). Tokens move between threads only through the
+//! stacks: every thread pushes tokens it holds and pops whatever its CPU's stack holds, moves
+//! itself to another CPU every few hundred operations, and takes back what a drainer thread,
+//! emptying every stack all along, put in a common pool. More threads than CPUs, so sequences
+//! are preempted and migrated in the middle. At the end every token must be held exactly once:
+//! a lost push, a pop that returned a slot twice or a drain that raced a sequence would show.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use vmarena_platform::cpu;
+use vmarena_platform::cpu_stack::CpuStacks;
+
+const THREADS: u64 = 6;
+const TOKENS: u64 = 50;
+const OPS: u64 = 300_000;
+
+#[test]
+fn tokens_survive_pushes_pops_migrations_and_drains() {
+    let s = match CpuStacks::new(2, 24) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            assert!(
+                vmarena_platform::membarrier::register_rseq().is_err() || !cfg!(target_arch = "x86_64"),
+                "{e}"
+            );
+            return;
+        }
+    };
+    let pool = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let drainer = {
+        let (s, pool, stop) = (s.clone(), pool.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut drains = 0u64;
+            while !stop.load(Relaxed) {
+                let mut got = Vec::new();
+                s.drain(|_, _, v| got.push(v)).unwrap();
+                pool.lock().unwrap().extend(got);
+                drains += 1;
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            drains
+        })
+    };
+    let ncpu = cpu::count();
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (s, pool) = (s.clone(), pool.clone());
+            std::thread::spawn(move || {
+                let mut held: Vec<u64> = (0..TOKENS).map(|i| (t << 32) | i).collect();
+                let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ (t + 1);
+                let (mut pushed, mut popped) = (0u64, 0u64);
+                for i in 0..OPS {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let stack = (seed >> 8) as usize % 2;
+                    if seed.is_multiple_of(2) && !held.is_empty() {
+                        let v = held[(seed >> 16) as usize % held.len()];
+                        if s.push(stack, v) {
+                            held.retain(|&x| x != v);
+                            pushed += 1;
+                        }
+                    } else if let Some(v) = s.pop(stack) {
+                        held.push(v);
+                        popped += 1;
+                    }
+                    if i.is_multiple_of(500) {
+                        cpu::pin_current_thread((seed >> 24) as usize % ncpu);
+                    }
+                    if i.is_multiple_of(2_000) {
+                        held.append(&mut pool.lock().unwrap());
+                    }
+                }
+                (held, pushed, popped)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let (mut pushed, mut popped) = (0, 0);
+    for w in workers {
+        let (held, pu, po) = w.join().unwrap();
+        all.extend(held);
+        pushed += pu;
+        popped += po;
+    }
+    stop.store(true, Relaxed);
+    let drains = drainer.join().unwrap();
+    s.drain(|_, _, v| all.push(v)).unwrap();
+    all.append(&mut pool.lock().unwrap());
+    let distinct: HashSet<u64> = all.iter().copied().collect();
+    assert_eq!(distinct.len(), all.len(), "a token is held twice");
+    assert_eq!(all.len() as u64, THREADS * TOKENS, "tokens lost");
+    assert!(
+        pushed > OPS && popped > OPS / 4 && drains > 10,
+        "{pushed} pushes, {popped} pops, {drains} drains"
+    );
+}
