@@ -46,6 +46,45 @@ struct Stack {
 const STACK_BYTES: usize = 512;
 const _: () = assert!(std::mem::size_of::<Stack>() == STACK_BYTES);
 
+/// One restartable sequence on this CPU's stack: its descriptor (section `__rseq_cs`: start,
+/// length up to the end of the committing store, abort handler), the store of its address into
+/// the thread's rseq area, then `c` = this CPU's stack (giving up on a CPU id past the table or
+/// a stopped stack), the caller's lines (anything that may run again, then one committing
+/// store as the last line), and the abort handler after glibc's x86 signature. The caller
+/// supplies the operands `rs`, `cpus`, `cpu_bytes`, `base`, `c`, `n`, `t` and the labels
+/// `give_up` and `aborted`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rseq_on_this_cpu {
+    ($($line:literal),+; $($operands:tt)*) => {
+        std::arch::asm!(
+            ".pushsection __rseq_cs, \"aw\"",
+            ".balign 32",
+            "3:",
+            ".long 0, 0",
+            ".quad 1f, (2f - 1f), 4f",
+            ".popsection",
+            "leaq 3b(%rip), {t}",
+            "movq {t}, 8({rs})",
+            "1:",
+            "movl 4({rs}), {c:e}",
+            "cmpq {cpus}, {c}",
+            "jae {give_up}",
+            "imulq {cpu_bytes}, {c}",
+            "addq {base}, {c}",
+            "cmpq $0, 16({c})",
+            "jne {give_up}",
+            $($line,)+
+            "2:",
+            ".pushsection __rseq_failure, \"ax\"",
+            ".long 0x53053053",
+            "4:",
+            "jmp {aborted}",
+            ".popsection",
+            $($operands)*
+        )
+    };
+}
+
 /// Per-CPU stacks of words.
 pub struct CpuStacks {
     stacks: Box<[Stack]>,
@@ -119,36 +158,14 @@ impl CpuStacks {
             // last instruction before label 2, and the descriptor names it; the abort handler
             // follows the signature glibc registered with the kernel.
             unsafe {
-                std::arch::asm!(
-                    ".pushsection __rseq_cs, \"aw\"",
-                    ".balign 32",
-                    "3:",
-                    ".long 0, 0",
-                    ".quad 1f, (2f - 1f), 4f",
-                    ".popsection",
-                    "leaq 3b(%rip), {t}",
-                    "movq {t}, 8({rs})",
-                    "1:",
-                    "movl 4({rs}), {c:e}",
-                    "cmpq {cpus}, {c}",
-                    "jae {none}",
-                    "imulq {cpu_bytes}, {c}",
-                    "addq {base}, {c}",
-                    "cmpq $0, 16({c})",
-                    "jne {none}",
+                rseq_on_this_cpu!(
                     "movq ({c}), {n}",
                     "testq {n}, {n}",
-                    "jz {none}",
+                    "jz {give_up}",
                     "movq 16({c},{n},8), {t}",
                     "movq {t}, ({out})",
                     "decq {n}",
-                    "movq {n}, ({c})",
-                    "2:",
-                    ".pushsection __rseq_failure, \"ax\"",
-                    ".long 0x53053053",
-                    "4:",
-                    "jmp {aborted}",
-                    ".popsection",
+                    "movq {n}, ({c})";
                     rs = in(reg) rs,
                     cpus = in(reg) cpus,
                     cpu_bytes = in(reg) cpu_bytes,
@@ -157,7 +174,7 @@ impl CpuStacks {
                     c = out(reg) _,
                     n = out(reg) _,
                     t = out(reg) _,
-                    none = label { return None },
+                    give_up = label { return None },
                     aborted = label { continue },
                     options(att_syntax, nostack),
                 );
@@ -181,35 +198,13 @@ impl CpuStacks {
             // itself, at the offsets of `Stack`; it writes slot `len` only when `len < cap <=
             // SLOTS`, and commits with its last store, the length.
             unsafe {
-                std::arch::asm!(
-                    ".pushsection __rseq_cs, \"aw\"",
-                    ".balign 32",
-                    "3:",
-                    ".long 0, 0",
-                    ".quad 1f, (2f - 1f), 4f",
-                    ".popsection",
-                    "leaq 3b(%rip), {t}",
-                    "movq {t}, 8({rs})",
-                    "1:",
-                    "movl 4({rs}), {c:e}",
-                    "cmpq {cpus}, {c}",
-                    "jae {full}",
-                    "imulq {cpu_bytes}, {c}",
-                    "addq {base}, {c}",
-                    "cmpq $0, 16({c})",
-                    "jne {full}",
+                rseq_on_this_cpu!(
                     "movq ({c}), {n}",
                     "cmpq 8({c}), {n}",
-                    "jae {full}",
+                    "jae {give_up}",
                     "movq {v}, 24({c},{n},8)",
                     "incq {n}",
-                    "movq {n}, ({c})",
-                    "2:",
-                    ".pushsection __rseq_failure, \"ax\"",
-                    ".long 0x53053053",
-                    "4:",
-                    "jmp {aborted}",
-                    ".popsection",
+                    "movq {n}, ({c})";
                     rs = in(reg) rs,
                     cpus = in(reg) cpus,
                     cpu_bytes = in(reg) cpu_bytes,
@@ -218,7 +213,7 @@ impl CpuStacks {
                     c = out(reg) _,
                     n = out(reg) _,
                     t = out(reg) _,
-                    full = label { return false },
+                    give_up = label { return false },
                     aborted = label { continue },
                     options(att_syntax, nostack),
                 );
