@@ -275,7 +275,8 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
     }
     // The ratio to the best of the three peers needs one of them in the run, the ratio to
     // tcmalloc needs tcmalloc.
-    let best_col = has("vmarena") && PEERS.iter().any(|p| has(p) || has(&format!("{p}-aligned")));
+    let has_peer = PEERS.iter().any(|p| has(p) || has(&format!("{p}-aligned")));
+    let best_col = has("vmarena") && has_peer;
     let tc_col = has("vmarena") && has("tcmalloc");
     if best_col {
         print!(" vmarena / best of glibc, jemalloc, mimalloc | paired: median (range), rounds won |");
@@ -311,7 +312,7 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
     }
     // Variants and the model, paired against the peers as vmarena is above.
     let others: Vec<&String> = cfg.contenders.iter().filter(|c| ours(c) && *c != "vmarena").collect();
-    if !others.is_empty() && PEERS.iter().any(|p| has(p) || has(&format!("{p}-aligned"))) {
+    if !others.is_empty() && has_peer {
         println!("\nPaired against the best of glibc, jemalloc and mimalloc (the median of the rounds' ratios, their range, the rounds won):\n");
         print!("| workload | threads |");
         for c in &others {

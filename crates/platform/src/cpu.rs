@@ -57,6 +57,7 @@ fn thread_pointer() -> Option<usize> {
 
 /// The address of this thread's rseq area (`struct rseq`: `cpu_id` at byte 4, `rseq_cs` at
 /// byte 8), where glibc registered one.
+#[inline]
 pub(crate) fn rseq_area() -> Option<usize> {
     let mut off = RSEQ_OFFSET.load(Ordering::Relaxed);
     if off == UNKNOWN {
@@ -71,21 +72,15 @@ pub(crate) fn rseq_area() -> Option<usize> {
 /// The CPU this thread runs on now (it may move right after). 0 if unknown.
 #[inline]
 pub fn current() -> usize {
-    let mut off = RSEQ_OFFSET.load(Ordering::Relaxed);
-    if off == UNKNOWN {
-        off = probe_rseq();
-    }
-    if off != NO_RSEQ {
-        if let Some(tp) = thread_pointer() {
-            // struct rseq { u32 cpu_id_start; u32 cpu_id; ... } at tp + __rseq_offset.
-            let p = (tp as isize + off + 4) as *const i32;
-            // SAFETY: glibc registered this thread's rseq area at tp + __rseq_offset (its size
-            // is at least 8 bytes, checked in probe_rseq); the kernel updates cpu_id, hence
-            // the volatile read.
-            let cpu = unsafe { p.read_volatile() };
-            if cpu >= 0 {
-                return cpu as usize;
-            }
+    if let Some(area) = rseq_area() {
+        // struct rseq { u32 cpu_id_start; u32 cpu_id; ... } at tp + __rseq_offset.
+        let p = (area + 4) as *const i32;
+        // SAFETY: glibc registered this thread's rseq area at tp + __rseq_offset (its size
+        // is at least 8 bytes, checked in probe_rseq); the kernel updates cpu_id, hence
+        // the volatile read.
+        let cpu = unsafe { p.read_volatile() };
+        if cpu >= 0 {
+            return cpu as usize;
         }
     }
     sched_getcpu()

@@ -23,6 +23,10 @@
 //! x86-64 only, with the rseq area glibc registers for every thread (2.35 on) and `membarrier`'s
 //! rseq commands (Linux 5.10 on); [`CpuStacks::new`] says which is missing.
 //!
+//! Not yet used by the engine. The front end that uses it must put the drainer's mutex in the
+//! fork registry, as every lock of an arena is: a fork during a drain would otherwise leave the
+//! child a locked mutex and stopped stacks.
+//!
 //! Unsafe: the two sequences, inline assembly whose descriptor the kernel reads from section
 //! `__rseq_cs`, with the signature glibc registers before the abort handler.
 

@@ -96,8 +96,9 @@ impl Shared {
         with_strategy!(&self.locks, s => s.detach(self, &mut batch));
         let (mut calls, spill) = self.release_batch(&batch.release);
         with_strategy!(&self.locks, s => s.refill(&mut batch));
-        calls += self.backing.retire(&batch.to_tree) as u64;
-        let carved = self.merge_lists([&batch.to_tree, &batch.chunks, &spill], claim.map(|(r, _)| r));
+        let (merge_calls, carved) =
+            self.merge_batch_claiming(&batch.to_tree, &batch.chunks, &spill, claim.map(|(r, _)| r));
+        calls += merge_calls;
         let got = carved.zip(claim).map(|(start, (r, tag))| {
             let span = Span::new(start, r.size_pages);
             with_strategy!(&self.locks, s => s.insert_parts(self, &[span], tag));
@@ -137,9 +138,20 @@ impl Shared {
     /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free
     /// tree. Returns the syscalls made.
     pub(crate) fn merge_batch(&self, to_tree: &[Span], chunks: &[Span], spill: &[Span]) -> u64 {
+        self.merge_batch_claiming(to_tree, chunks, spill, None).0
+    }
+
+    /// [`Shared::merge_batch`], carving `claim` from the tree in the last merge's hold of its
+    /// lock ([`Shared::merge_lists`]): the syscalls made and the carved start.
+    fn merge_batch_claiming(
+        &self,
+        to_tree: &[Span],
+        chunks: &[Span],
+        spill: &[Span],
+        claim: Option<&Request>,
+    ) -> (u64, Option<u64>) {
         let calls = self.backing.retire(to_tree) as u64;
-        self.merge_lists([to_tree, chunks, spill], None);
-        calls
+        (calls, self.merge_lists([to_tree, chunks, spill], claim))
     }
 
     /// Merge `lists` into the free tree in holds of at most [`MERGE_CHUNK`] areas; in the last
@@ -153,7 +165,12 @@ impl Shared {
         loop {
             let carved = self.with_free_tree(&site::PURGE_MERGE, |t| {
                 for &Span { start: s, pages } in areas.by_ref().take(MERGE_CHUNK) {
-                    self.merge_one(t, s, pages);
+                    if let Err(e) = t.insert_merge(s, s + pages) {
+                        panic!(
+                            "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",
+                            self.name
+                        );
+                    }
                 }
                 if areas.peek().is_some() {
                     return None;
@@ -163,14 +180,6 @@ impl Shared {
             if let Some(c) = carved {
                 return c;
             }
-        }
-    }
-
-    /// Merge one area into the free tree (locked): a page already free is a lost area.
-    #[inline]
-    fn merge_one(&self, t: &mut FreeTree, s: u64, pages: u64) {
-        if let Err(e) = t.insert_merge(s, s + pages) {
-            panic!("{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}", self.name);
         }
     }
 
@@ -207,13 +216,7 @@ impl Shared {
     /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
     /// misses on other threads are not held up for the whole batch.
     pub(crate) fn merge_into_tree(&self, areas: &[Span]) {
-        for chunk in areas.chunks(MERGE_CHUNK) {
-            self.with_free_tree(&site::PURGE_MERGE, |t| {
-                for &Span { start: s, pages } in chunk {
-                    self.merge_one(t, s, pages);
-                }
-            });
-        }
+        self.merge_lists([areas, &[], &[]], None);
     }
 
     /// Run `f` on the free tree under its lock (the global lock for Global), taken at `site`.
