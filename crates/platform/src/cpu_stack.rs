@@ -4,10 +4,14 @@
 //! or a pop runs as a restartable sequence (rseq) on the CPU whose stack it touches, and the
 //! kernel moves a thread that is preempted, migrated or signalled inside one to the sequence's
 //! abort handler, from where the operation runs again. The stacks need no lock and no locked
-//! instruction: each sequence ends with one committing store of the stack's length.
+//! instruction: each sequence ends with one committing store of the stack's head word.
 //!
 //! Owns: `cpus x per_cpu` stacks ([`crate::cpu::possible`] CPUs), each on 512 bytes of its own:
-//! the length, the cap, a stopped flag, then [`SLOTS`] slots.
+//! the head word, the cap, a stopped flag, then [`SLOTS`] slots. The head word holds the length
+//! in its low byte and, above it, the count of pushes and pops the stack has committed, so that
+//! the one committing store also counts the operation: pops are then `(ops - len - taken) / 2`
+//! exactly, with `taken` what drains took ([`CpuStacks::figures`]), without a counter of its own
+//! on the fast path.
 //!
 //! Who writes what:
 //! - a sequence running on CPU `c` writes the slots and the length of CPU `c`'s stacks, and only
@@ -18,14 +22,16 @@
 //!   every stack until it clears the flags;
 //! - [`CpuStacks::set_cap`] writes a cap (pushes read it; it bounds what a push may add).
 //!
-//! Invariant: `len <= SLOTS` and `cap <= SLOTS`; a push commits only below the cap.
+//! Invariant: `len <= SLOTS` and `cap <= SLOTS`; a push commits only below the cap; a drain
+//! keeps the operation count and clears the length.
 //!
 //! x86-64 only, with the rseq area glibc registers for every thread (2.35 on) and `membarrier`'s
 //! rseq commands (Linux 5.10 on); [`CpuStacks::new`] says which is missing.
 //!
-//! Not yet used by the engine. The front end that uses it must put the drainer's mutex in the
-//! fork registry, as every lock of an arena is: a fork during a drain would otherwise leave the
-//! child a locked mutex and stopped stacks.
+//! The engine's per-CPU caches (`vmarena_engine`'s `cpu_cache.rs`) are its user; they put the
+//! drainer's mutex ([`CpuStacks::lock_for_fork`]) in the fork registry, as every lock of an
+//! arena is: a fork during a drain would otherwise leave the child a locked mutex and stopped
+//! stacks.
 //!
 //! Unsafe: the two sequences, inline assembly whose descriptor the kernel reads from section
 //! `__rseq_cs`, with the signature glibc registers before the abort handler.
@@ -33,15 +39,20 @@
 use crate::membarrier;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Slots of one stack.
 pub const SLOTS: usize = 61;
 
+/// The head word's length field (its low byte); the operation count is above it.
+const LEN_MASK: u64 = 0xff;
+const _: () = assert!(SLOTS as u64 <= LEN_MASK);
+
 /// One stack: the sequences below address these fields by their byte offsets (0, 8, 16, 24).
 #[repr(C, align(64))]
 struct Stack {
-    len: AtomicU64,
+    /// Length (low byte) and committed pushes and pops (above it).
+    head: AtomicU64,
     cap: AtomicU64,
     stopped: AtomicU64,
     slot: [AtomicU64; SLOTS],
@@ -95,6 +106,17 @@ pub struct CpuStacks {
     per_cpu: usize,
     cpus: usize,
     drainer: Mutex<()>,
+    /// Values drains took, over all stacks (written under `drainer`).
+    taken: AtomicU64,
+}
+
+/// What [`CpuStacks::figures`] counts for one stack index, summed over the CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackFigures {
+    /// Values held now.
+    pub held: u64,
+    /// Committed pushes and pops.
+    pub ops: u64,
 }
 
 impl CpuStacks {
@@ -114,13 +136,13 @@ impl CpuStacks {
         let cpus = crate::cpu::possible();
         let stacks = (0..cpus * per_cpu)
             .map(|_| Stack {
-                len: AtomicU64::new(0),
+                head: AtomicU64::new(0),
                 cap: AtomicU64::new(cap as u64),
                 stopped: AtomicU64::new(0),
                 slot: std::array::from_fn(|_| AtomicU64::new(0)),
             })
             .collect();
-        Ok(CpuStacks { stacks, per_cpu, cpus, drainer: Mutex::new(()) })
+        Ok(CpuStacks { stacks, per_cpu, cpus, drainer: Mutex::new(()), taken: AtomicU64::new(0) })
     }
 
     /// CPUs with stacks.
@@ -158,18 +180,20 @@ impl CpuStacks {
             // which the kernel keeps while the thread lives. The sequence reads the CPU id inside
             // itself and touches only that CPU's stack, `base + cpu x cpu_bytes` (a CPU id past
             // the table gives up first), at the offsets of `Stack`, and `*out`, a local; the
-            // slot read is below `len <= SLOTS` (the invariant). Its one committing store is the
+            // slot read is below `len <= SLOTS` (the invariant). Its one committing store, the
+            // head word with the length one less and the count one more (+256 - 1), is the
             // last instruction before label 2, and the descriptor names it; the abort handler
             // follows the signature glibc registered with the kernel.
             unsafe {
                 rseq_on_this_cpu!(
-                    "movq ({c}), {n}",
-                    "testq {n}, {n}",
+                    "movq ({c}), {t}",
+                    "movzbl {t:l}, {n:e}",
+                    "testl {n:e}, {n:e}",
                     "jz {give_up}",
-                    "movq 16({c},{n},8), {t}",
-                    "movq {t}, ({out})",
-                    "decq {n}",
-                    "movq {n}, ({c})";
+                    "movq 16({c},{n},8), {n}",
+                    "movq {n}, ({out})",
+                    "addq $255, {t}",
+                    "movq {t}, ({c})";
                     rs = in(reg) rs,
                     cpus = in(reg) cpus,
                     cpu_bytes = in(reg) cpu_bytes,
@@ -200,15 +224,17 @@ impl CpuStacks {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as in `pop`: the sequence touches only the stack of the CPU it read inside
             // itself, at the offsets of `Stack`; it writes slot `len` only when `len < cap <=
-            // SLOTS`, and commits with its last store, the length.
+            // SLOTS`, and commits with its last store, the head word with the length and the
+            // count one more each (+256 + 1).
             unsafe {
                 rseq_on_this_cpu!(
-                    "movq ({c}), {n}",
+                    "movq ({c}), {t}",
+                    "movzbl {t:l}, {n:e}",
                     "cmpq 8({c}), {n}",
                     "jae {give_up}",
                     "movq {v}, 24({c},{n},8)",
-                    "incq {n}",
-                    "movq {n}, ({c})";
+                    "addq $257, {t}",
+                    "movq {t}, ({c})";
                     rs = in(reg) rs,
                     cpus = in(reg) cpus,
                     cpu_bytes = in(reg) cpu_bytes,
@@ -244,17 +270,55 @@ impl CpuStacks {
         }
         let mut taken = 0;
         for (i, s) in self.stacks.iter().enumerate() {
-            let len = (s.len.load(Acquire) as usize).min(SLOTS);
+            let head = s.head.load(Acquire);
+            let len = ((head & LEN_MASK) as usize).min(SLOTS);
             for slot in &s.slot[..len] {
                 f(i / self.per_cpu, i % self.per_cpu, slot.load(Relaxed));
             }
-            s.len.store(0, Relaxed);
+            s.head.store(head & !LEN_MASK, Relaxed);
             taken += len;
         }
+        self.taken.fetch_add(taken as u64, Relaxed);
         for s in self.stacks.iter() {
             s.stopped.store(0, Release);
         }
         Ok(taken)
+    }
+
+    /// True when some stack of some CPU holds a value now (a racy read: a drain worth its fence).
+    pub fn any_held(&self) -> bool {
+        self.stacks.iter().any(|s| s.head.load(Relaxed) & LEN_MASK != 0)
+    }
+
+    /// `f(cpu, stack, value)` for every value held, without taking it (for checkers: only
+    /// meaningful while no thread pushes or pops). Holds the drainer's mutex meanwhile.
+    pub fn for_each_held(&self, mut f: impl FnMut(usize, usize, u64)) {
+        let _one = self.drainer.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, s) in self.stacks.iter().enumerate() {
+            let len = ((s.head.load(Acquire) & LEN_MASK) as usize).min(SLOTS);
+            for slot in &s.slot[..len] {
+                f(i / self.per_cpu, i % self.per_cpu, slot.load(Relaxed));
+            }
+        }
+    }
+
+    /// Per stack index, summed over the CPUs: values held and operations committed; and the
+    /// values drains took, over all stacks. Pushes are `(ops + held + taken) / 2` and pops
+    /// `(ops - held - taken) / 2`, exact when no operation runs meanwhile.
+    pub fn figures(&self) -> (Vec<StackFigures>, u64) {
+        let mut per = vec![StackFigures::default(); self.per_cpu];
+        for (i, s) in self.stacks.iter().enumerate() {
+            let head = s.head.load(Relaxed);
+            let f = &mut per[i % self.per_cpu];
+            f.held += head & LEN_MASK;
+            f.ops += head >> 8;
+        }
+        (per, self.taken.load(Relaxed))
+    }
+
+    /// The drainer's mutex, for `fork()`: held, no drain runs and no stack is stopped.
+    pub fn lock_for_fork(&self) -> MutexGuard<'_, ()> {
+        self.drainer.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -298,5 +362,15 @@ mod tests {
         assert_eq!(s.drain(|cpu, stack, v| seen.push((cpu, stack, v))).unwrap(), 1);
         assert_eq!(seen, [(0, 0, 7)]);
         assert_eq!(s.pop(0), None, "the drain emptied it");
+        // Stack 0: 6 pushes, 5 pops, 1 taken; stack 1: 1 push, 1 pop.
+        let (per, taken) = s.figures();
+        assert_eq!(taken, 1);
+        assert_eq!(per[0], StackFigures { held: 0, ops: 11 });
+        assert_eq!(per[1], StackFigures { held: 0, ops: 2 });
+        assert!(!s.any_held());
+        assert!(s.push(1, 9) && s.any_held());
+        let mut held = Vec::new();
+        s.for_each_held(|cpu, stack, v| held.push((cpu, stack, v)));
+        assert_eq!(held, [(0, 1, 9)]);
     }
 }

@@ -4,7 +4,8 @@
 //! emptying every stack all along, put in a common pool. More threads than CPUs, so sequences
 //! are preempted and migrated in the middle. At the end every token must be held exactly once:
 //! a lost push, a pop that returned a slot twice or a drain that raced a sequence would show
-//! (a drain without its stop and fence shows as a token held twice, in every run).
+//! (a drain without its stop and fence shows as a token held twice, in every run). The stacks'
+//! own counts of pushes and pops must match the threads'.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -96,4 +97,10 @@ fn tokens_survive_pushes_pops_migrations_and_drains() {
         pushed > OPS && popped > OPS / 4 && drains > 10,
         "{pushed} pushes, {popped} pops, {drains} drains"
     );
+    // The head words counted every committed operation once, restarts included: with every
+    // stack empty, ops = pushes + pops and taken = pushes - pops.
+    let (per, taken) = s.figures();
+    let ops: u64 = per.iter().map(|f| f.ops).sum();
+    assert_eq!(per.iter().map(|f| f.held).sum::<u64>(), 0);
+    assert_eq!((ops, taken), (pushed + popped, pushed - popped), "the stacks' own counts");
 }
