@@ -232,6 +232,13 @@ impl AreaStates {
         seen.word.compare_exchange(seen.value, (seen.value & !ST_MASK) | CACHED, AcqRel, Acquire).is_ok()
     }
 
+    /// Undo a [`AreaStates::claim_seen`] that succeeded, before the area went anywhere: the word
+    /// is the live one it was. Only the claimer may (nobody else writes a cached word).
+    #[inline(always)]
+    pub(crate) fn unclaim(&self, seen: &Seen<'_>) {
+        seen.word.store(seen.value, Release);
+    }
+
     /// A deferred free takes the area: live → retired. `Won` (with the area's pages) when
     /// it did, `AlreadyFree` when the word is cached or retired, `Untracked` without a word.
     #[inline]

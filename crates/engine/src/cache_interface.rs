@@ -36,6 +36,8 @@ pub(crate) struct CacheFigures {
     pub(crate) areas: u64,
     pub(crate) pages: u64,
     pub(crate) hits: u64,
+    /// Hits served by the per-CPU stacks (counted in `hits` too).
+    pub(crate) cpu_hits: u64,
     /// Hits served by a larger cached area within the slack (counted in `hits` too).
     pub(crate) slack_hits: u64,
     pub(crate) misses: u64,

@@ -19,6 +19,8 @@ mod area_state;
 pub mod arena;
 pub mod backing;
 mod cache_interface;
+#[cfg(not(loom))]
+mod cpu_cache;
 pub mod error;
 pub mod fixed_cache;
 #[cfg(not(loom))]

@@ -47,6 +47,8 @@ stats_table! {
         cached_pages, "pages";
         /// Allocations served from the thread's own cache (no lock).
         cache_hits, "allocs";
+        /// Of cache_hits, allocations served by the CPU's stack of their size (a restartable sequence).
+        cache_cpu_hits, "allocs";
         /// Cache hits served whole by a larger cached area within `lazy_slack_percent` (the request's size had none).
         cache_slack_hits, "allocs";
         /// Cacheable allocations that found the thread's cache empty for their size.

@@ -45,6 +45,7 @@
 
 use crate::area_state::{AreaStates, Claim};
 pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
+use crate::cpu_cache::CpuCache;
 use crate::handshake::{heavy_fence, Enter};
 use crate::magazine::{bump, Magazine, Spill};
 use std::cell::RefCell;
@@ -137,6 +138,10 @@ fn set_front(id: u64, mag: *const Magazine) {
 pub(crate) struct ThreadCaches {
     id: u64,
     pub(crate) states: AreaStates,
+    /// The per-CPU stacks in front of the magazines, when this machine runs them.
+    cpu: Option<CpuCache>,
+    /// Why there are no per-CPU stacks.
+    cpu_off: Option<String>,
     budget: Budget,
     registry: Mutex<Vec<Arc<Magazine>>>,
     /// Counters of magazines given back, and areas drained.
@@ -144,8 +149,16 @@ pub(crate) struct ThreadCaches {
 }
 
 impl ThreadCaches {
-    /// Thread caches for pages `[lo, hi)`, or why there are none.
-    pub(crate) fn new(lo: u64, hi: u64, max_pages: u64, budget: Budget) -> Result<ThreadCaches, String> {
+    /// Thread caches for pages `[lo, hi)`, or why there are none; with per-CPU stacks of
+    /// `cpu_pages` pages a CPU in front of the magazines when it is `Some` and this machine
+    /// runs them ([`ThreadCaches::cpu_off`] says why not).
+    pub(crate) fn new(
+        lo: u64,
+        hi: u64,
+        max_pages: u64,
+        budget: Budget,
+        cpu_pages: Option<u64>,
+    ) -> Result<ThreadCaches, String> {
         if max_pages == 0 || budget.base_pages == 0 {
             return Err("thread cache sizes are 0".into());
         }
@@ -155,13 +168,25 @@ impl ThreadCaches {
             return Err(format!("range of {} pages is above the state table's {MAX_TABLE_WORDS}", hi - lo));
         }
         vmarena_platform::membarrier::register()?;
+        let (cpu, cpu_off) = match cpu_pages.map(|p| CpuCache::new(max_pages, p)) {
+            None => (None, Some("switched off (cpu_cache)".to_string())),
+            Some(Ok(c)) => (Some(c), None),
+            Some(Err(e)) => (None, Some(e)),
+        };
         Ok(ThreadCaches {
             id: NEXT_ID.fetch_add(1, Relaxed),
             states: AreaStates::new(lo, hi - lo, max_pages)?,
+            cpu,
+            cpu_off,
             budget,
             registry: Mutex::new(Vec::new()),
             retired: Mutex::new(CacheFigures::default()),
         })
+    }
+
+    /// Why this arena's caches have no per-CPU stacks (`None`: they have them).
+    pub(crate) fn cpu_off(&self) -> Option<&str> {
+        self.cpu_off.as_deref()
     }
 
     /// This thread's front magazine when it is this arena's (no registration, no reordering).
@@ -244,13 +269,18 @@ impl ThreadCaches {
         Some(())
     }
 
-    /// A plain hit, for callers whose fast path must make no call: the top of this arena's
-    /// front magazine's stack of `pages` pages (a size of 1 to the largest tracked), now
-    /// live; `None`, with nothing changed and nothing counted, for anything else (another
-    /// arena's front, a drain asked for, an empty stack), which [`ThreadCaches::alloc`] then
-    /// handles.
+    /// A plain hit, for callers whose fast path must make no call: the top of this CPU's
+    /// stack of `pages` pages, else of this arena's front magazine's (a size of 1 to the
+    /// largest tracked), now live; `None`, with nothing changed and nothing counted, for
+    /// anything else (another arena's front, a drain asked for, empty stacks), which
+    /// [`ThreadCaches::alloc`] then handles.
     #[inline(always)]
     pub(crate) fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        if let Some(s) = self.cpu.as_ref().and_then(|c| c.pop(pages)) {
+            // The pop made this thread the area's only writer; the word is `cached`.
+            self.states.reuse(s, pages, caller);
+            return Some(s);
+        }
         let m = self.front()?;
         if m.hs.enter() != Enter::Go {
             return None;
@@ -275,6 +305,16 @@ impl ThreadCaches {
     pub(crate) fn free_hit(&self, start: u64) -> Option<(u64, Option<&'static Location<'static>>)> {
         let seen = self.states.seen_live(start)?;
         let pages = seen.pages;
+        if let Some(c) = self.cpu.as_ref().filter(|c| c.holds(pages)) {
+            // Claimed first: a second free of the area, racing or not, is refused from here on.
+            if !self.states.claim_seen(&seen) {
+                return None;
+            }
+            if c.push(pages, start) {
+                return Some((pages, seen.caller()));
+            }
+            return self.free_claimed_hit(start, pages, &seen);
+        }
         let m = self.front()?;
         if m.hs.enter() != Enter::Go {
             return None;
@@ -290,6 +330,36 @@ impl ThreadCaches {
         };
         m.hs.leave();
         done
+    }
+
+    /// [`ThreadCaches::free_hit`] of an area whose word this thread has claimed and whose CPU
+    /// stack is full: into the front magazine when it has room without an eviction; else the
+    /// claim is undone (the word is `live` again, nothing changed) and `None`.
+    #[inline(always)]
+    fn free_claimed_hit(
+        &self,
+        start: u64,
+        pages: u64,
+        seen: &crate::area_state::Seen<'_>,
+    ) -> Option<(u64, Option<&'static Location<'static>>)> {
+        if let Some(m) = self.front() {
+            if m.hs.enter() == Enter::Go {
+                let filled = match m.room(pages) {
+                    Some(room) => {
+                        m.fill(room, pages, start);
+                        bump(&m.pushes);
+                        true
+                    }
+                    None => false,
+                };
+                m.hs.leave();
+                if filled {
+                    return Some((pages, seen.caller()));
+                }
+            }
+        }
+        self.states.unclaim(seen);
+        None
     }
 
     /// Alloc through the magazine: the start of a cached area of `pages` pages aligned to
@@ -481,16 +551,22 @@ impl ThreadCaches {
     pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, arena: &A) -> u64 {
         let mut areas = Vec::new();
         let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = &self.cpu {
+            // A failed fence takes nothing: the stacks keep their areas for the next drain.
+            let _ = c.drain(&mut areas);
+        }
         let held: Vec<&Arc<Magazine>> =
             reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
-        if held.is_empty() {
+        if held.is_empty() && areas.is_empty() {
             return 0;
         }
-        let fenced = heavy_fence();
-        for m in held {
-            if m.hs.settle(fenced) {
-                m.take(&mut areas, self.budget.base_pages);
-                m.hs.release();
+        if !held.is_empty() {
+            let fenced = heavy_fence();
+            for m in held {
+                if m.hs.settle(fenced) {
+                    m.take(&mut areas, self.budget.base_pages);
+                    m.hs.release();
+                }
             }
         }
         self.give_areas(arena, &mut areas);
@@ -503,9 +579,17 @@ impl ThreadCaches {
         self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|m| m.spans()).collect()
     }
 
-    /// Figures summed over live and given-back magazines.
+    /// Figures summed over the per-CPU stacks and the live and given-back magazines.
     pub(crate) fn figures(&self) -> CacheFigures {
         let mut f = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = &self.cpu {
+            let cf = c.figures();
+            f.areas += cf.areas;
+            f.pages += cf.pages;
+            f.hits += cf.hits;
+            f.cpu_hits = cf.hits;
+            f.pushes += cf.pushes;
+        }
         for m in self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let (areas, pages) = m.held();
             f.areas += areas;
@@ -526,17 +610,24 @@ impl ThreadCaches {
     pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Result<Vec<u64>, String>) -> R) -> R {
         let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         let mut all = Vec::new();
+        if let Some(c) = &self.cpu {
+            c.starts(&mut all);
+        }
         let starts = reg.iter().try_for_each(|m| m.entries().map(|e| all.extend(e))).map(|()| all);
         f(starts)
     }
 
-    /// The registry mutex, then the figures of given-back magazines (taken last on every path,
-    /// with nothing taken under it), for `fork()`.
+    /// The registry mutex, the per-CPU stacks' drainer mutex (taken under the registry's),
+    /// then the figures of given-back magazines (taken last on every path, with nothing taken
+    /// under it), for `fork()`.
     #[cfg(not(loom))]
     pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
-        vec![
-            Box::new(self.registry.lock().unwrap_or_else(|e| e.into_inner())),
-            Box::new(self.retired.lock().unwrap_or_else(|e| e.into_inner())),
-        ]
+        let mut held: Vec<Box<dyn crate::fork::Held + '_>> =
+            vec![Box::new(self.registry.lock().unwrap_or_else(|e| e.into_inner()))];
+        if let Some(c) = &self.cpu {
+            held.push(Box::new(c.lock_for_fork()));
+        }
+        held.push(Box::new(self.retired.lock().unwrap_or_else(|e| e.into_inner())));
+        held
     }
 }

@@ -26,8 +26,17 @@ pub(crate) struct ThreadCaches {
 }
 
 impl ThreadCaches {
-    pub(crate) fn new(_lo: u64, _hi: u64, _max_pages: u64, _budget: Budget) -> Result<ThreadCaches, String> {
+    pub(crate) fn new(
+        _lo: u64,
+        _hi: u64,
+        _max_pages: u64,
+        _budget: Budget,
+        _cpu_pages: Option<u64>,
+    ) -> Result<ThreadCaches, String> {
         Err("not built under loom".into())
+    }
+    pub(crate) fn cpu_off(&self) -> Option<&str> {
+        None
     }
     pub(crate) fn alloc<A: CacheOwner>(
         &self,

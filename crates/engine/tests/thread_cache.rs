@@ -1,4 +1,6 @@
-//! Thread caches (per-thread magazines in front of the node pools), on integers.
+//! Thread caches (per-thread magazines in front of the node pools), on integers. The per-CPU
+//! stacks in front of the magazines are off here, so that what a thread frees stays its own;
+//! `cpu_cache.rs` tests them, and the concurrent tests below run with them too.
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -18,8 +20,14 @@ fn opts() -> ArenaOptions {
         decay_interval_ms: 0,
         thread_cache_max_pages: 8,
         thread_cache_pages: 64,
+        cpu_cache: false,
         ..Default::default()
     }
+}
+
+/// [`opts`] with the per-CPU stacks in front of the magazines.
+fn opts_cpu() -> ArenaOptions {
+    ArenaOptions { cpu_cache: true, ..opts() }
 }
 
 fn arena() -> Arena {
@@ -395,11 +403,20 @@ fn a_thread_that_exits_gives_its_magazine_back() {
 
 #[test]
 fn the_checker_passes_while_another_thread_drains_the_caches() {
+    checker_beside_drains(opts());
+}
+
+#[test]
+fn the_checker_passes_while_another_thread_drains_the_caches_and_cpu_stacks() {
+    checker_beside_drains(opts_cpu());
+}
+
+fn checker_beside_drains(o: ArenaOptions) {
     // The purge worker drains idle magazines while a program may run the checker; the drained
     // areas must never be seen in flight (out of their magazine, still busy and `cached`).
     const OWNERS: usize = 4;
-    let a =
-        Arc::new(Arena::new("tc-check", 0x1000, 0x1000 + (1 << 20), opts(), Box::new(NoBacking)).unwrap());
+    let cpu = o.cpu_cache;
+    let a = Arc::new(Arena::new("tc-check", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap());
     let (filled, refill) = (Arc::new(Barrier::new(OWNERS + 1)), Arc::new(Barrier::new(OWNERS + 1)));
     let rounds = 40;
     let owners: Vec<_> = (0..OWNERS)
@@ -421,7 +438,13 @@ fn the_checker_passes_while_another_thread_drains_the_caches() {
     let mut checks = 0;
     for _ in 0..rounds {
         filled.wait();
-        assert_eq!(a.stats().cached_areas, 16 * OWNERS as u64);
+        let cached = a.stats().cached_areas;
+        if cpu {
+            // Owners on one CPU reuse each other's freed areas through its stacks.
+            assert!((16..=16 * OWNERS as u64).contains(&cached), "{cached} cached");
+        } else {
+            assert_eq!(cached, 16 * OWNERS as u64);
+        }
         let drainer = {
             let a = a.clone();
             std::thread::spawn(move || a.purge())
@@ -478,9 +501,20 @@ fn strategies_without_caches_and_the_switch_say_why() {
 /// handed to two owners, and the checker any area lost or double-listed.
 #[test]
 fn stress_with_cross_thread_frees_and_concurrent_drains_keeps_owners_apart() {
+    cross_thread_stress(opts());
+}
+
+/// The same through the per-CPU stacks, which hand one thread's freed areas to another.
+#[test]
+fn stress_through_cpu_stacks_with_cross_thread_frees_and_drains_keeps_owners_apart() {
+    cross_thread_stress(opts_cpu());
+}
+
+fn cross_thread_stress(o: ArenaOptions) {
     const WORKERS: usize = 4;
     const ROUNDS: usize = 3000;
-    let a = Arc::new(arena());
+    let cpu = o.cpu_cache;
+    let a = Arc::new(Arena::new("tc", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap());
     let owner: Arc<Mutex<HashMap<u64, usize>>> = Arc::default();
     let mailbox: Mailboxes = Arc::new((0..WORKERS).map(|_| Mutex::default()).collect());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -561,6 +595,7 @@ fn stress_with_cross_thread_frees_and_concurrent_drains_keeps_owners_apart() {
     let st = a.stats();
     assert_eq!(st.live_areas, 0, "{st:?}");
     assert!(st.cache_hits > 0 && st.cache_drained > 0, "{st:?}");
+    assert_eq!(st.cache_cpu_hits > 0, cpu, "{st:?}");
     a.check().unwrap();
 }
 

@@ -31,7 +31,7 @@ fn probe_rseq() -> isize {
     off
 }
 
-#[inline]
+#[inline(always)]
 fn thread_pointer() -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -55,18 +55,28 @@ fn thread_pointer() -> Option<usize> {
     }
 }
 
-/// The address of this thread's rseq area (`struct rseq`: `cpu_id` at byte 4, `rseq_cs` at
-/// byte 8), where glibc registered one.
-#[inline]
-pub(crate) fn rseq_area() -> Option<usize> {
+/// The rseq area's offset from the thread pointer, the same for every thread, where glibc
+/// registered one.
+pub(crate) fn rseq_offset() -> Option<isize> {
     let mut off = RSEQ_OFFSET.load(Ordering::Relaxed);
     if off == UNKNOWN {
         off = probe_rseq();
     }
-    if off == NO_RSEQ {
-        return None;
-    }
+    (off != NO_RSEQ && thread_pointer().is_some()).then_some(off)
+}
+
+/// The address of this thread's rseq area (`struct rseq`: `cpu_id` at byte 4, `rseq_cs` at
+/// byte 8), where glibc registered one.
+#[inline]
+pub(crate) fn rseq_area() -> Option<usize> {
+    let off = rseq_offset()?;
     thread_pointer().map(|tp| (tp as isize + off) as usize)
+}
+
+/// [`rseq_area`] at an offset [`rseq_offset`] returned: two instructions, no call.
+#[inline(always)]
+pub(crate) fn rseq_area_at(offset: isize) -> usize {
+    (thread_pointer().unwrap_or(0) as isize + offset) as usize
 }
 
 /// The CPU this thread runs on now (it may move right after). 0 if unknown.

@@ -62,12 +62,14 @@ const STACK_BYTES: usize = 512;
 const _: () = assert!(std::mem::size_of::<Stack>() == STACK_BYTES);
 
 /// One restartable sequence on this CPU's stack: its descriptor (section `__rseq_cs`: start,
-/// length up to the end of the committing store, abort handler), the store of its address into
-/// the thread's rseq area, then `c` = this CPU's stack (giving up on a CPU id past the table or
-/// a stopped stack), the caller's lines (anything that may run again, then one committing
-/// store as the last line), and the abort handler after glibc's x86 signature. The caller
-/// supplies the operands `rs`, `cpus`, `cpu_bytes`, `base`, `c`, `n`, `t` and the labels
-/// `give_up` and `aborted`.
+/// length up to the end of the committing store, abort handler), `ok` = 0 and the store of the
+/// descriptor's address into the thread's rseq area, then `c` = this CPU's stack (giving up on
+/// a CPU id past the table or a stopped stack), the caller's lines (anything that may run
+/// again, `ok` = 1, then one committing store as the last line; `jmp 5f` gives up), and the
+/// abort handler after glibc's x86 signature, which runs the whole sequence again from the
+/// store of the descriptor (the kernel clears it on an abort). The caller supplies the operands
+/// `rs`, `cpus`, `cpu_bytes`, `base`, `c`, `n`, `t` and `ok`. The outcome leaves in registers,
+/// not through memory: no store-to-load round trip on the caller's path.
 #[cfg(target_arch = "x86_64")]
 macro_rules! rseq_on_this_cpu {
     ($($line:literal),+; $($operands:tt)*) => {
@@ -78,22 +80,25 @@ macro_rules! rseq_on_this_cpu {
             ".long 0, 0",
             ".quad 1f, (2f - 1f), 4f",
             ".popsection",
+            "6:",
+            "xorl {ok:e}, {ok:e}",
             "leaq 3b(%rip), {t}",
             "movq {t}, 8({rs})",
             "1:",
             "movl 4({rs}), {c:e}",
             "cmpq {cpus}, {c}",
-            "jae {give_up}",
+            "jae 5f",
             "imulq {cpu_bytes}, {c}",
             "addq {base}, {c}",
             "cmpq $0, 16({c})",
-            "jne {give_up}",
+            "jne 5f",
             $($line,)+
             "2:",
+            "5:",
             ".pushsection __rseq_failure, \"ax\"",
             ".long 0x53053053",
             "4:",
-            "jmp {aborted}",
+            "jmp 6b",
             ".popsection",
             $($operands)*
         )
@@ -105,6 +110,9 @@ pub struct CpuStacks {
     stacks: Box<[Stack]>,
     per_cpu: usize,
     cpus: usize,
+    /// The rseq area's offset from the thread pointer (glibc's `__rseq_offset`, the same for
+    /// every thread of the process), read once so that a sequence needs no lookup.
+    rseq_offset: isize,
     drainer: Mutex<()>,
     /// Values drains took, over all stacks (written under `drainer`).
     taken: AtomicU64,
@@ -126,9 +134,9 @@ impl CpuStacks {
         if !cfg!(target_arch = "x86_64") {
             return Err("per-CPU stacks need x86-64".into());
         }
-        if crate::cpu::rseq_area().is_none() {
+        let Some(rseq_offset) = crate::cpu::rseq_offset() else {
             return Err("no rseq area: glibc 2.35 or later registers one for every thread".into());
-        }
+        };
         membarrier::register_rseq()?;
         if per_cpu == 0 || cap > SLOTS {
             return Err(format!("per-CPU stacks: {per_cpu} stacks a CPU, cap {cap} (at most {SLOTS})"));
@@ -142,7 +150,7 @@ impl CpuStacks {
                 slot: std::array::from_fn(|_| AtomicU64::new(0)),
             })
             .collect();
-        Ok(CpuStacks { stacks, per_cpu, cpus, drainer: Mutex::new(()), taken: AtomicU64::new(0) })
+        Ok(CpuStacks { stacks, per_cpu, cpus, rseq_offset, drainer: Mutex::new(()), taken: AtomicU64::new(0) })
     }
 
     /// CPUs with stacks.
@@ -159,99 +167,95 @@ impl CpuStacks {
         }
     }
 
-    /// The base address of stack `stack` of CPU 0.
-    fn base(&self, stack: usize) -> u64 {
-        assert!(stack < self.per_cpu, "stack {stack} of {}", self.per_cpu);
-        self.stacks.as_ptr() as u64 + (stack * STACK_BYTES) as u64
+    /// The base address of stack `stack` of CPU 0 (`None` past the stacks of a CPU).
+    #[inline(always)]
+    fn base(&self, stack: usize) -> Option<u64> {
+        (stack < self.per_cpu).then(|| self.stacks.as_ptr() as u64 + (stack * STACK_BYTES) as u64)
     }
 
-    /// Pop the top of stack `stack` of the CPU this thread runs on: `None` when it is empty or
-    /// a drain holds it.
-    #[inline]
+    /// Pop the top of stack `stack` of the CPU this thread runs on: `None` when it is empty, a
+    /// drain holds it, or there is no such stack. Makes no call and cannot panic.
+    #[inline(always)]
     pub fn pop(&self, stack: usize) -> Option<u64> {
-        let base = self.base(stack);
-        let rs = crate::cpu::rseq_area()?;
+        let base = self.base(stack)?;
+        let rs = crate::cpu::rseq_area_at(self.rseq_offset);
         let (cpus, cpu_bytes) = (self.cpus as u64, (self.per_cpu * STACK_BYTES) as u64);
-        loop {
-            let mut v = 0u64;
-            let out = &mut v as *mut u64;
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `rs` is this thread's rseq area (`cpu_id` at byte 4, `rseq_cs` at byte 8),
-            // which the kernel keeps while the thread lives. The sequence reads the CPU id inside
-            // itself and touches only that CPU's stack, `base + cpu x cpu_bytes` (a CPU id past
-            // the table gives up first), at the offsets of `Stack`, and `*out`, a local; the
-            // slot read is below `len <= SLOTS` (the invariant). Its one committing store, the
-            // head word with the length one less and the count one more (+256 - 1), is the
-            // last instruction before label 2, and the descriptor names it; the abort handler
-            // follows the signature glibc registered with the kernel.
-            unsafe {
-                rseq_on_this_cpu!(
-                    "movq ({c}), {t}",
-                    "movzbl {t:l}, {n:e}",
-                    "testl {n:e}, {n:e}",
-                    "jz {give_up}",
-                    "movq 16({c},{n},8), {n}",
-                    "movq {n}, ({out})",
-                    "addq $255, {t}",
-                    "movq {t}, ({c})";
-                    rs = in(reg) rs,
-                    cpus = in(reg) cpus,
-                    cpu_bytes = in(reg) cpu_bytes,
-                    base = in(reg) base,
-                    out = in(reg) out,
-                    c = out(reg) _,
-                    n = out(reg) _,
-                    t = out(reg) _,
-                    give_up = label { return None },
-                    aborted = label { continue },
-                    options(att_syntax, nostack),
-                );
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (rs, cpus, cpu_bytes, out);
-            return Some(v);
+        let (v, ok): (u64, u64);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `rs` is this thread's rseq area (`cpu_id` at byte 4, `rseq_cs` at byte 8),
+        // which the kernel keeps while the thread lives. The sequence reads the CPU id inside
+        // itself and touches only that CPU's stack, `base + cpu x cpu_bytes` (a CPU id past
+        // the table gives up first), at the offsets of `Stack`; the slot read is below `len <=
+        // SLOTS` (the invariant). Its one committing store, the head word with the length one
+        // less and the count one more (+256 - 1), is the last instruction before label 2, and
+        // the descriptor names it; the abort handler follows the signature glibc registered
+        // with the kernel and jumps back into this same block.
+        unsafe {
+            rseq_on_this_cpu!(
+                "movq ({c}), {t}",
+                "movzbl {t:l}, {n:e}",
+                "testl {n:e}, {n:e}",
+                "jz 5f",
+                "movq 16({c},{n},8), {v}",
+                "addq $255, {t}",
+                "movl $1, {ok:e}",
+                "movq {t}, ({c})";
+                rs = in(reg) rs,
+                cpus = in(reg) cpus,
+                cpu_bytes = in(reg) cpu_bytes,
+                base = in(reg) base,
+                v = out(reg) v,
+                ok = out(reg) ok,
+                c = out(reg) _,
+                n = out(reg) _,
+                t = out(reg) _,
+                options(att_syntax, nostack),
+            );
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let (_, _, _, _, v, ok) = (rs, cpus, cpu_bytes, base, 0u64, 0u64);
+        (ok != 0).then_some(v)
     }
 
     /// Push `v` on stack `stack` of the CPU this thread runs on: false, with nothing changed,
-    /// when it is at its cap or a drain holds it.
-    #[inline]
+    /// when it is at its cap, a drain holds it, or there is no such stack. Makes no call and
+    /// cannot panic.
+    #[inline(always)]
     pub fn push(&self, stack: usize, v: u64) -> bool {
-        let base = self.base(stack);
-        let Some(rs) = crate::cpu::rseq_area() else { return false };
+        let Some(base) = self.base(stack) else { return false };
+        let rs = crate::cpu::rseq_area_at(self.rseq_offset);
         let (cpus, cpu_bytes) = (self.cpus as u64, (self.per_cpu * STACK_BYTES) as u64);
-        loop {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as in `pop`: the sequence touches only the stack of the CPU it read inside
-            // itself, at the offsets of `Stack`; it writes slot `len` only when `len < cap <=
-            // SLOTS`, and commits with its last store, the head word with the length and the
-            // count one more each (+256 + 1).
-            unsafe {
-                rseq_on_this_cpu!(
-                    "movq ({c}), {t}",
-                    "movzbl {t:l}, {n:e}",
-                    "cmpq 8({c}), {n}",
-                    "jae {give_up}",
-                    "movq {v}, 24({c},{n},8)",
-                    "addq $257, {t}",
-                    "movq {t}, ({c})";
-                    rs = in(reg) rs,
-                    cpus = in(reg) cpus,
-                    cpu_bytes = in(reg) cpu_bytes,
-                    base = in(reg) base,
-                    v = in(reg) v,
-                    c = out(reg) _,
-                    n = out(reg) _,
-                    t = out(reg) _,
-                    give_up = label { return false },
-                    aborted = label { continue },
-                    options(att_syntax, nostack),
-                );
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (rs, cpus, cpu_bytes, v);
-            return true;
+        let ok: u64;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `pop`: the sequence touches only the stack of the CPU it read inside
+        // itself, at the offsets of `Stack`; it writes slot `len` only when `len < cap <=
+        // SLOTS`, and commits with its last store, the head word with the length and the
+        // count one more each (+256 + 1).
+        unsafe {
+            rseq_on_this_cpu!(
+                "movq ({c}), {t}",
+                "movzbl {t:l}, {n:e}",
+                "cmpq 8({c}), {n}",
+                "jae 5f",
+                "movq {v}, 24({c},{n},8)",
+                "addq $257, {t}",
+                "movl $1, {ok:e}",
+                "movq {t}, ({c})";
+                rs = in(reg) rs,
+                cpus = in(reg) cpus,
+                cpu_bytes = in(reg) cpu_bytes,
+                base = in(reg) base,
+                v = in(reg) v,
+                ok = out(reg) ok,
+                c = out(reg) _,
+                n = out(reg) _,
+                t = out(reg) _,
+                options(att_syntax, nostack),
+            );
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let (_, _, _, _, _, ok) = (rs, cpus, cpu_bytes, base, v, 0u64);
+        ok != 0
     }
 
     /// Empty every stack of every CPU: `f(cpu, stack, value)` for each value, oldest first

@@ -25,7 +25,7 @@
 
 extern "C" fn at_load() {
     crate::fork::register();
-    let _ = vmarena_platform::membarrier::register();
+    vmarena_platform::membarrier::register_both();
     vmarena_platform::kept_fd::grow_table();
 }
 

@@ -164,6 +164,15 @@ impl Arena {
         self.shared.cache_off.as_deref()
     }
 
+    /// Why this arena's thread caches have no per-CPU stacks in front of their magazines
+    /// (`None`: they have them; the reason for no thread caches at all, when there are none).
+    pub fn cpu_cache_off(&self) -> Option<&str> {
+        match &self.shared.cache {
+            Some(c) => c.cpu_off(),
+            None => self.shared.cache_off.as_deref(),
+        }
+    }
+
     /// The record of the live area that starts at `start`. For an area that went through a
     /// thread cache, the caller is the latest one and the requested size is [`UNKNOWN_BYTES`].
     pub fn lookup(&self, start: u64) -> Option<BusyArea<AreaTag>> {

@@ -108,7 +108,8 @@ impl Shared {
                 max_pages: opts.thread_cache_pages_max,
                 slack_percent: opts.lazy_slack_percent,
             };
-            match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget) {
+            let cpu_pages = opts.cpu_cache.then_some(opts.cpu_cache_pages);
+            match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget, cpu_pages) {
                 Ok(c) => (Some(c), None),
                 Err(e) => (None, Some(e)),
             }
@@ -247,6 +248,7 @@ impl Shared {
             cached_areas: cf.areas,
             cached_pages: cf.pages,
             cache_hits: cf.hits,
+            cache_cpu_hits: cf.cpu_hits,
             cache_slack_hits: cf.slack_hits,
             cache_misses: cf.misses,
             cache_flushes: cf.flushes,
