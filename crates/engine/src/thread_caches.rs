@@ -276,10 +276,14 @@ impl ThreadCaches {
     /// [`ThreadCaches::alloc`] then handles.
     #[inline(always)]
     pub(crate) fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+        // The stacks refuse sizes they do not have.
         if let Some(s) = self.cpu.as_ref().and_then(|c| c.pop(pages)) {
             // The pop made this thread the area's only writer; the word is `cached`.
             self.states.reuse(s, pages, caller);
             return Some(s);
+        }
+        if pages.wrapping_sub(1) >= self.states.max_pages() {
+            return None;
         }
         let m = self.front()?;
         if m.hs.enter() != Enter::Go {

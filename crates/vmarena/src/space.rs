@@ -64,6 +64,10 @@ pub struct VmSpace {
     pub(crate) page_bytes: usize,
     pub(crate) page_shift: u32,
     pub(crate) guard_pages: u64,
+    /// The largest request in bytes that a thread-cache hit can serve (the caches' largest
+    /// area less its guard; 0 without caches): one compare refuses size 0, larger sizes and
+    /// sizes that would overflow on the hit path.
+    hit_max_bytes: usize,
     guards_enforced: bool,
     huge_pages: bool,
     /// The userfaultfd the reservation is registered with for moves (see `backing.rs`).
@@ -210,6 +214,8 @@ impl VmSpace {
             }
         };
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
+        let hit_max_bytes =
+            (arena.cached_max_pages().saturating_sub(opts.guard_pages) as usize).checked_shl(page_shift).unwrap_or(0);
         crate::pressure::start_monitor();
         let lingering_max = opts.map_ram_lazy_max;
         let blocks = Arc::new(crate::vmap_blocks::VmapBlocks::new(lingering_max));
@@ -228,6 +234,7 @@ impl VmSpace {
             page_bytes,
             page_shift,
             guard_pages: opts.guard_pages,
+            hit_max_bytes,
             guards_enforced,
             huge_pages,
             uffd,
@@ -430,11 +437,12 @@ impl VmSpace {
         bytes: usize,
         caller: &'static Location<'static>,
     ) -> Option<NonNull<u8>> {
-        // Size 0 and sizes that overflow are refused by `vmalloc`.
-        if bytes == 0 {
+        // Size 0, sizes past the caches' and sizes that would overflow go to `vmalloc`, which
+        // refuses the first and the last.
+        if bytes.wrapping_sub(1) >= self.hit_max_bytes {
             return None;
         }
-        let data = (bytes.checked_add(self.page_bytes - 1)? >> self.page_shift) as u64;
+        let data = ((bytes - 1) >> self.page_shift) as u64 + 1;
         let start = self.arena.alloc_hit(data + self.guard_pages, Some(caller))?;
         NonNull::new(((start as usize) << self.page_shift) as *mut u8)
     }
@@ -725,9 +733,9 @@ impl VmSpace {
     #[inline(always)]
     pub(crate) fn vfree_hit(&self, p: *mut u8) -> bool {
         let addr = p as usize;
-        self.reservation.contains(addr)
-            && addr & (self.page_bytes - 1) == 0
-            && self.arena.free_hit((addr >> self.page_shift) as u64)
+        // A page outside the reservation has no state word, or one that stays zero: the
+        // arena's free hit refuses it without a range check here.
+        addr & (self.page_bytes - 1) == 0 && self.arena.free_hit((addr >> self.page_shift) as u64)
     }
 
     /// A slot for a fixed pool: an area of the space's memory that only [`VmSpace::free_fixed_slot`]
