@@ -21,8 +21,12 @@
 //!   the busy map ([`AreaStates::track`]);
 //! - live → cached: any freeing thread, one compare-and-swap ([`AreaStates::claim`]); the winner
 //!   owns the area, a second free of it sees `cached` and is refused;
-//! - cached → live: the owner of the magazine that holds it, one plain release store
+//! - cached → live: the thread that took it out of the magazine or per-CPU stack that held it
+//!   (the magazine's owner, or the thread whose pop committed), one plain release store
 //!   ([`AreaStates::reuse`]) — nobody else writes a cached word;
+//! - cached → live, undone claim: the freeing thread whose claim found no room in its CPU's
+//!   stack nor its magazine, before the area went anywhere ([`AreaStates::unclaim`]); it then
+//!   frees through the full path, which claims again;
 //! - live → retired: the thread that hands the area to a deferred free (`kvfree_rcu`), one
 //!   compare-and-swap ([`AreaStates::retire`]); every free and resize refuses a retired area,
 //!   as it refuses a cached one, so nothing but the deferred free releases it;

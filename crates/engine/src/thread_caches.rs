@@ -1,4 +1,5 @@
-//! Thread caches: a per-thread [`Magazine`] of freed small areas in front of the node pools
+//! Thread caches: per-CPU stacks of freed areas of up to 8 pages ([`CpuCache`], restartable
+//! sequences), then a per-thread [`Magazine`] of freed small areas, in front of the node pools
 //! (vmem's quantum caches, jemalloc's tcache), so that an alloc+free pair of a small area costs
 //! one locked instruction and no lock.
 //!
@@ -11,7 +12,10 @@
 //!
 //! Paths (DESIGN.md section 16):
 //!
-//! - alloc hit: pop this thread's magazine, store the word `live` (no locked instruction);
+//! - alloc hit: pop this CPU's stack of the size, else this thread's magazine, store the word
+//!   `live` (no locked instruction);
+//! - free hit of a size the CPU stacks hold: claim the word (below), push on this CPU's stack;
+//!   a full stack sends the claimed area to the magazine, or undoes the claim for the full path;
 //! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
 //!   the pair; a second free of the area loses it and is refused), then push on this thread's
 //!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
@@ -24,7 +28,8 @@
 //!   magazines. Owner and drainer meet through a [`Handshake`] (Dekker's pair with asymmetric
 //!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
 //!   whose owner is inside an operation is not touched; its owner empties it itself at its
-//!   next operation;
+//!   next operation. The per-CPU stacks are emptied in the same drain, under the registry
+//!   mutex: stopped, fenced with `membarrier`'s rseq command, taken ([`CpuCache::drain`]);
 //! - thread exit: the thread-local destructor gives every magazine back to its arena;
 //! - budget: a magazine starts at `thread_cache_pages`; a miss of a size it turned away (a
 //!   refused push or an eviction, marked in its ghost bitmap) grows it by that size up to
@@ -33,7 +38,8 @@
 //!   its cap under the present budget (`Arena::check` verifies both).
 //!
 //! Locks: the registry mutex (registration, exit, drain) is taken before any node lock and
-//! never under one. The fast paths take no lock.
+//! never under one; the per-CPU stacks' drainer mutex only under it. The fast paths take no
+//! lock.
 //!
 //! Enabled for the Nodes strategy when the range fits the state table and `membarrier` works
 //! (the reason is reported otherwise); the older strategies stay as the kernel had them.

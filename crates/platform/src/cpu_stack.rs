@@ -150,7 +150,14 @@ impl CpuStacks {
                 slot: std::array::from_fn(|_| AtomicU64::new(0)),
             })
             .collect();
-        Ok(CpuStacks { stacks, per_cpu, cpus, rseq_offset, drainer: Mutex::new(()), taken: AtomicU64::new(0) })
+        Ok(CpuStacks {
+            stacks,
+            per_cpu,
+            cpus,
+            rseq_offset,
+            drainer: Mutex::new(()),
+            taken: AtomicU64::new(0),
+        })
     }
 
     /// CPUs with stacks.
@@ -376,5 +383,39 @@ mod tests {
         let mut held = Vec::new();
         s.for_each_held(|cpu, stack, v| held.push((cpu, stack, v)));
         assert_eq!(held, [(0, 1, 9)]);
+    }
+
+    /// A child forked by a threaded parent keeps its thread's rseq area and the process's
+    /// registration for the fence: its stacks push, pop and drain.
+    #[test]
+    fn a_forked_child_pushes_pops_and_drains() {
+        let Some(s) = stacks(1, 4) else { return };
+        // A second thread, so that the parent is threaded when it forks.
+        let t = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(200)));
+        assert!(s.push(0, 1));
+        // SAFETY: the child only uses the stacks and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: alarm is a watchdog: a hang here kills the child with SIGALRM.
+            unsafe { libc::alarm(10) };
+            let mut got = Vec::new();
+            // One CPU: the pop must find what the push left on this CPU's stack.
+            let ok = crate::cpu::pin_current_thread(0)
+                && s.push(0, 2)
+                && s.pop(0) == Some(2)
+                && s.drain(|_, _, v| got.push(v)).is_ok();
+            let code = if ok && got == [1] && s.push(0, 3) && s.pop(0) == Some(3) { 0 } else { 1 };
+            // SAFETY: leaving the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        t.join().unwrap();
+        // The parent's stack is its own.
+        let mut got = Vec::new();
+        s.drain(|_, _, v| got.push(v)).unwrap();
+        assert_eq!(got, [1]);
     }
 }

@@ -214,8 +214,9 @@ impl VmSpace {
             }
         };
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
-        let hit_max_bytes =
-            (arena.cached_max_pages().saturating_sub(opts.guard_pages) as usize).checked_shl(page_shift).unwrap_or(0);
+        let hit_max_bytes = (arena.cached_max_pages().saturating_sub(opts.guard_pages) as usize)
+            .checked_shl(page_shift)
+            .unwrap_or(0);
         crate::pressure::start_monitor();
         let lingering_max = opts.map_ram_lazy_max;
         let blocks = Arc::new(crate::vmap_blocks::VmapBlocks::new(lingering_max));
