@@ -124,6 +124,34 @@ fn encode(pages: u64, caller: Option<&'static Location<'static>>, st: u64) -> u6
     (c << CALLER_SHIFT) | ((pages & PAGES_MASK) << PAGES_SHIFT) | st
 }
 
+/// The index in the table of the word of page `start` of an arena that begins at page `lo`
+/// (see `AreaStates::word`).
+#[inline(always)]
+pub(crate) fn word_index(lo: u64, start: u64) -> u64 {
+    let i = start.wrapping_sub(lo);
+    (i & !(SPREAD_BLOCK - 1)) | (i.wrapping_mul(SPREAD_STEP) & (SPREAD_BLOCK - 1))
+}
+
+/// The pages of a word that is live; `None` for any other word.
+#[inline(always)]
+pub(crate) fn live_pages(value: u64) -> Option<u64> {
+    (value & ST_MASK == LIVE).then(|| pages_of(value))
+}
+
+/// Claim a word read as `value` (live): live → cached, true when this call made it.
+#[inline(always)]
+pub(crate) fn claim_value(word: &AtomicU64, value: u64) -> bool {
+    word.compare_exchange(value, (value & !ST_MASK) | CACHED, AcqRel, Acquire).is_ok()
+}
+
+/// A cached area handed out again by whoever took it from its cache: cached → live, with the
+/// latest caller and the stale bit.
+#[inline(always)]
+pub(crate) fn reuse_word(word: &AtomicU64, pages: u64, caller: Option<&'static Location<'static>>) {
+    debug_assert_eq!(word.load(Relaxed) & ST_MASK, CACHED, "reused a start that was not cached");
+    word.store(encode(pages, caller, LIVE) | REUSED, Release);
+}
+
 #[inline(always)]
 fn decode_caller(w: u64) -> Option<&'static Location<'static>> {
     let c = (w >> CALLER_SHIFT) << 3;
@@ -164,9 +192,14 @@ impl AreaStates {
     /// gets a word no page inside it has, which stays zero, or none.
     #[inline(always)]
     fn word(&self, start: u64) -> Option<&AtomicU64> {
-        let i = start.wrapping_sub(self.lo);
-        let spread = (i & !(SPREAD_BLOCK - 1)) | (i.wrapping_mul(SPREAD_STEP) & (SPREAD_BLOCK - 1));
-        self.table.words().get(spread as usize)
+        self.table.words().get(word_index(self.lo, start) as usize)
+    }
+
+    /// Where the words are, for [`crate::hit_path::HitPath`]: the table's first word, its
+    /// length and the arena's first page.
+    pub(crate) fn place(&self) -> (*const AtomicU64, u64, u64) {
+        let words = self.table.words();
+        (words.as_ptr(), words.len() as u64, self.lo)
     }
 
     /// The address of the word of page `start` (tests check how words share cache lines).
@@ -225,7 +258,7 @@ impl AreaStates {
     pub(crate) fn seen_live(&self, start: u64) -> Option<Seen<'_>> {
         let word = self.word(start)?;
         let value = word.load(Acquire);
-        (value & ST_MASK == LIVE).then_some(Seen { word, value, pages: pages_of(value) })
+        live_pages(value).map(|pages| Seen { word, value, pages })
     }
 
     /// [`AreaStates::claim`] of a word [`AreaStates::seen_live`] returned: live → cached, true
@@ -233,7 +266,7 @@ impl AreaStates {
     /// caller then takes the full path).
     #[inline(always)]
     pub(crate) fn claim_seen(&self, seen: &Seen<'_>) -> bool {
-        seen.word.compare_exchange(seen.value, (seen.value & !ST_MASK) | CACHED, AcqRel, Acquire).is_ok()
+        claim_value(seen.word, seen.value)
     }
 
     /// Undo a [`AreaStates::claim_seen`] that succeeded, before the area went anywhere: the word
@@ -277,8 +310,7 @@ impl AreaStates {
     #[inline]
     pub(crate) fn reuse(&self, start: u64, pages: u64, caller: Option<&'static Location<'static>>) {
         if let Some(w) = self.word(start) {
-            debug_assert_eq!(w.load(Relaxed) & ST_MASK, CACHED, "reused a start that was not cached");
-            w.store(encode(pages, caller, LIVE) | REUSED, Release);
+            reuse_word(w, pages, caller);
         }
     }
 

@@ -115,6 +115,11 @@ impl CpuCache {
         f
     }
 
+    /// A copy of the stacks' geometry (valid while these stacks live).
+    pub(crate) fn geometry(&self) -> vmarena_platform::cpu_stack::CpuGeometry {
+        self.stacks.geometry()
+    }
+
     /// The stacks' drainer mutex, for `fork()`.
     #[cfg(not(loom))]
     pub(crate) fn lock_for_fork(&self) -> std::sync::MutexGuard<'_, ()> {

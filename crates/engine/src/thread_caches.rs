@@ -190,6 +190,12 @@ impl ThreadCaches {
         })
     }
 
+    /// The per-CPU stacks' hit paths on copies of their geometry and the state table's place
+    /// (`None` without stacks).
+    pub(crate) fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
+        Some(crate::hit_path::HitPath::new(self.cpu.as_ref()?.geometry(), self.states.place()))
+    }
+
     /// Why this arena's caches have no per-CPU stacks (`None`: they have them).
     pub(crate) fn cpu_off(&self) -> Option<&str> {
         self.cpu_off.as_deref()
@@ -468,6 +474,16 @@ impl ThreadCaches {
             Claim::Won { pages, caller } => (pages, caller),
         };
         self.free_rest(arena, start, pages, caller)
+    }
+
+    /// The free of an area whose word this thread claimed on a hit path that found no room
+    /// (`HitFree::Claimed`): the magazine, or the busy-map path.
+    pub(crate) fn free_after_claim<A: CacheOwner + 'static>(&self, arena: &Arc<A>, start: u64) -> FreeFast {
+        match self.states.get(start) {
+            Some(w) if w.cached => self.free_rest(arena, start, w.pages, w.caller),
+            // Not claimed: a broken promise of the caller; nothing is changed.
+            _ => FreeFast::Untracked,
+        }
     }
 
     /// [`ThreadCaches::free`] of an area whose word this thread has claimed, past the common

@@ -73,12 +73,6 @@ pub(crate) fn rseq_area() -> Option<usize> {
     thread_pointer().map(|tp| (tp as isize + off) as usize)
 }
 
-/// [`rseq_area`] at an offset [`rseq_offset`] returned: two instructions, no call.
-#[inline(always)]
-pub(crate) fn rseq_area_at(offset: isize) -> usize {
-    (thread_pointer().unwrap_or(0) as isize + offset) as usize
-}
-
 /// The CPU this thread runs on now (it may move right after). 0 if unknown.
 #[inline]
 pub fn current() -> usize {

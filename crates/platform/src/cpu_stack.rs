@@ -62,17 +62,19 @@ const STACK_BYTES: usize = 512;
 const _: () = assert!(std::mem::size_of::<Stack>() == STACK_BYTES);
 
 /// One restartable sequence on this CPU's stack: its descriptor (section `__rseq_cs`: start,
-/// length up to the end of the committing store, abort handler), `ok` = 0 and the store of the
-/// descriptor's address into the thread's rseq area, then `c` = this CPU's stack (giving up on
-/// a CPU id past the table or a stopped stack), the caller's lines (anything that may run
-/// again, `ok` = 1, then one committing store as the last line; `jmp 5f` gives up), and the
-/// abort handler after glibc's x86 signature, which runs the whole sequence again from the
-/// store of the descriptor (the kernel clears it on an abort). The caller supplies the operands
-/// `rs`, `cpus`, `cpu_bytes`, `base`, `c`, `n`, `t` and `ok`. The outcome leaves in registers,
-/// not through memory: no store-to-load round trip on the caller's path.
+/// length up to the end of the committing store, abort handler), the caller's first line (the
+/// outcome's reset), the thread's rseq area found from the thread pointer and the geometry's
+/// offset, the store of the descriptor's address into it, then `c` = this CPU's stack of
+/// offset `off` (giving up on a CPU id past the table or a stopped stack), the caller's lines
+/// (anything that may run again, then one committing store as the last line; `jmp 5f` gives
+/// up), and the abort handler after glibc's x86 signature, which runs the whole sequence again
+/// from the reset (the kernel clears the descriptor on an abort). The caller supplies the
+/// operands `geo` (a [`CpuGeometry`]), `off`, `rs`, `c`, `n` and `t`. Everything the sequence
+/// needs is read through `geo`, and the outcome leaves in registers, so that it takes few
+/// registers and no memory round trip on the caller's path.
 #[cfg(target_arch = "x86_64")]
 macro_rules! rseq_on_this_cpu {
-    ($($line:literal),+; $($operands:tt)*) => {
+    ($reset:literal; $($line:literal),+; $($operands:tt)*) => {
         std::arch::asm!(
             ".pushsection __rseq_cs, \"aw\"",
             ".balign 32",
@@ -81,15 +83,18 @@ macro_rules! rseq_on_this_cpu {
             ".quad 1f, (2f - 1f), 4f",
             ".popsection",
             "6:",
-            "xorl {ok:e}, {ok:e}",
+            $reset,
+            "movq %fs:0, {rs}",
+            "addq 24({geo}), {rs}",
             "leaq 3b(%rip), {t}",
             "movq {t}, 8({rs})",
             "1:",
             "movl 4({rs}), {c:e}",
-            "cmpq {cpus}, {c}",
+            "cmpq 8({geo}), {c}",
             "jae 5f",
-            "imulq {cpu_bytes}, {c}",
-            "addq {base}, {c}",
+            "imulq 16({geo}), {c}",
+            "addq ({geo}), {c}",
+            "addq {off}, {c}",
             "cmpq $0, 16({c})",
             "jne 5f",
             $($line,)+
@@ -105,14 +110,152 @@ macro_rules! rseq_on_this_cpu {
     };
 }
 
+/// Where the stacks are, as the sequences read it (byte offsets 0, 8, 16, 24 are fixed by
+/// them): the first CPU's first stack, the CPUs, the bytes of one CPU's stacks, and the rseq
+/// area's offset from the thread pointer (glibc's `__rseq_offset`, the same for every thread).
+/// A user whose fast path must not load through a pointer to reach the stacks keeps a copy
+/// beside its other hot fields ([`CpuStacks::geometry`]).
+#[repr(C)]
+#[derive(Debug)]
+pub struct CpuGeometry {
+    base: u64,
+    cpus: u64,
+    cpu_bytes: u64,
+    rseq_offset: i64,
+    per_cpu: u64,
+}
+
+const _: () = {
+    assert!(std::mem::offset_of!(CpuGeometry, base) == 0);
+    assert!(std::mem::offset_of!(CpuGeometry, cpus) == 8);
+    assert!(std::mem::offset_of!(CpuGeometry, cpu_bytes) == 16);
+    assert!(std::mem::offset_of!(CpuGeometry, rseq_offset) == 24);
+};
+
+/// The value [`CpuGeometry::pop`] reads as "nothing": no stack may hold it.
+const NONE: u64 = u64::MAX;
+
+impl CpuGeometry {
+    /// Stacks each CPU has.
+    pub fn per_cpu(&self) -> usize {
+        self.per_cpu as usize
+    }
+
+    /// Whether each CPU has a stack `stack`.
+    #[inline(always)]
+    pub fn has_stack(&self, stack: usize) -> bool {
+        (stack as u64) < self.per_cpu
+    }
+
+    /// Pop the top of stack `stack` of the CPU this thread runs on: `None` when it is empty, a
+    /// drain holds it, or there is no such stack. Makes no call and cannot panic.
+    ///
+    /// # Safety
+    ///
+    /// `self` is the geometry of stacks that are alive: their own, or a copy from
+    /// [`CpuStacks::geometry`] of stacks not dropped yet.
+    #[inline(always)]
+    pub unsafe fn pop(&self, stack: usize) -> Option<u64> {
+        if stack as u64 >= self.per_cpu {
+            return None;
+        }
+        let off = (stack * STACK_BYTES) as u64;
+        let v: u64;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `geo` is this geometry, of live stacks (the caller's promise); the rseq area
+        // is this thread's (`cpu_id` at byte 4, `rseq_cs` at byte 8), which the kernel keeps
+        // while the thread lives. The sequence reads the CPU id inside itself and touches only
+        // that CPU's stack, `base + cpu x cpu_bytes + off` (a CPU id past the table gives up
+        // first; `off` is below one CPU's bytes), at the offsets of `Stack`; the slot read is
+        // below `len <= SLOTS` (the invariant). Its one committing store, the head word with
+        // the length one less and the count one more (+256 - 1), is the last instruction before
+        // label 2, and the descriptor names it; the abort handler follows the signature glibc
+        // registered with the kernel and jumps back into this same block, where `v` is reset.
+        unsafe {
+            rseq_on_this_cpu!(
+                "movq $-1, {v}";
+                "movq ({c}), {t}",
+                "movzbl {t:l}, {n:e}",
+                "testl {n:e}, {n:e}",
+                "jz 5f",
+                "movq 16({c},{n},8), {n}",
+                "addq $255, {t}",
+                "movq {n}, {v}",
+                "movq {t}, ({c})";
+                geo = in(reg) self as *const CpuGeometry,
+                off = in(reg) off,
+                v = out(reg) v,
+                rs = out(reg) _,
+                c = out(reg) _,
+                n = out(reg) _,
+                t = out(reg) _,
+                options(att_syntax, nostack),
+            );
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let v = {
+            let _ = off;
+            NONE
+        };
+        (v != NONE).then_some(v)
+    }
+
+    /// Push `v` (never `u64::MAX`) on stack `stack` of the CPU this thread runs on: false, with
+    /// nothing changed, when it is at its cap, a drain holds it, or there is no such stack.
+    /// Makes no call and cannot panic.
+    ///
+    /// # Safety
+    ///
+    /// As for [`CpuGeometry::pop`].
+    #[inline(always)]
+    pub unsafe fn push(&self, stack: usize, v: u64) -> bool {
+        if stack as u64 >= self.per_cpu || v == NONE {
+            return false;
+        }
+        let off = (stack * STACK_BYTES) as u64;
+        let ok: u64;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `pop`: the sequence touches only the stack of the CPU it read inside
+        // itself, at the offsets of `Stack`; it writes slot `len` only when `len < cap <=
+        // SLOTS`, and commits with its last store, the head word with the length and the
+        // count one more each (+256 + 1); `ok` is reset when an abort runs it again.
+        unsafe {
+            rseq_on_this_cpu!(
+                "xorl {ok:e}, {ok:e}";
+                "movq ({c}), {t}",
+                "movzbl {t:l}, {n:e}",
+                "cmpq 8({c}), {n}",
+                "jae 5f",
+                "movq {v}, 24({c},{n},8)",
+                "addq $257, {t}",
+                "movl $1, {ok:e}",
+                "movq {t}, ({c})";
+                geo = in(reg) self as *const CpuGeometry,
+                off = in(reg) off,
+                v = in(reg) v,
+                ok = out(reg) ok,
+                rs = out(reg) _,
+                c = out(reg) _,
+                n = out(reg) _,
+                t = out(reg) _,
+                options(att_syntax, nostack),
+            );
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let ok = {
+            let _ = off;
+            0u64
+        };
+        ok != 0
+    }
+}
+
 /// Per-CPU stacks of words.
 pub struct CpuStacks {
+    geo: CpuGeometry,
     stacks: Box<[Stack]>,
     per_cpu: usize,
     cpus: usize,
-    /// The rseq area's offset from the thread pointer (glibc's `__rseq_offset`, the same for
-    /// every thread of the process), read once so that a sequence needs no lookup.
-    rseq_offset: isize,
     drainer: Mutex<()>,
     /// Values drains took, over all stacks (written under `drainer`).
     taken: AtomicU64,
@@ -142,7 +285,7 @@ impl CpuStacks {
             return Err(format!("per-CPU stacks: {per_cpu} stacks a CPU, cap {cap} (at most {SLOTS})"));
         }
         let cpus = crate::cpu::possible();
-        let stacks = (0..cpus * per_cpu)
+        let stacks: Box<[Stack]> = (0..cpus * per_cpu)
             .map(|_| Stack {
                 head: AtomicU64::new(0),
                 cap: AtomicU64::new(cap as u64),
@@ -150,19 +293,25 @@ impl CpuStacks {
                 slot: std::array::from_fn(|_| AtomicU64::new(0)),
             })
             .collect();
-        Ok(CpuStacks {
-            stacks,
-            per_cpu,
-            cpus,
-            rseq_offset,
-            drainer: Mutex::new(()),
-            taken: AtomicU64::new(0),
-        })
+        let geo = CpuGeometry {
+            base: stacks.as_ptr() as u64,
+            cpus: cpus as u64,
+            cpu_bytes: (per_cpu * STACK_BYTES) as u64,
+            rseq_offset: rseq_offset as i64,
+            per_cpu: per_cpu as u64,
+        };
+        Ok(CpuStacks { geo, stacks, per_cpu, cpus, drainer: Mutex::new(()), taken: AtomicU64::new(0) })
     }
 
     /// CPUs with stacks.
     pub fn cpus(&self) -> usize {
         self.cpus
+    }
+
+    /// A copy of the stacks' geometry, for a caller that keeps it beside its own hot fields;
+    /// its `pop` and `push` are valid while these stacks live (the copy's safety contract).
+    pub fn geometry(&self) -> CpuGeometry {
+        CpuGeometry { ..self.geo }
     }
 
     /// Set the cap of stack `stack` of every CPU (at most [`SLOTS`]); a stack above it keeps
@@ -174,95 +323,21 @@ impl CpuStacks {
         }
     }
 
-    /// The base address of stack `stack` of CPU 0 (`None` past the stacks of a CPU).
-    #[inline(always)]
-    fn base(&self, stack: usize) -> Option<u64> {
-        (stack < self.per_cpu).then(|| self.stacks.as_ptr() as u64 + (stack * STACK_BYTES) as u64)
-    }
-
     /// Pop the top of stack `stack` of the CPU this thread runs on: `None` when it is empty, a
     /// drain holds it, or there is no such stack. Makes no call and cannot panic.
     #[inline(always)]
     pub fn pop(&self, stack: usize) -> Option<u64> {
-        let base = self.base(stack)?;
-        let rs = crate::cpu::rseq_area_at(self.rseq_offset);
-        let (cpus, cpu_bytes) = (self.cpus as u64, (self.per_cpu * STACK_BYTES) as u64);
-        let (v, ok): (u64, u64);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `rs` is this thread's rseq area (`cpu_id` at byte 4, `rseq_cs` at byte 8),
-        // which the kernel keeps while the thread lives. The sequence reads the CPU id inside
-        // itself and touches only that CPU's stack, `base + cpu x cpu_bytes` (a CPU id past
-        // the table gives up first), at the offsets of `Stack`; the slot read is below `len <=
-        // SLOTS` (the invariant). Its one committing store, the head word with the length one
-        // less and the count one more (+256 - 1), is the last instruction before label 2, and
-        // the descriptor names it; the abort handler follows the signature glibc registered
-        // with the kernel and jumps back into this same block.
-        unsafe {
-            rseq_on_this_cpu!(
-                "movq ({c}), {t}",
-                "movzbl {t:l}, {n:e}",
-                "testl {n:e}, {n:e}",
-                "jz 5f",
-                "movq 16({c},{n},8), {v}",
-                "addq $255, {t}",
-                "movl $1, {ok:e}",
-                "movq {t}, ({c})";
-                rs = in(reg) rs,
-                cpus = in(reg) cpus,
-                cpu_bytes = in(reg) cpu_bytes,
-                base = in(reg) base,
-                v = out(reg) v,
-                ok = out(reg) ok,
-                c = out(reg) _,
-                n = out(reg) _,
-                t = out(reg) _,
-                options(att_syntax, nostack),
-            );
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let (_, _, _, _, v, ok) = (rs, cpus, cpu_bytes, base, 0u64, 0u64);
-        (ok != 0).then_some(v)
+        // SAFETY: the stacks' own geometry, borrowed with them.
+        unsafe { self.geo.pop(stack) }
     }
 
-    /// Push `v` on stack `stack` of the CPU this thread runs on: false, with nothing changed,
-    /// when it is at its cap, a drain holds it, or there is no such stack. Makes no call and
-    /// cannot panic.
+    /// Push `v` (never `u64::MAX`) on stack `stack` of the CPU this thread runs on: false, with
+    /// nothing changed, when it is at its cap, a drain holds it, or there is no such stack.
+    /// Makes no call and cannot panic.
     #[inline(always)]
     pub fn push(&self, stack: usize, v: u64) -> bool {
-        let Some(base) = self.base(stack) else { return false };
-        let rs = crate::cpu::rseq_area_at(self.rseq_offset);
-        let (cpus, cpu_bytes) = (self.cpus as u64, (self.per_cpu * STACK_BYTES) as u64);
-        let ok: u64;
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `pop`: the sequence touches only the stack of the CPU it read inside
-        // itself, at the offsets of `Stack`; it writes slot `len` only when `len < cap <=
-        // SLOTS`, and commits with its last store, the head word with the length and the
-        // count one more each (+256 + 1).
-        unsafe {
-            rseq_on_this_cpu!(
-                "movq ({c}), {t}",
-                "movzbl {t:l}, {n:e}",
-                "cmpq 8({c}), {n}",
-                "jae 5f",
-                "movq {v}, 24({c},{n},8)",
-                "addq $257, {t}",
-                "movl $1, {ok:e}",
-                "movq {t}, ({c})";
-                rs = in(reg) rs,
-                cpus = in(reg) cpus,
-                cpu_bytes = in(reg) cpu_bytes,
-                base = in(reg) base,
-                v = in(reg) v,
-                ok = out(reg) ok,
-                c = out(reg) _,
-                n = out(reg) _,
-                t = out(reg) _,
-                options(att_syntax, nostack),
-            );
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let (_, _, _, _, _, ok) = (rs, cpus, cpu_bytes, base, v, 0u64);
-        ok != 0
+        // SAFETY: the stacks' own geometry, borrowed with them.
+        unsafe { self.geo.push(stack, v) }
     }
 
     /// Empty every stack of every CPU: `f(cpu, stack, value)` for each value, oldest first

@@ -9,9 +9,10 @@
 #![allow(unsafe_code)]
 
 use crate::default_space::{default_space, existing_default_space};
-use crate::space::VmError;
+use crate::space::{VmError, VmSpace};
 use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 use std::ptr::{null_mut, NonNull};
+use vmarena_engine::hit_path::HitFree;
 use vmarena_platform::set_errno;
 
 fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
@@ -39,17 +40,24 @@ fn no_space() -> *mut libc::c_void {
 /// `void *vmarena_vmalloc(size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vmalloc(size: usize) -> *mut libc::c_void {
-    // A plain thread-cache hit makes no call and cannot panic; everything else is out of line.
+    // A hit on this CPU's stack makes no call and cannot panic; everything else is out of line.
+    let caller = Location::caller();
     if let Some(s) = existing_default_space() {
-        if let Some(p) = s.vmalloc_hit(size, Location::caller()) {
+        if let Some(p) = s.vmalloc_hit(size, caller) {
             return p.as_ptr().cast();
         }
     }
-    vmalloc_rest(size)
+    vmalloc_rest(size, caller)
 }
 
 #[inline(never)]
-fn vmalloc_rest(size: usize) -> *mut libc::c_void {
+fn vmalloc_rest(size: usize, caller: &'static Location<'static>) -> *mut libc::c_void {
+    // A hit in this thread's magazine makes no call and cannot panic either.
+    if let Some(s) = existing_default_space() {
+        if let Some(p) = s.vmalloc_hit_cached(size, caller) {
+            return p.as_ptr().cast();
+        }
+    }
     guarded(null_mut(), || match default_space() {
         Ok(s) => ptr_or_errno(s.vmalloc(size)),
         Err(_) => no_space(),
@@ -106,16 +114,30 @@ pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut li
 /// `int vmarena_vfree(void *p);` 0, or -EINVAL if `p` is not a live area start; NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
-    // A plain free into this thread's cache makes no call and cannot panic; everything else
-    // (and every refusal) is out of line.
-    if existing_default_space().is_some_and(|s| s.vfree_hit(p.cast())) {
-        return 0;
+    // A free onto this CPU's stack makes no call and cannot panic; everything else (and every
+    // refusal) is out of line.
+    if let Some(s) = existing_default_space() {
+        match s.vfree_hit(p.cast()) {
+            HitFree::Cached => return 0,
+            HitFree::Claimed => return vfree_claimed(s, p),
+            HitFree::No => {}
+        }
     }
     vfree_rest(p)
 }
 
+/// The free of an area whose word the hit path claimed and whose CPU stack was full.
+#[inline(never)]
+fn vfree_claimed(s: &'static VmSpace, p: *mut libc::c_void) -> libc::c_int {
+    guarded(-libc::EFAULT, || status(s.vfree_claimed(p.cast())))
+}
+
 #[inline(never)]
 fn vfree_rest(p: *mut libc::c_void) -> libc::c_int {
+    // A free into this thread's magazine makes no call and cannot panic either.
+    if existing_default_space().is_some_and(|s| s.vfree_hit_cached(p.cast())) {
+        return 0;
+    }
     guarded(-libc::EFAULT, || {
         if p.is_null() {
             return 0;

@@ -6,17 +6,18 @@ use std::process::Command;
 
 mod common;
 
-#[test]
-fn c_program_exercises_every_abi_function() {
+/// Compile `tests/c/NAME.c` with `-Wall -Wextra -Werror -O1 -pthread` against `include/`, linked
+/// with the `libvmarena.so` cargo built for this test run; the program's path and that folder.
+fn build_linked(name: &str) -> (PathBuf, PathBuf) {
     let root = common::root();
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let libdir = common::shared_libraries(&[]);
-    let bin = out_dir.join("vmarena_abi_test");
+    let bin = out_dir.join(format!("vmarena_{name}"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
         .arg(&bin)
-        .arg(root.join("crates/vmarena/tests/c/abi_test.c"))
+        .arg(root.join(format!("crates/vmarena/tests/c/{name}.c")))
         .arg("-I")
         .arg(root.join("include"))
         .arg("-L")
@@ -24,13 +25,32 @@ fn c_program_exercises_every_abi_function() {
         .arg("-lvmarena")
         .status()
         .expect("a C compiler (cc) is needed for this test");
-    assert!(status.success(), "compiling the C test failed");
+    assert!(status.success(), "compiling {name}.c failed");
+    (bin, libdir)
+}
+
+/// Run a program of [`build_linked`] in a 4 GiB default space; it must pass every check.
+fn run_linked(name: &str) {
+    let (bin, libdir) = build_linked(name);
     let out =
         Command::new(&bin).env("LD_LIBRARY_PATH", &libdir).env("VMARENA_SPACE_BYTES", "4G").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "C test failed: {out:?}");
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn c_program_exercises_every_abi_function() {
+    run_linked("abi_test");
+}
+
+/// Four threads through the C ABI's hit paths (per-CPU stacks, magazines, nodes), frees from
+/// other threads and bursts past a CPU's stack, with every page's stamps checked before its
+/// free and second frees refused (`tests/c/hit_stress.c`).
+#[test]
+fn threads_through_the_hit_paths_keep_every_area_to_one_owner() {
+    run_linked("hit_stress");
 }
 
 /// The header's `struct vmarena_frame_stats` lists the frame statistics table, in order.

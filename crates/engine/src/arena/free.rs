@@ -45,6 +45,13 @@ impl Arena {
         self.free_uncached(start)
     }
 
+    /// The per-CPU stacks' hit paths on copies of their geometry, for a front end that keeps
+    /// them beside its own hot fields (`None` without per-CPU stacks). Valid while this arena
+    /// lives: the safety contract of [`crate::hit_path::HitPath`]'s operations.
+    pub fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
+        self.shared.cache.as_ref()?.hit_path()
+    }
+
     /// A plain free into this thread's cache for callers whose fast path must make no call:
     /// true when the small live area at `start` is freed; false with nothing changed for
     /// anything else (call [`Arena::free`] then, which frees or refuses it).
@@ -58,9 +65,25 @@ impl Arena {
     /// full.
     #[inline]
     pub fn free_cached(&self, start: u64) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
-        let sh = &*self.shared;
-        let c = sh.cache.as_ref()?;
-        match c.free(&self.shared, start) {
+        let c = self.shared.cache.as_ref()?;
+        self.finish_cached_free(start, c.free(&self.shared, start))
+    }
+
+    /// Finish the free of an area whose word a [`crate::hit_path::HitPath::free`] claimed
+    /// (`HitFree::Claimed`: this CPU's stack had no room): into this thread's magazine, or
+    /// through the busy map.
+    #[cold]
+    #[inline(never)]
+    pub fn free_claimed(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
+        let Some(c) = self.shared.cache.as_ref() else { return Err(FreeError::NotLive { start }) };
+        self.finish_cached_free(start, c.free_after_claim(&self.shared, start))
+            .unwrap_or(Err(FreeError::NotLive { start }))
+    }
+
+    /// What a free through the thread cache came to, as [`Arena::free_cached`] reports it.
+    #[inline(always)]
+    fn finish_cached_free(&self, start: u64, f: FreeFast) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
+        match f {
             FreeFast::Cached { pages, caller } => Some(Ok(BusyArea {
                 pages,
                 node: NO_NODE,

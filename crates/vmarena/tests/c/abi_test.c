@@ -104,6 +104,29 @@ int main(void) {
     CHECK(vmarena_vrealloc(r2, 0) == NULL && errno == EINVAL);
     CHECK(vmarena_size(r2) == 1 << 20); /* unchanged by the refused calls */
 
+    /* A run of frees longer than a CPU's stack of its size holds (the rest go to the thread's
+     * magazine and the nodes): each second free refused, nothing handed out twice after. */
+    {
+        enum { RUN = 200 };
+        static char *run[RUN];
+        int ok = 1, refused = 1, distinct = 1;
+        for (int i = 0; i < RUN; i++) {
+            run[i] = vmarena_vmalloc(4096);
+            ok &= run[i] != NULL;
+            if (run[i]) run[i][0] = (char)i;
+        }
+        CHECK(ok);
+        for (int i = 0; i < RUN && ok; i++) ok &= vmarena_vfree(run[i]) == 0;
+        CHECK(ok);
+        for (int i = 0; i < RUN; i++) refused &= vmarena_vfree(run[i]) == -EINVAL;
+        CHECK(refused);
+        for (int i = 0; i < RUN; i++) run[i] = vmarena_vmalloc(4096);
+        for (int i = 0; i < RUN; i++)
+            for (int j = 0; j < i; j++) distinct &= run[i] != run[j];
+        CHECK(distinct);
+        for (int i = 0; i < RUN; i++) CHECK(run[i] && vmarena_vfree(run[i]) == 0);
+    }
+
     /* vfree: interior, foreign, double free refused with -EINVAL; NULL is a no-op. */
     int local = 0;
     CHECK(vmarena_vfree(z + 4096) == -EINVAL);
