@@ -118,10 +118,17 @@ pub(crate) struct AreaStates {
 
 #[inline(always)]
 fn encode(pages: u64, caller: Option<&'static Location<'static>>, st: u64) -> u64 {
+    caller_bits(caller) | ((pages & PAGES_MASK) << PAGES_SHIFT) | st
+}
+
+/// The caller's field of a word, in place: what a hit path that always records the same
+/// caller computes once.
+#[inline(always)]
+pub(crate) fn caller_bits(caller: Option<&'static Location<'static>>) -> u64 {
     let c = caller.map_or(0, |l| l as *const Location<'static> as u64);
     // A caller above 2^51 (not a user-space address on the supported machines) is dropped.
     let c = if c >> 51 == 0 { c >> 3 } else { 0 };
-    (c << CALLER_SHIFT) | ((pages & PAGES_MASK) << PAGES_SHIFT) | st
+    c << CALLER_SHIFT
 }
 
 /// The index in the table of the word of page `start` of an arena that begins at page `lo`
@@ -148,8 +155,14 @@ pub(crate) fn claim_value(word: &AtomicU64, value: u64) -> bool {
 /// latest caller and the stale bit.
 #[inline(always)]
 pub(crate) fn reuse_word(word: &AtomicU64, pages: u64, caller: Option<&'static Location<'static>>) {
+    reuse_word_bits(word, pages, caller_bits(caller));
+}
+
+/// [`reuse_word`] with the caller's field already made ([`caller_bits`]).
+#[inline(always)]
+pub(crate) fn reuse_word_bits(word: &AtomicU64, pages: u64, caller_bits: u64) {
     debug_assert_eq!(word.load(Relaxed) & ST_MASK, CACHED, "reused a start that was not cached");
-    word.store(encode(pages, caller, LIVE) | REUSED, Release);
+    word.store(caller_bits | ((pages & PAGES_MASK) << PAGES_SHIFT) | LIVE | REUSED, Release);
 }
 
 #[inline(always)]

@@ -15,7 +15,7 @@
 //! stores it live after its pop.
 #![allow(unsafe_code)]
 
-use crate::area_state::{claim_value, live_pages, reuse_word, word_index};
+use crate::area_state::{caller_bits, claim_value, live_pages, reuse_word_bits, word_index};
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Acquire;
@@ -72,20 +72,27 @@ impl HitPath {
         (i < self.words_len).then(|| unsafe { &*self.words.add(i as usize) })
     }
 
+    /// The state word's caller field for `caller`, for [`HitPath::alloc`] (a caller that is
+    /// always the same computes it once).
+    pub fn caller_bits(caller: Option<&'static Location<'static>>) -> u64 {
+        caller_bits(caller)
+    }
+
     /// An area of `pages` pages (guard included) from this CPU's stack of its size, now live
-    /// with `caller` as its latest caller; `None`, with nothing changed, when that stack is
-    /// empty, a drain holds it, or the size has none. Makes no call and cannot panic.
+    /// with the caller of `caller_bits` ([`HitPath::caller_bits`]) as its latest caller;
+    /// `None`, with nothing changed, when that stack is empty, a drain holds it, or the size
+    /// has none. Makes no call and cannot panic.
     ///
     /// # Safety
     ///
     /// The arena this path came from ([`crate::Arena::hit_path`]) is alive.
     #[inline(always)]
-    pub unsafe fn alloc(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
+    pub unsafe fn alloc(&self, pages: u64, caller_bits: u64) -> Option<u64> {
         // SAFETY: the geometry of the arena's stacks, alive (the caller's promise).
         let start = unsafe { self.cpu.pop(pages.wrapping_sub(1) as usize) }?;
         // SAFETY: as above. The pop made this thread the area's only writer.
         if let Some(w) = unsafe { self.word(start) } {
-            reuse_word(w, pages, caller);
+            reuse_word_bits(w, pages, caller_bits);
         }
         Some(start)
     }

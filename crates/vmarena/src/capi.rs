@@ -8,8 +8,9 @@
 //! The C ABI: raw pointers from C, checked before use, and the writes to out-parameters.
 #![allow(unsafe_code)]
 
+use crate::abi_hit::AbiHit;
 use crate::default_space::{default_space, existing_default_space};
-use crate::space::{VmError, VmSpace};
+use crate::space::VmError;
 use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 use std::ptr::{null_mut, NonNull};
 use vmarena_engine::hit_path::HitFree;
@@ -41,25 +42,26 @@ fn no_space() -> *mut libc::c_void {
 #[no_mangle]
 pub extern "C" fn vmarena_vmalloc(size: usize) -> *mut libc::c_void {
     // A hit on this CPU's stack makes no call and cannot panic; everything else is out of line.
-    let caller = Location::caller();
-    if let Some(s) = existing_default_space() {
-        if let Some(p) = s.vmalloc_hit(size, caller) {
-            return p.as_ptr().cast();
-        }
+    if let Some(p) = AbiHit::get().and_then(|h| h.alloc(size)) {
+        return p.as_ptr().cast();
     }
-    vmalloc_rest(size, caller)
+    vmalloc_rest(size, Location::caller())
 }
 
 #[inline(never)]
 fn vmalloc_rest(size: usize, caller: &'static Location<'static>) -> *mut libc::c_void {
     // A hit in this thread's magazine makes no call and cannot panic either.
     if let Some(s) = existing_default_space() {
-        if let Some(p) = s.vmalloc_hit_cached(size, caller) {
+        if let Some(p) = s.vmalloc_hit(size, caller) {
             return p.as_ptr().cast();
         }
     }
     guarded(null_mut(), || match default_space() {
-        Ok(s) => ptr_or_errno(s.vmalloc(size)),
+        Ok(s) => {
+            // The first miss publishes the per-CPU hit paths (`vmarena_vmalloc`'s caller).
+            AbiHit::publish(s, caller);
+            ptr_or_errno(s.vmalloc(size))
+        }
         Err(_) => no_space(),
     })
 }
@@ -116,10 +118,10 @@ pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut li
 pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
     // A free onto this CPU's stack makes no call and cannot panic; everything else (and every
     // refusal) is out of line.
-    if let Some(s) = existing_default_space() {
-        match s.vfree_hit(p.cast()) {
+    if let Some(h) = AbiHit::get() {
+        match h.free(p.cast()) {
             HitFree::Cached => return 0,
-            HitFree::Claimed => return vfree_claimed(s, p),
+            HitFree::Claimed => return vfree_claimed(p),
             HitFree::No => {}
         }
     }
@@ -128,14 +130,18 @@ pub extern "C" fn vmarena_vfree(p: *mut libc::c_void) -> libc::c_int {
 
 /// The free of an area whose word the hit path claimed and whose CPU stack was full.
 #[inline(never)]
-fn vfree_claimed(s: &'static VmSpace, p: *mut libc::c_void) -> libc::c_int {
-    guarded(-libc::EFAULT, || status(s.vfree_claimed(p.cast())))
+fn vfree_claimed(p: *mut libc::c_void) -> libc::c_int {
+    guarded(-libc::EFAULT, || match existing_default_space() {
+        Some(s) => status(s.vfree_claimed(p.cast())),
+        // The hit paths are published only once the space exists.
+        None => -libc::EFAULT,
+    })
 }
 
 #[inline(never)]
 fn vfree_rest(p: *mut libc::c_void) -> libc::c_int {
     // A free into this thread's magazine makes no call and cannot panic either.
-    if existing_default_space().is_some_and(|s| s.vfree_hit_cached(p.cast())) {
+    if existing_default_space().is_some_and(|s| s.vfree_hit(p.cast())) {
         return 0;
     }
     guarded(-libc::EFAULT, || {

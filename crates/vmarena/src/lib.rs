@@ -21,6 +21,7 @@
 // `unsafe` only in the modules that say why (`#![allow(unsafe_code)]` there).
 #![deny(unsafe_code)]
 
+mod abi_hit;
 #[cfg(feature = "allocator-api2")]
 mod allocator;
 mod backing;

@@ -30,7 +30,6 @@ use std::panic::Location;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use vmarena_engine::hit_path::{HitFree, HitPath};
 use vmarena_engine::{
     AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, FreeError, LockStats,
 };
@@ -65,13 +64,6 @@ pub struct VmSpace {
     pub(crate) page_bytes: usize,
     pub(crate) page_shift: u32,
     pub(crate) guard_pages: u64,
-    /// The per-CPU stacks' hit paths, on copies of where the arena keeps its stacks and state
-    /// words (valid while `arena` lives, which is as long as this space).
-    hit: Option<HitPath>,
-    /// The largest request in bytes that a per-CPU stack can serve (its largest area less the
-    /// guard; 0 without stacks): one compare refuses size 0, larger sizes and sizes that would
-    /// overflow on the hit path.
-    hit_max_bytes: usize,
     guards_enforced: bool,
     huge_pages: bool,
     /// The userfaultfd the reservation is registered with for moves (see `backing.rs`).
@@ -218,10 +210,6 @@ impl VmSpace {
             }
         };
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
-        let hit = arena.hit_path();
-        let hit_max_pages = hit.as_ref().map_or(0, |h| h.max_pages());
-        let hit_max_bytes =
-            (hit_max_pages.saturating_sub(opts.guard_pages) as usize).checked_shl(page_shift).unwrap_or(0);
         crate::pressure::start_monitor();
         let lingering_max = opts.map_ram_lazy_max;
         let blocks = Arc::new(crate::vmap_blocks::VmapBlocks::new(lingering_max));
@@ -240,8 +228,6 @@ impl VmSpace {
             page_bytes,
             page_shift,
             guard_pages: opts.guard_pages,
-            hit,
-            hit_max_bytes,
             guards_enforced,
             huge_pages,
             uffd,
@@ -436,30 +422,10 @@ impl VmSpace {
     }
 
     /// The common case of [`VmSpace::vmalloc`] for callers whose fast path must make no call
-    /// (the C ABI): a small area from this CPU's stack of its size, or `None` with nothing
-    /// changed and nothing counted (then call [`VmSpace::vmalloc_hit_cached`], then
-    /// `vmalloc`).
+    /// (the C ABI, after `AbiHit`): a small area from this CPU's stack or this thread's
+    /// magazine, or `None` with nothing changed and nothing counted (then call `vmalloc`).
     #[inline(always)]
     pub(crate) fn vmalloc_hit(
-        &self,
-        bytes: usize,
-        caller: &'static Location<'static>,
-    ) -> Option<NonNull<u8>> {
-        // Size 0, sizes past the stacks' and sizes that would overflow go on, to `vmalloc` in
-        // the end, which refuses the first and the last.
-        if bytes.wrapping_sub(1) >= self.hit_max_bytes {
-            return None;
-        }
-        let pages = ((bytes - 1) >> self.page_shift) as u64 + 1 + self.guard_pages;
-        // SAFETY: the hit path came from `self.arena`, which lives as long as `self`.
-        let start = unsafe { self.hit.as_ref()?.alloc(pages, Some(caller)) }?;
-        NonNull::new(((start as usize) << self.page_shift) as *mut u8)
-    }
-
-    /// [`VmSpace::vmalloc_hit`] from this thread's magazine too, for sizes up to the thread
-    /// caches' largest: `None` with nothing changed and nothing counted (then call `vmalloc`).
-    #[inline(always)]
-    pub(crate) fn vmalloc_hit_cached(
         &self,
         bytes: usize,
         caller: &'static Location<'static>,
@@ -752,25 +718,8 @@ impl VmSpace {
         Ok(self.usable_bytes(pages))
     }
 
-    /// The common case of [`VmSpace::vfree`] for callers whose fast path must make no call
-    /// (the C ABI): `Cached` when `p` was a small live area of this space and is on this
-    /// CPU's stack now; `Claimed` when its word is claimed but the stack had no room (finish
-    /// with [`VmSpace::vfree_claimed`]); `No`, with nothing changed, for anything else (then
-    /// call [`VmSpace::vfree_hit_cached`], then `vfree`, which frees or refuses it).
-    #[inline(always)]
-    pub(crate) fn vfree_hit(&self, p: *mut u8) -> HitFree {
-        let addr = p as usize;
-        let Some(h) = self.hit.as_ref() else { return HitFree::No };
-        if addr & (self.page_bytes - 1) != 0 {
-            return HitFree::No;
-        }
-        // A page outside the reservation has no state word, or one that stays zero.
-        // SAFETY: the hit path came from `self.arena`, which lives as long as `self`.
-        unsafe { h.free((addr >> self.page_shift) as u64) }
-    }
-
-    /// The free of an area [`VmSpace::vfree_hit`] claimed (`HitFree::Claimed`): into this
-    /// thread's magazine, or through the busy map.
+    /// The free of an area whose word a hit path claimed (`HitFree::Claimed`, `AbiHit`): into
+    /// this thread's magazine, or through the busy map.
     pub(crate) fn vfree_claimed(&self, p: *mut u8) -> Result<(), VmError> {
         self.arena
             .free_claimed(((p as usize) >> self.page_shift) as u64)
@@ -778,11 +727,12 @@ impl VmSpace {
             .map_err(|_| VmError::NotLive(p as usize))
     }
 
-    /// [`VmSpace::vfree_hit`] into this thread's magazine too, for sizes up to the thread
-    /// caches' largest: true when `p` is cached now; false, with nothing changed, for
-    /// anything else (then call `vfree`).
+    /// The common case of [`VmSpace::vfree`] for callers whose fast path must make no call
+    /// (the C ABI, after `AbiHit`): true when `p` was a small live area of this space and is
+    /// in this CPU's stack or this thread's magazine now; false, with nothing changed, for
+    /// anything else (then call `vfree`, which frees or refuses it).
     #[inline(always)]
-    pub(crate) fn vfree_hit_cached(&self, p: *mut u8) -> bool {
+    pub(crate) fn vfree_hit(&self, p: *mut u8) -> bool {
         let addr = p as usize;
         // A page outside the reservation has no state word, or one that stays zero: the
         // arena's free hit refuses it without a range check here.
