@@ -14,6 +14,8 @@
 //! claims the word live → cached with one compare-and-swap before it pushes, an allocation
 //! stores it live after its pop.
 #![allow(unsafe_code)]
+// Under loom the thread caches are never built, so nothing makes a path.
+#![cfg_attr(loom, allow(dead_code))]
 
 use crate::area_state::{caller_bits, claim_value, live_pages, reuse_word_bits, word_index};
 use std::panic::Location;

@@ -28,7 +28,6 @@ pub mod fork;
 pub mod frame_allocator;
 pub mod frame_options;
 pub mod handshake;
-#[cfg(not(loom))]
 pub mod hit_path;
 pub mod lock;
 #[cfg(not(loom))]

@@ -4,7 +4,7 @@
 //! Owns: the stacks (a [`LineWords`] of starts per size, on cache lines of their own), the
 //! occupied and ghost bitmaps, the budget and the counters of one magazine. Its thread writes
 //! it with plain loads and stores of relaxed atomics; a drainer writes it only while it holds
-//! the magazine through the [`Handshake`] (see `thread_caches.rs`, which owns the magazines
+//! the magazine through the [`Handshake`] (see `thread_caches/`, which owns the magazines
 //! and decides who may touch one).
 //!
 //! Invariant: the pages held never exceed the budget, and each size's stack holds at most its

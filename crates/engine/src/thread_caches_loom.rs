@@ -9,7 +9,7 @@ pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::sync::Arc;
 use std::panic::Location;
 
-/// `thread_caches.rs`'s `CacheOwner`, over this stand-in's `ThreadCaches`.
+/// `thread_caches/mod.rs`'s `CacheOwner`, over this stand-in's `ThreadCaches`.
 pub(crate) trait CacheOwner: Send + Sync {
     fn caches(&self) -> Option<&ThreadCaches>;
     fn free_from_cache(&self, areas: &mut [vmarena_core::Span]);
@@ -57,6 +57,12 @@ impl ThreadCaches {
     }
     pub(crate) fn free<A: CacheOwner>(&self, _: &Arc<A>, _: u64) -> FreeFast {
         FreeFast::Untracked
+    }
+    pub(crate) fn free_after_claim<A: CacheOwner>(&self, _: &Arc<A>, _: u64) -> FreeFast {
+        FreeFast::Untracked
+    }
+    pub(crate) fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
+        None
     }
     pub(crate) fn alloc_hit(&self, _: u64, _: Option<&'static Location<'static>>) -> Option<u64> {
         None

@@ -52,13 +52,15 @@
 use crate::area_state::{AreaStates, Claim};
 pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::cpu_cache::CpuCache;
-use crate::handshake::{heavy_fence, Enter};
+use crate::handshake::Enter;
 use crate::magazine::{bump, Magazine, Spill};
 use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
+
+mod drain;
 use vmarena_core::Span;
 
 /// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
@@ -529,131 +531,5 @@ impl ThreadCaches {
         } else {
             FreeFast::Flush
         }
-    }
-
-    /// The owner could not use its magazine: if a drain was asked for, empty it now.
-    #[cold]
-    fn owner_drain<A: CacheOwner + ?Sized>(&self, arena: &A, m: &Magazine) {
-        if m.hs.claim_drain() {
-            let mut areas = Vec::new();
-            m.take(&mut areas, self.budget.base_pages);
-            m.hs.release();
-            self.give_areas(arena, &mut areas);
-        }
-    }
-
-    /// Areas taken from magazines go down the busy-map path (their words are `cached`, so no
-    /// free from outside can race with it).
-    fn give_areas<A: CacheOwner + ?Sized>(&self, arena: &A, areas: &mut [Span]) {
-        arena.free_from_cache(areas);
-        self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += areas.len() as u64;
-    }
-
-    /// A thread gave its magazine back (exit or eviction): unregister it, free its areas.
-    fn retire<A: CacheOwner + ?Sized>(&self, arena: &A, mag: &Arc<Magazine>) {
-        let mut areas = Vec::new();
-        {
-            let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-            reg.retain(|m| !Arc::ptr_eq(m, mag));
-            // Unregistered under the mutex: no drainer holds it now, and its owner is here.
-            mag.take(&mut areas, self.budget.base_pages);
-            let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-            r.hits += mag.hits.load(Relaxed);
-            r.slack_hits += mag.slack_hits.load(Relaxed);
-            r.misses += mag.misses.load(Relaxed);
-            r.pushes += mag.pushes.load(Relaxed);
-            r.flushes += mag.flushes.load(Relaxed);
-            r.grows += mag.grows.load(Relaxed);
-        }
-        self.give_areas(arena, &mut areas);
-    }
-
-    /// Empty every magazine whose owner is not inside an operation; ask the others to empty
-    /// themselves. Returns the areas taken.
-    ///
-    /// The registry mutex is held until the areas are back in the busy-map path, so that the
-    /// checker, which holds it too, never sees an area in flight: taken from its magazine but
-    /// still busy with its word `cached`.
-    pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, arena: &A) -> u64 {
-        let mut areas = Vec::new();
-        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = &self.cpu {
-            // A failed fence takes nothing: the stacks keep their areas for the next drain.
-            let _ = c.drain(&mut areas);
-        }
-        let held: Vec<&Arc<Magazine>> =
-            reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
-        if held.is_empty() && areas.is_empty() {
-            return 0;
-        }
-        if !held.is_empty() {
-            let fenced = heavy_fence();
-            for m in held {
-                if m.hs.settle(fenced) {
-                    m.take(&mut areas, self.budget.base_pages);
-                    m.hs.release();
-                }
-            }
-        }
-        self.give_areas(arena, &mut areas);
-        drop(reg);
-        areas.len() as u64
-    }
-
-    /// [`Magazine::spans`] of every registered magazine.
-    pub(crate) fn spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|m| m.spans()).collect()
-    }
-
-    /// Figures summed over the per-CPU stacks and the live and given-back magazines.
-    pub(crate) fn figures(&self) -> CacheFigures {
-        let mut f = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = &self.cpu {
-            let cf = c.figures();
-            f.areas += cf.areas;
-            f.pages += cf.pages;
-            f.hits += cf.hits;
-            f.cpu_hits = cf.hits;
-            f.pushes += cf.pushes;
-        }
-        for m in self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let (areas, pages) = m.held();
-            f.areas += areas;
-            f.pages += pages;
-            f.hits += m.hits.load(Relaxed);
-            f.slack_hits += m.slack_hits.load(Relaxed);
-            f.misses += m.misses.load(Relaxed);
-            f.pushes += m.pushes.load(Relaxed);
-            f.flushes += m.flushes.load(Relaxed);
-            f.grows += m.grows.load(Relaxed);
-            f.budget_pages = f.budget_pages.max(m.budget_pages());
-        }
-        f
-    }
-
-    /// Run the checker's `f` on every cached start, with the registry mutex held so that no
-    /// drain moves areas meanwhile (call when no thread other than the worker uses the arena).
-    pub(crate) fn with_cached_starts<R>(&self, f: impl FnOnce(Result<Vec<u64>, String>) -> R) -> R {
-        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        let mut all = Vec::new();
-        if let Some(c) = &self.cpu {
-            c.starts(&mut all);
-        }
-        let starts = reg.iter().try_for_each(|m| m.entries().map(|e| all.extend(e))).map(|()| all);
-        f(starts)
-    }
-
-    /// The registry mutex, the per-CPU stacks' drainer mutex (taken under the registry's),
-    /// then the figures of given-back magazines (taken last on every path, with nothing taken
-    /// under it), for `fork()`.
-    #[cfg(not(loom))]
-    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
-        let mut held: Vec<Box<dyn crate::fork::Held + '_>> =
-            vec![Box::new(self.registry.lock().unwrap_or_else(|e| e.into_inner()))];
-        if let Some(c) = &self.cpu {
-            held.push(Box::new(c.lock_for_fork()));
-        }
-        held.push(Box::new(self.retired.lock().unwrap_or_else(|e| e.into_inner())));
-        held
     }
 }
