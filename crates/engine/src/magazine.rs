@@ -10,7 +10,7 @@
 //! Invariant: the pages held never exceed the budget, and each size's stack holds at most its
 //! cap under the present budget (`Arena::check` verifies both, through [`Magazine::entries`]).
 
-use crate::cache_interface::Budget;
+use crate::cache_interface::{Budget, CacheFigures};
 use crate::handshake::Handshake;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -190,6 +190,16 @@ pub(crate) fn bump(c: &AtomicU64) {
 }
 
 impl Magazine {
+    /// Add this magazine's counters (hits, slack hits, misses, pushes, flushes, growths) to `f`.
+    pub(crate) fn add_counters(&self, f: &mut CacheFigures) {
+        f.hits += self.hits.load(Relaxed);
+        f.slack_hits += self.slack_hits.load(Relaxed);
+        f.misses += self.misses.load(Relaxed);
+        f.pushes += self.pushes.load(Relaxed);
+        f.flushes += self.flushes.load(Relaxed);
+        f.grows += self.grows.load(Relaxed);
+    }
+
     /// Areas and pages held, summed over the stacks.
     pub(crate) fn held(&self) -> (u64, u64) {
         self.classes.iter().enumerate().fold((0, 0), |(a, p), (i, c)| {

@@ -40,13 +40,7 @@ impl ThreadCaches {
             reg.retain(|m| !Arc::ptr_eq(m, mag));
             // Unregistered under the mutex: no drainer holds it now, and its owner is here.
             mag.take(&mut areas, self.budget.base_pages);
-            let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-            r.hits += mag.hits.load(Relaxed);
-            r.slack_hits += mag.slack_hits.load(Relaxed);
-            r.misses += mag.misses.load(Relaxed);
-            r.pushes += mag.pushes.load(Relaxed);
-            r.flushes += mag.flushes.load(Relaxed);
-            r.grows += mag.grows.load(Relaxed);
+            mag.add_counters(&mut self.retired.lock().unwrap_or_else(|e| e.into_inner()));
         }
         self.give_areas(arena, &mut areas);
     }
@@ -103,12 +97,7 @@ impl ThreadCaches {
             let (areas, pages) = m.held();
             f.areas += areas;
             f.pages += pages;
-            f.hits += m.hits.load(Relaxed);
-            f.slack_hits += m.slack_hits.load(Relaxed);
-            f.misses += m.misses.load(Relaxed);
-            f.pushes += m.pushes.load(Relaxed);
-            f.flushes += m.flushes.load(Relaxed);
-            f.grows += m.grows.load(Relaxed);
+            m.add_counters(&mut f);
             f.budget_pages = f.budget_pages.max(m.budget_pages());
         }
         f
