@@ -29,11 +29,16 @@ fn build_linked(name: &str) -> (PathBuf, PathBuf) {
     (bin, libdir)
 }
 
-/// Run a program of [`build_linked`] in a 4 GiB default space; it must pass every check.
-fn run_linked(name: &str) {
+/// Run a program of [`build_linked`] in a 4 GiB default space, with the environment `env` on
+/// top; it must pass every check.
+fn run_linked(name: &str, env: &[(&str, &str)]) {
     let (bin, libdir) = build_linked(name);
-    let out =
-        Command::new(&bin).env("LD_LIBRARY_PATH", &libdir).env("VMARENA_SPACE_BYTES", "4G").output().unwrap();
+    let out = Command::new(&bin)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("VMARENA_SPACE_BYTES", "4G")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "C test failed: {out:?}");
@@ -42,7 +47,7 @@ fn run_linked(name: &str) {
 
 #[test]
 fn c_program_exercises_every_abi_function() {
-    run_linked("abi_test");
+    run_linked("abi_test", &[]);
 }
 
 /// Four threads through the C ABI's hit paths (per-CPU stacks, magazines, nodes), frees from
@@ -50,7 +55,16 @@ fn c_program_exercises_every_abi_function() {
 /// free and second frees refused (`tests/c/hit_stress.c`).
 #[test]
 fn threads_through_the_hit_paths_keep_every_area_to_one_owner() {
-    run_linked("hit_stress");
+    run_linked("hit_stress", &[]);
+}
+
+/// A process where glibc registers no rseq area (its tunable off, as a program may start
+/// with): the per-CPU stacks are off and the same two programs run on the magazines.
+#[test]
+fn without_glibc_rseq_the_c_abi_runs_on_the_magazines() {
+    let off = [("GLIBC_TUNABLES", "glibc.pthread.rseq=0")];
+    run_linked("abi_test", &off);
+    run_linked("hit_stress", &off);
 }
 
 /// The header's `struct vmarena_frame_stats` lists the frame statistics table, in order.
