@@ -3,7 +3,7 @@
 //! Owns: address-space reservations ([`Reservation`]), page release and guard markers
 //! ([`release`], [`guard`]), page moves between addresses ([`page_move`], [`uffd`]), the
 //! current CPU and CPU count ([`cpu`]), per-CPU stacks in restartable sequences
-//! ([`cpu_stack`]), a cycle counter and process figures for tests and the lab
+//! ([`cpu_stack`]), what the library does while the process has one thread ([`early`]), a cycle counter and process figures for tests and the lab
 //! ([`process`]), memory-pressure notifications ([`psi`]),
 //! the thread's inside-vmarena flag ([`reentry`]), once-computed values that survive a fork
 //! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]),
@@ -18,6 +18,7 @@
 
 pub mod cpu;
 pub mod cpu_stack;
+pub mod early;
 pub mod fork_once;
 pub mod guard;
 pub mod helper_thread;

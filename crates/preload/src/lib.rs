@@ -151,7 +151,7 @@ fn pass_bound() -> usize {
 /// thread"), which would otherwise stall whichever thread made the first large allocation.
 pub(crate) fn on_ready() {
     // A failure is remembered and reported again when the space is built without caches.
-    vmarena_platform::membarrier::register_both();
+    vmarena_platform::early::prepare();
     let opts = PreloadOptions::from_env();
     THRESHOLD.store(opts.threshold.max(1), Relaxed);
     if opts.stats {

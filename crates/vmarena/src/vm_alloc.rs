@@ -105,7 +105,7 @@ fn register_barriers_early() {
         // The flag goes first: the registration may allocate (its error message), which comes
         // back here and must not ask again.
         BARRIERS_ASKED.store(true, Relaxed);
-        vmarena_platform::membarrier::register_both();
+        vmarena_platform::early::prepare();
     }
 }
 

@@ -1,0 +1,18 @@
+//! What every form of the library does while the process still has one thread (its
+//! constructor, the shim's first `malloc`, `VmAlloc`'s first allocation): the answers that cost
+//! more, or stall, once the program has started threads.
+//!
+//! Owns nothing: each answer is cached where it is computed.
+//!
+//! - both `membarrier` registrations ([`crate::membarrier::register_both`]): in a process with
+//!   several threads each waits for an RCU grace period;
+//! - the possible CPU count ([`crate::cpu::possible`], a directory read under `/sys`), which the
+//!   per-CPU stacks size themselves by when the default space is built, often on a worker
+//!   thread's first call.
+
+/// See the module documentation. Failures are remembered and reported by whoever needs the
+/// answer later.
+pub fn prepare() {
+    crate::membarrier::register_both();
+    let _ = crate::cpu::possible();
+}
