@@ -171,10 +171,4 @@ impl Arena {
     pub fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
         self.shared.cache.as_ref()?.alloc_hit(pages, caller)
     }
-
-    /// The largest area, in pages (guard included), that the thread caches hold; 0 without
-    /// them.
-    pub fn cached_max_pages(&self) -> u64 {
-        self.shared.cache.as_ref().map_or(0, |c| c.states.max_pages())
-    }
 }
