@@ -63,13 +63,13 @@ const _: () = assert!(std::mem::size_of::<Stack>() == STACK_BYTES);
 
 /// One restartable sequence on this CPU's stack: its descriptor (section `__rseq_cs`: start,
 /// length up to the end of the committing store, abort handler), the caller's first line (the
-/// outcome's reset), the thread's rseq area found from the thread pointer and the geometry's
-/// offset, the store of the descriptor's address into it, then `c` = this CPU's stack of
+/// outcome's reset), the store of the descriptor's address into the thread's rseq area (at the
+/// geometry's offset from `%fs`, the thread pointer), then `c` = this CPU's stack of
 /// offset `off` (giving up on a CPU id past the table or a stopped stack), the caller's lines
 /// (anything that may run again, then one committing store as the last line; `jmp 5f` gives
 /// up), and the abort handler after glibc's x86 signature, which runs the whole sequence again
 /// from the reset (the kernel clears the descriptor on an abort). The caller supplies the
-/// operands `geo` (a [`CpuGeometry`]), `off`, `rs`, `c`, `n` and `t`. Everything the sequence
+/// operands `geo` (a [`CpuGeometry`]), `off`, `c`, `n` and `t`. Everything the sequence
 /// needs is read through `geo`, and the outcome leaves in registers, so that it takes few
 /// registers and no memory round trip on the caller's path.
 #[cfg(target_arch = "x86_64")]
@@ -84,12 +84,11 @@ macro_rules! rseq_on_this_cpu {
             ".popsection",
             "6:",
             $reset,
-            "movq %fs:0, {rs}",
-            "addq 24({geo}), {rs}",
+            "movq 24({geo}), {c}",
             "leaq 3b(%rip), {t}",
-            "movq {t}, 8({rs})",
+            "movq {t}, %fs:8({c})",
             "1:",
-            "movl 4({rs}), {c:e}",
+            "movl %fs:4({c}), {c:e}",
             "cmpq 8({geo}), {c}",
             "jae 5f",
             "imulq 16({geo}), {c}",
@@ -178,14 +177,12 @@ impl CpuGeometry {
                 "movzbl {t:l}, {n:e}",
                 "testl {n:e}, {n:e}",
                 "jz 5f",
-                "movq 16({c},{n},8), {n}",
+                "movq 16({c},{n},8), {v}",
                 "addq $255, {t}",
-                "movq {n}, {v}",
                 "movq {t}, ({c})";
                 geo = in(reg) self as *const CpuGeometry,
                 off = in(reg) off,
                 v = out(reg) v,
-                rs = out(reg) _,
                 c = out(reg) _,
                 n = out(reg) _,
                 t = out(reg) _,
@@ -234,7 +231,6 @@ impl CpuGeometry {
                 off = in(reg) off,
                 v = in(reg) v,
                 ok = out(reg) ok,
-                rs = out(reg) _,
                 c = out(reg) _,
                 n = out(reg) _,
                 t = out(reg) _,

@@ -48,14 +48,20 @@ pub extern "C" fn vmarena_vmalloc(size: usize) -> *mut libc::c_void {
     vmalloc_rest(size, Location::caller())
 }
 
+/// Past this CPU's stack: a hit in this thread's magazine makes no call and cannot panic
+/// either (where there are no per-CPU stacks, the only hit); the rest is out of line again, so
+/// that this function saves only the registers the magazine's hit needs.
 #[inline(never)]
 fn vmalloc_rest(size: usize, caller: &'static Location<'static>) -> *mut libc::c_void {
-    // A hit in this thread's magazine makes no call and cannot panic either.
-    if let Some(s) = existing_default_space() {
-        if let Some(p) = s.vmalloc_hit(size, caller) {
-            return p.as_ptr().cast();
-        }
+    if let Some(p) = existing_default_space().and_then(|s| s.vmalloc_hit(size, caller)) {
+        return p.as_ptr().cast();
     }
+    vmalloc_slow(size, caller)
+}
+
+#[inline(never)]
+#[cold]
+fn vmalloc_slow(size: usize, caller: &'static Location<'static>) -> *mut libc::c_void {
     guarded(null_mut(), || match default_space() {
         Ok(s) => {
             // The first miss publishes the per-CPU hit paths (`vmarena_vmalloc`'s caller).
@@ -138,12 +144,19 @@ fn vfree_claimed(p: *mut libc::c_void) -> libc::c_int {
     })
 }
 
+/// Past this CPU's stack: a free into this thread's magazine makes no call and cannot panic
+/// either; the rest (and every refusal) is out of line again, as for `vmalloc_rest`.
 #[inline(never)]
 fn vfree_rest(p: *mut libc::c_void) -> libc::c_int {
-    // A free into this thread's magazine makes no call and cannot panic either.
     if existing_default_space().is_some_and(|s| s.vfree_hit(p.cast())) {
         return 0;
     }
+    vfree_slow(p)
+}
+
+#[inline(never)]
+#[cold]
+fn vfree_slow(p: *mut libc::c_void) -> libc::c_int {
     guarded(-libc::EFAULT, || {
         if p.is_null() {
             return 0;
