@@ -360,24 +360,31 @@ impl ThreadCaches {
         pages: u64,
         seen: &crate::area_state::Seen<'_>,
     ) -> Option<(u64, Option<&'static Location<'static>>)> {
-        if let Some(m) = self.front() {
-            if m.hs.enter() == Enter::Go {
-                let filled = match m.room(pages) {
-                    Some(room) => {
-                        m.fill(room, pages, start);
-                        bump(&m.pushes);
-                        true
-                    }
-                    None => false,
-                };
-                m.hs.leave();
-                if filled {
-                    return Some((pages, seen.caller()));
-                }
-            }
+        if self.fill_front(start, pages) {
+            return Some((pages, seen.caller()));
         }
         self.states.unclaim(seen);
         None
+    }
+
+    /// Put the claimed area at `start` in this thread's front magazine of this arena when it
+    /// has room without an eviction (no drain asked for): true when it went in.
+    #[inline(always)]
+    fn fill_front(&self, start: u64, pages: u64) -> bool {
+        let Some(m) = self.front() else { return false };
+        if m.hs.enter() != Enter::Go {
+            return false;
+        }
+        let filled = match m.room(pages) {
+            Some(room) => {
+                m.fill(room, pages, start);
+                bump(&m.pushes);
+                true
+            }
+            None => false,
+        };
+        m.hs.leave();
+        filled
     }
 
     /// Alloc through the magazine: the start of a cached area of `pages` pages aligned to
@@ -482,6 +489,9 @@ impl ThreadCaches {
     /// (`HitFree::Claimed`): the magazine, or the busy-map path.
     pub(crate) fn free_after_claim<A: CacheOwner + 'static>(&self, arena: &Arc<A>, start: u64) -> FreeFast {
         match self.states.get(start) {
+            Some(w) if w.cached && self.fill_front(start, w.pages) => {
+                FreeFast::Cached { pages: w.pages, caller: w.caller }
+            }
             Some(w) if w.cached => self.free_rest(arena, start, w.pages, w.caller),
             // Not claimed: a broken promise of the caller; nothing is changed.
             _ => FreeFast::Untracked,
