@@ -248,10 +248,9 @@ impl CpuGeometry {
 
 /// Per-CPU stacks of words.
 pub struct CpuStacks {
+    /// Where the stacks are (CPUs and stacks a CPU included), as the sequences read it.
     geo: CpuGeometry,
     stacks: Box<[Stack]>,
-    per_cpu: usize,
-    cpus: usize,
     drainer: Mutex<()>,
     /// Values drains took, over all stacks (written under `drainer`).
     taken: AtomicU64,
@@ -296,12 +295,28 @@ impl CpuStacks {
             rseq_offset: rseq_offset as i64,
             per_cpu: per_cpu as u64,
         };
-        Ok(CpuStacks { geo, stacks, per_cpu, cpus, drainer: Mutex::new(()), taken: AtomicU64::new(0) })
+        Ok(CpuStacks { geo, stacks, drainer: Mutex::new(()), taken: AtomicU64::new(0) })
     }
 
     /// CPUs with stacks.
     pub fn cpus(&self) -> usize {
-        self.cpus
+        self.geo.cpus as usize
+    }
+
+    /// `f(cpu, stack, value)` for every value held, oldest first within a stack: the count.
+    /// Only meaningful while no sequence can commit (a drain's stop and fence, or no thread
+    /// pushing or popping).
+    fn visit_held(&self, f: &mut impl FnMut(usize, usize, u64)) -> usize {
+        let per_cpu = self.geo.per_cpu();
+        let mut seen = 0;
+        for (i, s) in self.stacks.iter().enumerate() {
+            let len = ((s.head.load(Acquire) & LEN_MASK) as usize).min(SLOTS);
+            for slot in &s.slot[..len] {
+                f(i / per_cpu, i % per_cpu, slot.load(Relaxed));
+            }
+            seen += len;
+        }
+        seen
     }
 
     /// A copy of the stacks' geometry, for a caller that keeps it beside its own hot fields;
@@ -313,9 +328,10 @@ impl CpuStacks {
     /// Set the cap of stack `stack` of every CPU (at most [`SLOTS`]); a stack above it keeps
     /// what it holds and takes no push until it is below.
     pub fn set_cap(&self, stack: usize, cap: usize) {
-        assert!(stack < self.per_cpu && cap <= SLOTS, "stack {stack}, cap {cap}");
-        for c in 0..self.cpus {
-            self.stacks[c * self.per_cpu + stack].cap.store(cap as u64, Relaxed);
+        let per_cpu = self.geo.per_cpu();
+        assert!(stack < per_cpu && cap <= SLOTS, "stack {stack}, cap {cap}");
+        for c in 0..self.cpus() {
+            self.stacks[c * per_cpu + stack].cap.store(cap as u64, Relaxed);
         }
     }
 
@@ -350,15 +366,10 @@ impl CpuStacks {
             }
             return Err(format!("membarrier rseq fence failed (errno {})", crate::last_errno()));
         }
-        let mut taken = 0;
-        for (i, s) in self.stacks.iter().enumerate() {
-            let head = s.head.load(Acquire);
-            let len = ((head & LEN_MASK) as usize).min(SLOTS);
-            for slot in &s.slot[..len] {
-                f(i / self.per_cpu, i % self.per_cpu, slot.load(Relaxed));
-            }
-            s.head.store(head & !LEN_MASK, Relaxed);
-            taken += len;
+        // The fence made every stack the drainer's: no sequence commits until the flags clear.
+        let taken = self.visit_held(&mut f);
+        for s in self.stacks.iter() {
+            s.head.store(s.head.load(Relaxed) & !LEN_MASK, Relaxed);
         }
         self.taken.fetch_add(taken as u64, Relaxed);
         for s in self.stacks.iter() {
@@ -376,22 +387,18 @@ impl CpuStacks {
     /// meaningful while no thread pushes or pops). Holds the drainer's mutex meanwhile.
     pub fn for_each_held(&self, mut f: impl FnMut(usize, usize, u64)) {
         let _one = self.drainer.lock().unwrap_or_else(|e| e.into_inner());
-        for (i, s) in self.stacks.iter().enumerate() {
-            let len = ((s.head.load(Acquire) & LEN_MASK) as usize).min(SLOTS);
-            for slot in &s.slot[..len] {
-                f(i / self.per_cpu, i % self.per_cpu, slot.load(Relaxed));
-            }
-        }
+        self.visit_held(&mut f);
     }
 
     /// Per stack index, summed over the CPUs: values held and operations committed; and the
     /// values drains took, over all stacks. Pushes are `(ops + held + taken) / 2` and pops
     /// `(ops - held - taken) / 2`, exact when no operation runs meanwhile.
     pub fn figures(&self) -> (Vec<StackFigures>, u64) {
-        let mut per = vec![StackFigures::default(); self.per_cpu];
+        let per_cpu = self.geo.per_cpu();
+        let mut per = vec![StackFigures::default(); per_cpu];
         for (i, s) in self.stacks.iter().enumerate() {
             let head = s.head.load(Relaxed);
-            let f = &mut per[i % self.per_cpu];
+            let f = &mut per[i % per_cpu];
             f.held += head & LEN_MASK;
             f.ops += head >> 8;
         }

@@ -4,8 +4,9 @@
 //!
 //! Owns nothing: each answer is cached where it is computed.
 //!
-//! - both `membarrier` registrations ([`crate::membarrier::register_both`]): in a process with
-//!   several threads each waits for an RCU grace period;
+//! - both `membarrier` registrations ([`crate::membarrier::register`] and
+//!   [`crate::membarrier::register_rseq`]): in a process with several threads each waits for an
+//!   RCU grace period;
 //! - the possible CPU count ([`crate::cpu::possible`], a directory read under `/sys`), which the
 //!   per-CPU stacks size themselves by when the default space is built, often on a worker
 //!   thread's first call.
@@ -13,6 +14,7 @@
 /// See the module documentation. Failures are remembered and reported by whoever needs the
 /// answer later.
 pub fn prepare() {
-    crate::membarrier::register_both();
+    let _ = crate::membarrier::register();
+    let _ = crate::membarrier::register_rseq();
     let _ = crate::cpu::possible();
 }

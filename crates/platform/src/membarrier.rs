@@ -72,14 +72,6 @@ pub fn register_rseq() -> Result<(), String> {
         .clone()
 }
 
-/// Register for both kinds of barrier the caches use ([`register`] and [`register_rseq`]), for
-/// the library forms to call while the process has one thread, where each costs microseconds
-/// instead of a grace period. Failures are remembered, and reported by the caches built later.
-pub fn register_both() {
-    let _ = register();
-    let _ = register_rseq();
-}
-
 /// Restart every restartable sequence running in this process, and pass a full memory
 /// barrier on every CPU that runs one of its threads: afterwards no sequence that began before
 /// the call can commit. False when it could not be done (see [`register_rseq`]).

@@ -59,9 +59,9 @@ use std::panic::Location;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
+use vmarena_core::Span;
 
 mod drain;
-use vmarena_core::Span;
 
 /// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
 /// is given back.
