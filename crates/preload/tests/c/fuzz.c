@@ -487,13 +487,18 @@ static void op_rcu(struct thread *t) {
     t->c.calls[OP_RCU]++;
     int rc = embedded ? vmarena_kvfree_rcu_embedded(o.p) : vmarena_kvfree_rcu(o.p);
     EXPECT(t, rc == 0, "kvfree_rcu(%p, embedded %d) = %d", (void *)o.p, embedded, rc);
-    t->c.bad[OP_RCU] += 3;
-    rc = vmarena_kvfree_rcu(o.p);
-    EXPECT(t, rc == -EINVAL, "second kvfree_rcu(%p) = %d", (void *)o.p, rc);
-    rc = vmarena_vfree(o.p);
-    EXPECT(t, rc == -EINVAL, "vfree of a retired area %p = %d", (void *)o.p, rc);
-    errno = 0;
-    EXPECT(t, vmarena_vrealloc(o.p, PAGE) == NULL && errno == EINVAL, "vrealloc of a retired area %p", (void *)o.p);
+    /* Outside a section, with other threads running, the area can be reclaimed as soon as it is
+     * retired and handed to another thread at the same address; a second release would then be
+     * that thread's valid call. The refusals are checked only where nothing can reuse it. */
+    if (inside || nthreads == 1) {
+        t->c.bad[OP_RCU] += 3;
+        rc = vmarena_kvfree_rcu(o.p);
+        EXPECT(t, rc == -EINVAL, "second kvfree_rcu(%p) = %d", (void *)o.p, rc);
+        rc = vmarena_vfree(o.p);
+        EXPECT(t, rc == -EINVAL, "vfree of a retired area %p = %d", (void *)o.p, rc);
+        errno = 0;
+        EXPECT(t, vmarena_vrealloc(o.p, PAGE) == NULL && errno == EINVAL, "vrealloc of a retired area %p", (void *)o.p);
+    }
     if (inside) {
         /* Not freed while this section lasts (the embedded form used its first 16 bytes). */
         EXPECT(t, vmarena_size(o.p) == o.usable, "retired %p freed inside a section", (void *)o.p);
