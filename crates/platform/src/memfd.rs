@@ -149,8 +149,3 @@ pub unsafe fn map_hugetlb_fixed(addr: usize, len: usize) -> io::Result<()> {
     }
     Ok(())
 }
-
-/// Lines of `/proc/self/maps`: the process's mapping count.
-pub fn map_count() -> u64 {
-    std::fs::read_to_string("/proc/self/maps").map(|s| s.lines().count() as u64).unwrap_or(0)
-}
