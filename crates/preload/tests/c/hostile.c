@@ -264,6 +264,8 @@ static void resize(void) {
 
 /* --- signals meant for the program ------------------------------------------------------------ */
 
+static int check_helpers(void);
+
 static void signals(void) {
     sigset_t set;
     sigemptyset(&set);
@@ -289,7 +291,19 @@ static void signals(void) {
         got += s == SIGTERM || s == SIGUSR1;
     }
     CHECK(got == 50);
-    /* vmarena's helper threads block every signal (SigBlk of /proc/self/task/TID/status). */
+    /* vmarena's helper threads block every signal (SigBlk of /proc/self/task/TID/status). A
+     * new thread takes its name when it first runs, which on a loaded machine can be a while
+     * after it was started: look again until one is named, for up to ten seconds. */
+    int helpers = 0;
+    for (int look = 0; look < 1000 && helpers == 0; look++) {
+        if (look) usleep(10000);
+        helpers = check_helpers();
+    }
+    CHECK(helpers >= 1);
+}
+
+/* The threads named vmarena*, after checking that each blocks every signal it can. */
+static int check_helpers(void) {
     DIR *d = opendir("/proc/self/task");
     CHECK(d != NULL);
     int helpers = 0;
@@ -316,7 +330,7 @@ static void signals(void) {
         CHECK((blocked & 0xfffffffe7ffbfeffULL) == 0xfffffffe7ffbfeffULL);
     }
     if (d) closedir(d);
-    CHECK(helpers >= 1);
+    return helpers;
 }
 
 /* --- descriptors ------------------------------------------------------------------------------ */
