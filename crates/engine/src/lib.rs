@@ -62,4 +62,4 @@ pub use node::ZONE_PAGES;
 pub use options::ArenaOptions;
 pub use stats::ArenaStats;
 pub use strategy::Strategy;
-pub use worker::set_idle_hook;
+pub use worker::{set_idle_hook, set_start_hook};

@@ -13,7 +13,7 @@
 //!   purge, which releases all lazy memory.
 //!
 //! After a decay purge the worker calls the process's idle hook, if one was set
-//! ([`set_idle_hook`]).
+//! ([`set_idle_hook`]); when it starts, the process's start hook ([`set_start_hook`]).
 //!
 //! The thread starts on the first wake-up, not at arena creation, so an arena that never frees
 //! much never has one. After a `fork()` the child has no worker thread; the next wake-up in the
@@ -46,6 +46,18 @@ static IDLE_HOOK: OnceLock<fn()> = OnceLock::new();
 /// program falls with vmarena's.
 pub fn set_idle_hook(hook: fn()) -> bool {
     IDLE_HOOK.set(hook).is_ok()
+}
+
+/// What a worker calls first, on its own thread (see [`set_start_hook`]).
+static START_HOOK: OnceLock<fn()> = OnceLock::new();
+
+/// Have every purge worker call `hook` when its thread starts, with no lock held. Set once per
+/// process; false when a hook was set already. The `vmarena` crate starts its memory-pressure
+/// monitor here: an arena holds nothing to give back before its first free, which is what
+/// starts the worker, and the monitor thread's start then costs neither the first allocation
+/// nor the first free.
+pub fn set_start_hook(hook: fn()) -> bool {
+    START_HOOK.set(hook).is_ok()
 }
 
 #[cfg(loom)]
@@ -163,6 +175,9 @@ mod thread {
 
     fn run(w: Arc<Worker>, weak: Weak<dyn Purged>) {
         // `helper_thread::spawn` raised the inside-vmarena flag for good and blocked signals.
+        if let Some(hook) = super::START_HOOK.get() {
+            hook();
+        }
         loop {
             let Some(arena) = weak.upgrade() else { return };
             let interval = arena.decay_interval_ms();

@@ -6,7 +6,8 @@
 //! low-memory event calls all of them.
 //!
 //! Two things raise the event: [`pressure`] (C: `vmarena_pressure()`), and a monitor thread,
-//! started with the first space, that reads the Linux PSI memory stall total once a window
+//! started with the first purge worker of a space (at the space's first free; with the space
+//! itself when it has no worker) or with the first fixed pool, that reads the Linux PSI memory stall total once a window
 //! (`vmarena_platform::psi`) and raises the event when the window's stall reached
 //! `psi_stall_us`: what a PSI trigger would report, without arming one (a trigger makes the
 //! process's exit wait for an RCU grace period; see that module). Where PSI is not available
@@ -91,6 +92,14 @@ pub fn start_monitor() -> &'static MonitorStatus {
             Err(e) => MonitorStatus::Unavailable(format!("cannot start the monitor thread: {e}")),
         }
     })
+}
+
+/// Start the monitor when the first purge worker of the process starts, on that worker's
+/// thread (`vmarena_engine::set_start_hook`).
+pub(crate) fn start_with_first_worker() {
+    vmarena_engine::set_start_hook(|| {
+        start_monitor();
+    });
 }
 
 /// The monitor's state, if it was started.

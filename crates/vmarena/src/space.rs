@@ -209,8 +209,16 @@ impl VmSpace {
                 (Some(fb.clone()), Box::new(crate::frame_backing::SharedFrameBacking(fb)))
             }
         };
+        // The pressure monitor starts with the arena's purge worker when it has one (at its
+        // first free, before which it holds nothing to give back), so that neither the first
+        // allocation nor the first free waits for its thread.
+        let worker_starts_monitor = arena_opts.purge_thread && arena_opts.decay_interval_ms > 0;
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
-        crate::pressure::start_monitor();
+        if worker_starts_monitor {
+            crate::pressure::start_with_first_worker();
+        } else {
+            crate::pressure::start_monitor();
+        }
         let lingering_max = opts.map_ram_lazy_max;
         let blocks = Arc::new(crate::vmap_blocks::VmapBlocks::new(lingering_max));
         let fork_maps = Arc::new(SpaceMaps {
