@@ -13,6 +13,8 @@ stats_table! {
         lazy_pages, "pages";
         /// Lazy pages above which a free starts a purge: lazy_max_pages plus the headroom (Nodes).
         lazy_limit, "pages";
+        /// The most lazy pages beyond the limit a free has seen (0: never past it): how far purges fell behind.
+        lazy_over_limit_peak, "pages";
         /// Areas sitting in the size pools.
         pooled_areas, "areas";
         /// Pages of areas sitting in the size pools.

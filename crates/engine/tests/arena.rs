@@ -965,9 +965,12 @@ fn the_lazy_threshold_rises_by_the_live_pages_below_their_peak() {
         assert_eq!(st.purges, 6, "{headroom}");
         if !headroom {
             assert_eq!((st.lazy_pages, st.lazy_limit), (0, 100), "the kernel's threshold");
+            assert_eq!(st.lazy_over_limit_peak, 200, "each free saw its own 300 pages, 200 past the limit");
             continue;
         }
         assert_eq!((st.lazy_pages, st.pages_released, st.lazy_limit), (1500, 0, 1600));
+        // The fifth free found 1500 lazy pages, 200 past a limit of 1300 (100 and 1200 of headroom).
+        assert_eq!(st.lazy_over_limit_peak, 200);
         // 2000 fresh pages (no lazy run can serve or grow to them) use up the headroom.
         let big = a.alloc(&AllocRequest::pages(2000)).unwrap();
         assert_eq!((a.stats().tree_allocs, a.stats().tree_pages), (11, 10 * 300 + 2000));

@@ -156,6 +156,9 @@ impl Shared {
         Shared::start_decay_worker(me);
         let lazy = me.lazy.approx.load(Relaxed);
         let limit = me.lazy.limit.load(Relaxed) as i64;
+        if lazy > limit {
+            me.lazy.over_peak.fetch_max((lazy - limit) as u64, Relaxed);
+        }
         if lazy > limit && !me.purging.requested.swap(true, Relaxed) {
             me.kick(me);
         } else if lazy > LAZY_BACKPRESSURE * limit {

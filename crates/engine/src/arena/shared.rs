@@ -49,6 +49,8 @@ pub(crate) struct LazyAccount {
     /// The most live pages a purge has counted since the last purge that was not a threshold
     /// purge (Nodes, `lazy_headroom`).
     pub(crate) live_high: AtomicU64,
+    /// The most lazy pages beyond the limit a free has seen (written only then).
+    pub(crate) over_peak: AtomicU64,
 }
 
 /// Who purges and when.
@@ -130,6 +132,7 @@ impl Shared {
                 list_pages: (0..nr_nodes).map(|_| Padded(AtomicU64::new(0))).collect(),
                 limit: Padded(AtomicU64::new(max_pages)),
                 live_high: AtomicU64::new(0),
+                over_peak: AtomicU64::new(0),
             },
             purging: PurgeControl {
                 lock: Mutex::new(()),
@@ -257,6 +260,7 @@ impl Shared {
             cache_budget_pages: cf.budget_pages,
             moved_maps: self.moves.mosaics.maps(),
             lazy_limit: self.lazy.limit.load(Relaxed),
+            lazy_over_limit_peak: self.lazy.over_peak.load(Relaxed),
             ..Default::default()
         };
         self.counters.add_to(&mut s);
