@@ -45,10 +45,25 @@
 #![cfg_attr(loom, allow(dead_code))]
 
 use crate::area::{AreaKind, AreaTag};
+use crate::sync::AtomicU64;
 use std::panic::Location;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+// Where the words live: a lazily zero table of the platform's; under loom, loom's atomics, so
+// that the models explore every interleaving of the transitions (`.ci/loom`).
+#[cfg(not(loom))]
 use vmarena_platform::WordTable;
+#[cfg(loom)]
+struct WordTable(Box<[AtomicU64]>);
+#[cfg(loom)]
+impl WordTable {
+    fn new(len: usize) -> std::io::Result<WordTable> {
+        Ok(WordTable((0..len).map(|_| AtomicU64::new(0)).collect()))
+    }
+    fn words(&self) -> &[AtomicU64] {
+        &self.0
+    }
+}
 
 const ST_MASK: u64 = 0b11;
 const LIVE: u64 = 1;
@@ -357,5 +372,103 @@ impl AreaStates {
             0 => None,
             _ => Some(WordState { pages: pages_of(w), cached, retired, reused, caller }),
         }
+    }
+}
+
+/// Model checks of the transitions that race (`.ci/loom` runs them): every interleaving of two
+/// threads' operations on one word, up to loom's preemption bound.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::area::UNKNOWN_BYTES;
+    use loom::thread;
+    use std::sync::Arc;
+
+    const PAGE: u64 = 3;
+
+    fn live_area() -> Arc<AreaStates> {
+        let s = AreaStates::new(0, 8, 8).unwrap();
+        let tag = AreaTag { caller: None, requested_bytes: UNKNOWN_BYTES, kind: AreaKind::Vmalloc };
+        s.track(PAGE, 2, &tag);
+        Arc::new(s)
+    }
+
+    fn won(c: Claim) -> bool {
+        matches!(c, Claim::Won { pages: 2, .. })
+    }
+
+    /// Two frees of one live area: exactly one claims it, the other finds it free.
+    #[test]
+    fn loom_two_frees_one_claim() {
+        loom::model(|| {
+            let s = live_area();
+            let t = {
+                let s = s.clone();
+                thread::spawn(move || s.claim(PAGE))
+            };
+            let mine = s.claim(PAGE);
+            let theirs = t.join().unwrap();
+            assert!(won(mine) ^ won(theirs), "exactly one free claims the area: {mine:?}, {theirs:?}");
+            assert!(mine == Claim::AlreadyFree || theirs == Claim::AlreadyFree);
+            assert!(s.get(PAGE).unwrap().cached);
+        });
+    }
+
+    /// The hit path's free (a look, then a claim of what it saw) against the full path's: one
+    /// wins; the hit path's loser changes nothing and its caller takes the full path, which
+    /// refuses the area.
+    #[test]
+    fn loom_hit_claim_races_full_claim() {
+        loom::model(|| {
+            let s = live_area();
+            let t = {
+                let s = s.clone();
+                thread::spawn(move || s.claim(PAGE))
+            };
+            let hit = s.seen_live(PAGE).is_some_and(|seen| s.claim_seen(&seen));
+            let full = t.join().unwrap();
+            assert!(hit ^ won(full), "exactly one free claims the area: hit {hit}, full {full:?}");
+            if !hit {
+                assert_eq!(s.claim(PAGE), Claim::AlreadyFree, "the hit path's retry is refused");
+            }
+        });
+    }
+
+    /// A free against a deferred free of the same area: exactly one takes it, and the word
+    /// ends in the winner's state.
+    #[test]
+    fn loom_free_races_retire() {
+        loom::model(|| {
+            let s = live_area();
+            let t = {
+                let s = s.clone();
+                thread::spawn(move || s.retire(PAGE))
+            };
+            let freed = won(s.claim(PAGE));
+            let retired = won(t.join().unwrap());
+            assert!(freed ^ retired, "exactly one takes the area: free {freed}, retire {retired}");
+            let w = s.get(PAGE).unwrap();
+            assert_eq!((w.cached, w.retired), (freed, retired));
+        });
+    }
+
+    /// A claim undone (its stack and magazine had no room) against another free: the other
+    /// free either finds the area cached (refused) or live again (claims it); never both
+    /// frees succeed while the first still owns it.
+    #[test]
+    fn loom_unclaim_races_free() {
+        loom::model(|| {
+            let s = live_area();
+            let seen = s.seen_live(PAGE).unwrap();
+            assert!(s.claim_seen(&seen));
+            let t = {
+                let s = s.clone();
+                thread::spawn(move || s.claim(PAGE))
+            };
+            s.unclaim(&seen);
+            let theirs = t.join().unwrap();
+            let mine_again = s.claim(PAGE);
+            assert!(won(mine_again) ^ won(theirs), "one owner after the undo: {mine_again:?}, {theirs:?}");
+        });
     }
 }

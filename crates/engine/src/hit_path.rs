@@ -18,8 +18,8 @@
 #![cfg_attr(loom, allow(dead_code))]
 
 use crate::area_state::{caller_bits, claim_value, live_pages, reuse_word_bits, word_index};
+use crate::sync::AtomicU64;
 use std::panic::Location;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Acquire;
 use vmarena_platform::cpu_stack::CpuGeometry;
 
