@@ -14,7 +14,8 @@
 //! | `glibc`, `jemalloc`, `mimalloc`, `tcmalloc` | `malloc` | glibc alone, or the peer preloaded |
 //!
 //! Every run is a fresh process; contenders alternate run by run. Reported: the median, the
-//! smallest and the largest first-call time, and the median second call.
+//! smallest and the largest first-call time, the median of the minor page faults the worker
+//! thread took in its first call, and the median second call.
 
 use crate::machine::{write_output, Machine};
 use crate::median::median;
@@ -53,6 +54,8 @@ pub struct FirstCall {
     pub first_ms: Vec<f64>,
     /// Second-call times, in ms.
     pub second_ms: Vec<f64>,
+    /// Minor page faults the calling thread took during its first call (its writes included).
+    pub first_faults: Vec<u64>,
 }
 
 /// The probe binary and the LD_PRELOAD of a contender.
@@ -69,10 +72,12 @@ fn setup(c: &str, libs: &Path, abi: &Path, plain: &Path) -> Result<(PathBuf, Opt
     })
 }
 
-fn parse(out: &str) -> Option<(f64, f64)> {
+fn parse(out: &str) -> Option<(f64, f64, u64)> {
     let w: Vec<&str> = out.split_whitespace().collect();
     match w[..] {
-        ["first_ms", f, "second_ms", s] => Some((f.parse().ok()?, s.parse().ok()?)),
+        ["first_ms", f, "second_ms", s, "first_faults", n] => {
+            Some((f.parse().ok()?, s.parse().ok()?, n.parse().ok()?))
+        }
         _ => None,
     }
 }
@@ -98,11 +103,12 @@ pub fn run(cfg: &FirstCallConfig) -> Result<Vec<FirstCall>, String> {
             }
             let out = cmd.output().map_err(|e| format!("{}: {e}", bin.display()))?;
             let text = String::from_utf8_lossy(&out.stdout);
-            let (f, s) = parse(&text).filter(|_| out.status.success()).ok_or_else(|| {
+            let (f, s, n) = parse(&text).filter(|_| out.status.success()).ok_or_else(|| {
                 format!("{}: {} {text}{}", r.contender, out.status, String::from_utf8_lossy(&out.stderr))
             })?;
             r.first_ms.push(f);
             r.second_ms.push(s);
+            r.first_faults.push(n);
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
@@ -115,17 +121,19 @@ pub fn print(cfg: &FirstCallConfig, results: &[FirstCall], m: &Machine) {
         cfg.size, cfg.runs
     );
     println!("# {}", m.line());
-    println!("| contender | first call, median ms | min | max | second call, median ms |");
-    println!("|---|---|---|---|---|");
+    println!("| contender | first call, median ms | min | max | first call, median faults | second call, median ms |");
+    println!("|---|---|---|---|---|---|");
     for r in results {
         let min = r.first_ms.iter().copied().fold(f64::INFINITY, f64::min);
         let max = r.first_ms.iter().copied().fold(0.0, f64::max);
+        let faults: Vec<f64> = r.first_faults.iter().map(|&n| n as f64).collect();
         println!(
-            "| {} | {:.3} | {:.3} | {:.3} | {:.4} |",
+            "| {} | {:.3} | {:.3} | {:.3} | {:.0} | {:.4} |",
             r.contender,
             median(&r.first_ms),
             min,
             max,
+            median(&faults),
             median(&r.second_ms)
         );
     }
@@ -160,7 +168,8 @@ mod tests {
 
     #[test]
     fn the_probes_line_is_parsed() {
-        assert_eq!(parse("first_ms 0.3 second_ms 0.01\n"), Some((0.3, 0.01)));
+        assert_eq!(parse("first_ms 0.3 second_ms 0.01 first_faults 45\n"), Some((0.3, 0.01, 45)));
+        assert_eq!(parse("first_ms 0.3 second_ms 0.01\n"), None);
         assert_eq!(parse("garbage"), None);
     }
 }

@@ -112,8 +112,8 @@ enum Command {
     ///
     /// vmarena's C ABI (vmarena_vmalloc, the default space built on this call), malloc under
     /// the shim, and malloc under glibc, jemalloc, mimalloc and tcmalloc: fresh processes,
-    /// contenders alternating; the median, min and max of the first call and the median second
-    /// call, in ms.
+    /// contenders alternating; the median, min and max of the first call, its median minor page
+    /// faults (the calling thread's), and the median second call, in ms.
     FirstCall(first_call::FirstCallConfig),
     /// mimalloc-bench's programs, built from a checkout (--dir), under every allocator and the
     /// shim's compositions with each.
