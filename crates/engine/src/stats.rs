@@ -95,6 +95,8 @@ stats_table! {
         pages_released, "pages";
         /// Syscalls made to release memory.
         release_calls, "calls";
+        /// Frees that released their area's memory and returned it to the free tree at once, because lazy pages stood past twice their limit (Nodes).
+        released_on_free, "frees";
         /// Allocations refused for lack of space (after the full purge).
         alloc_failures, "allocs";
         /// Frees refused: not the start of a live area.

@@ -976,9 +976,17 @@ fn the_lazy_threshold_rises_by_the_live_pages_below_their_peak() {
         assert_eq!((a.stats().tree_allocs, a.stats().tree_pages), (11, 10 * 300 + 2000));
         assert_eq!(a.stats().lazy_limit, 100);
         // Live pages are at a new mark (3200): the next threshold purge keeps only lazy_max.
+        // The 1500 lazy pages stand past twice the limit: the free releases its own area and
+        // returns it to the tree before its purge.
+        assert_eq!(a.stats().released_on_free, 0);
         a.free(v[5]).unwrap();
         let st = a.stats();
-        assert_eq!((st.lazy_pages, st.lazy_limit), (0, 100), "1800 lazy pages over 100: all released");
+        assert_eq!((st.lazy_pages, st.lazy_limit), (0, 100), "1500 lazy pages over 100: all released");
+        assert_eq!(
+            (st.released_on_free, st.areas_released),
+            (1, 5),
+            "v[5] by its free, the five lazy areas by the purge"
+        );
         // Freeing the big area leaves 1200 live pages, 2000 below the mark: all kept.
         a.free(big.start).unwrap();
         let st = a.stats();

@@ -43,6 +43,7 @@ counters!(
     areas_released,
     pages_released,
     release_calls,
+    released_on_free,
     alloc_failures,
     bad_frees,
     page_moves,

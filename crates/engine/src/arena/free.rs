@@ -1,5 +1,7 @@
 //! Free: the thread's cache first, then the strategy's free under the busy lock of the area,
-//! then the purge if the lazy pages passed their limit.
+//! then the purge if the lazy pages passed their limit. While the lazy pages stand past twice
+//! their limit (the purges have fallen behind), the strategy's free releases the area's memory
+//! itself and returns the area to the free tree instead of making it lazy.
 //!
 //! Owns nothing: the record's removal is the strategy's (under its busy lock, where the kind
 //! check happens too, so it costs no second lookup); the threshold check reads two atomics of
@@ -131,7 +133,7 @@ impl Arena {
     #[inline(always)]
     fn free_uncached_as(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
         let sh = &*self.shared;
-        let r = sh.free(start, kind);
+        let r = if sh.lazy_backlogged() { sh.free_released(start, kind) } else { sh.free(start, kind) };
         match r {
             Err(_) => {
                 sh.counters.bad_frees.fetch_add(1, Relaxed);
@@ -147,6 +149,22 @@ impl Shared {
     #[inline]
     pub(crate) fn free(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
         with_strategy!(&self.locks, s => s.free(self, start, kind))
+    }
+
+    /// Lazy pages stand past [`LAZY_BACKPRESSURE`] times their limit: the purges have fallen
+    /// behind (their thread starved of CPU time among many more runnable threads than CPUs,
+    /// or a purge of a large backlog still running), so a free releases its own area at once
+    /// ([`Shared::free_released`]) instead of adding to the backlog.
+    #[inline]
+    pub(crate) fn lazy_backlogged(&self) -> bool {
+        self.lazy.approx.load(Relaxed) > LAZY_BACKPRESSURE * self.lazy.limit.load(Relaxed) as i64
+    }
+
+    /// The strategy's free of an area made while lazy pages are backlogged.
+    #[cold]
+    #[inline(never)]
+    fn free_released(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+        with_strategy!(&self.locks, s => s.free_released(self, start, kind))
     }
 
     /// Areas went lazy: start the decay worker, and a purge if the lazy pages passed their

@@ -70,6 +70,18 @@ pub(crate) trait StrategyLocks {
     /// make the area lazy: on a lazy list, or in a pool (Nodes).
     fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError>;
 
+    /// [`StrategyLocks::free`] for a free made while lazy pages stand past twice their limit:
+    /// where the strategy can, the area's memory is released and the area returned to the free
+    /// tree at once instead of going lazy. By default, the plain free.
+    fn free_released(
+        &self,
+        sh: &Shared,
+        start: u64,
+        kind: Option<AreaKind>,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
+        self.free(sh, start, kind)
+    }
+
     /// [`StrategyLocks::free`] of every area in `areas` (any kind; their order may change), in
     /// one batch where the strategy can take each lock once for several. Stops at the first
     /// area that is not live.

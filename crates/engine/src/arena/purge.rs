@@ -135,6 +135,18 @@ impl Shared {
         (calls, spill)
     }
 
+    /// Release the memory of one area that is in no list and no map, retire its guard and merge
+    /// it into the free tree: a purge of one area, made by a freeing thread
+    /// ([`StrategyLocks::free_released`](super::locks::StrategyLocks::free_released)), without
+    /// the purge mutex.
+    pub(crate) fn release_now(&self, area: Span) {
+        let (calls, spill) = self.release_batch(&[area]);
+        let calls = calls + self.merge_batch(&[area], &[], &spill);
+        let c = &self.counters;
+        c.released_on_free.fetch_add(1, Relaxed);
+        c.release_calls.fetch_add(calls, Relaxed);
+    }
+
     /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free
     /// tree. Returns the syscalls made.
     pub(crate) fn merge_batch(&self, to_tree: &[Span], chunks: &[Span], spill: &[Span]) -> u64 {

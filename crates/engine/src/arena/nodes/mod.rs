@@ -82,6 +82,29 @@ impl StrategyLocks for Nodes {
         Ok(a)
     }
 
+    /// The record removed under the shard's lock; then, with no lock held, the memory released
+    /// and the guard retired (the area is in flight, as a cross-node free's is between its two
+    /// locks: no other thread can reach it), and the area merged into the free tree, as a
+    /// purge would do with it. The freeing thread does the work the purge has not got to.
+    fn free_released(
+        &self,
+        sh: &Shared,
+        start: u64,
+        kind: Option<AreaKind>,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
+        let a = {
+            let mut g = self.nodes[sh.shard_of(start)].lock_at(&site::FREE_SHARD_NODE);
+            let a = remove_record(&mut g.busy, start, kind)?;
+            if let Some(c) = &sh.cache {
+                c.states.clear(start, a.pages);
+            }
+            g.frees += 1;
+            a
+        };
+        sh.release_now(Span::new(start, a.pages));
+        Ok(a)
+    }
+
     /// Areas sorted by busy shard: each shard's lock is taken once for its areas, and each
     /// home node's once for those of its areas that another shard held.
     fn free_many(&self, sh: &Shared, areas: &mut [Span]) -> Result<(), FreeError> {
