@@ -7,7 +7,8 @@
 //! end and every page must be back in the space after the shrinker. With Nodes, areas of 4 MiB
 //! and less take the memory of lazy areas moved (step Move), so a move of the wrong range would
 //! corrupt a pattern too; after the shrinker the reservation must be one mapping again. Nodes
-//! runs with moves by `UFFDIO_MOVE` (where the kernel has it) and by `mremap`.
+//! runs with moves by `UFFDIO_MOVE` (where the kernel has it) and by `mremap`, and with a lazy
+//! threshold so low that frees find the purges behind and release their own areas at once.
 
 mod common;
 
@@ -25,10 +26,15 @@ struct Owned(usize, usize, u64);
 /// `slack`: the arena's `lazy_slack_percent` (lazy areas handed out whole, larger than asked);
 /// `uffd_moves`: moves by userfaultfd where the kernel allows (else `mremap`).
 fn run(strategy: Strategy, slack: u64, uffd_moves: bool) {
+    run_with(strategy, slack, uffd_moves, 8192);
+}
+
+/// [`run`] with the arena's `lazy_max_pages`.
+fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u64) {
     let so = SpaceOptions { space_bytes: 8 << 30, uffd_moves, ..Default::default() };
     let ao = ArenaOptions {
         strategy,
-        lazy_max_pages: 8192,
+        lazy_max_pages,
         decay_interval_ms: 10,
         lazy_slack_percent: slack,
         ..Default::default()
@@ -113,6 +119,9 @@ fn run(strategy: Strategy, slack: u64, uffd_moves: bool) {
         if slack > 0 {
             assert!(st.slack_pages > 0, "{strategy}: some areas were handed out whole, larger");
         }
+        if lazy_max_pages < 256 {
+            assert!(st.released_on_free > 0, "{strategy}: some frees found the purges behind");
+        }
     }
 }
 
@@ -135,6 +144,14 @@ fn stress_nodes() {
 #[test]
 fn stress_nodes_mremap() {
     run(Strategy::Nodes, 0, false);
+}
+
+/// Nodes with a lazy threshold of 32 pages: every large free passes twice the threshold, so
+/// the frees that follow it before a purge release their own areas and return them to the
+/// free tree while other threads allocate from it and move pages into new areas.
+#[test]
+fn stress_nodes_backlog() {
+    run_with(Strategy::Nodes, 0, true, 32);
 }
 
 /// Nodes with the default space's slack: the slack pages are filled and checked too.
