@@ -53,9 +53,10 @@ static START_HOOK: OnceLock<fn()> = OnceLock::new();
 
 /// Have every purge worker call `hook` when its thread starts, with no lock held. Set once per
 /// process; false when a hook was set already. The `vmarena` crate starts its memory-pressure
-/// monitor here: an arena holds nothing to give back before its first free, which is what
-/// starts the worker, and the monitor thread's start then costs neither the first allocation
-/// nor the first free.
+/// monitor here: an arena holds nothing to give back before its first free, and its worker
+/// starts at the first free or at a thread's first use of its thread cache, so the monitor is
+/// there when there is something to give back, and its thread's start is not paid by the
+/// call that started the worker.
 pub fn set_start_hook(hook: fn()) -> bool {
     START_HOOK.set(hook).is_ok()
 }

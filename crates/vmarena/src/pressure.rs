@@ -6,8 +6,9 @@
 //! low-memory event calls all of them.
 //!
 //! Two things raise the event: [`pressure`] (C: `vmarena_pressure()`), and a monitor thread,
-//! started with the first purge worker of a space (at the space's first free; with the space
-//! itself when it has no worker) or with the first fixed pool, that reads the Linux PSI memory stall total once a window
+//! started by the first purge worker of a space on its own thread (a space's worker starts
+//! with the space's first use; a space without one starts the monitor as it is built) or by
+//! the first fixed pool, that reads the Linux PSI memory stall total once a window
 //! (`vmarena_platform::psi`) and raises the event when the window's stall reached
 //! `psi_stall_us`: what a PSI trigger would report, without arming one (a trigger makes the
 //! process's exit wait for an RCU grace period; see that module). Where PSI is not available

@@ -209,9 +209,9 @@ impl VmSpace {
                 (Some(fb.clone()), Box::new(crate::frame_backing::SharedFrameBacking(fb)))
             }
         };
-        // The pressure monitor starts with the arena's purge worker when it has one (at its
-        // first free, before which it holds nothing to give back), so that neither the first
-        // allocation nor the first free waits for its thread.
+        // The pressure monitor starts on the thread of the arena's purge worker when it has one
+        // (the worker starts with the arena's first use; before its first free it holds
+        // nothing to give back), so that the first call does not wait for the monitor's thread.
         let worker_starts_monitor = arena_opts.purge_thread && arena_opts.decay_interval_ms > 0;
         let arena = Arena::new(name, lo, hi, arena_opts, backing)?;
         if worker_starts_monitor {
