@@ -1,7 +1,8 @@
 //! The fuzz program (`tests/c/fuzz.c`) for a fixed time: random C ABI calls, valid and invalid,
 //! against its shadow model, with one and two threads, linked against `libvmarena.so` and
 //! again under the shim with the `malloc` family mixed in. `vmarena fuzz` runs it for longer.
-//! The seed comes from the clock (`VMARENA_FUZZ_SEED` fixes it) and is in every failure.
+//! The seed comes from the clock (`VMARENA_FUZZ_SEED` fixes it) and is in every failure. A third
+//! run has a lazy threshold of 16 pages, so that frees release their own areas all along.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -20,6 +21,19 @@ fn seed() -> u64 {
 
 /// One run: no mismatch, enough calls, every class of bad input tried.
 fn run(threads: u32, under_shim: bool, seed: u64) {
+    run_with(threads, under_shim, seed, &[]);
+}
+
+/// A statistic of the space from the shim's report at exit (`VMARENA_PRELOAD_STATS=1`).
+fn space_figure(stderr: &str, name: &str) -> Option<u64> {
+    stderr.lines().find_map(|l| {
+        let mut w = l.strip_prefix("vmarena preload: space ")?.split_whitespace();
+        (w.next()? == name).then(|| w.next()?.parse().ok())?
+    })
+}
+
+/// [`run`] with these variables in the program's environment; the program's standard error.
+fn run_with(threads: u32, under_shim: bool, seed: u64, envs: &[(&str, &str)]) -> String {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     let bin = BIN.get_or_init(|| {
         let flags = vmarena_link_flags();
@@ -33,10 +47,11 @@ fn run(threads: u32, under_shim: bool, seed: u64) {
     if under_shim {
         cmd.arg("shim").env("LD_PRELOAD", shim());
     }
+    cmd.envs(envs.iter().copied());
     let out = cmd.output().expect("the fuzz program starts");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let what = format!("{threads} thread(s), shim {under_shim}, seed {seed}");
+    let what = format!("{threads} thread(s), shim {under_shim}, seed {seed}, environment {envs:?}");
     assert!(out.status.success(), "{what}: {}\n{stdout}\n{stderr}", out.status);
     let summary = stdout.lines().find(|l| l.starts_with("fuzz ")).expect("a summary line");
     let field = |k: &str| -> u64 {
@@ -61,6 +76,7 @@ fn run(threads: u32, under_shim: bool, seed: u64) {
         assert!(bad > 0, "{what}: no {class} tried\n{stdout}");
     }
     eprintln!("{what}: {summary}");
+    stderr.into_owned()
 }
 
 #[test]
@@ -75,4 +91,14 @@ fn c_abi_and_malloc_under_the_shim_against_the_model() {
     let s = seed();
     run(1, true, s + 2);
     run(2, true, s + 3);
+}
+
+/// With a lazy threshold of 16 pages the purges are always behind, and frees release their own
+/// areas into the free tree (`released_on_free`) among every other call.
+#[test]
+fn c_abi_and_malloc_with_the_purges_behind() {
+    let err =
+        run_with(2, true, seed() + 4, &[("VMARENA_LAZY_MAX_PAGES", "16"), ("VMARENA_PRELOAD_STATS", "1")]);
+    let released = space_figure(&err, "released_on_free").expect("the shim's report names released_on_free");
+    assert!(released > 0, "no free released its own area:\n{err}");
 }
