@@ -10,6 +10,7 @@ use vmarena::{
     ArenaOptions, FrameOptions, FramePool, SpaceOptions, VmError, VmSpace, VMAP_BLOCK_PAGES,
     VMAP_MAX_ALLOC_PAGES,
 };
+use vmarena_platform::page_move::mappings_over;
 
 /// The mapping count is process-wide: the tests of this file run one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -88,16 +89,9 @@ fn frames_not_held_are_refused() {
     fp.free(head, 2).unwrap();
 }
 
-/// Mappings of this process (lines of `/proc/self/maps`) that overlap `[lo, hi)`.
+/// Mappings that overlap `[lo, hi)`.
 fn maps_within((lo, hi): (usize, usize)) -> usize {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines()
-        .filter_map(|l| {
-            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
-            Some((usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?))
-        })
-        .filter(|&(a, b)| a < hi && b > lo)
-        .count()
+    mappings_over(lo, hi - lo)
 }
 
 #[test]
