@@ -30,6 +30,22 @@ use crate::stats::ArenaStats;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{BusyArea, BusyMap, FreeTree, PoolSide, Request, Span};
 
+/// Remove the record of the live area at `start` (of `kind`, any for `None`) from the busy
+/// shard `g` (its node's state, locked) and clear the area's state word, as one free does.
+#[inline(always)]
+fn unbusy(
+    sh: &Shared,
+    g: &mut NodeState,
+    start: u64,
+    kind: Option<AreaKind>,
+) -> Result<BusyArea<AreaTag>, FreeError> {
+    let a = remove_record(&mut g.busy, start, kind)?;
+    if let Some(c) = &sh.cache {
+        c.states.clear(start, a.pages);
+    }
+    Ok(a)
+}
+
 /// The Nodes strategy's locks: the free tree's, and one per node.
 pub(crate) struct Nodes {
     pub(crate) free: Padded<StatLock<FreeTree>>,
@@ -67,10 +83,7 @@ impl StrategyLocks for Nodes {
     fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
         let shard = sh.shard_of(start);
         let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
-        let a = remove_record(&mut g.busy, start, kind)?;
-        if let Some(c) = &sh.cache {
-            c.states.clear(start, a.pages);
-        }
+        let a = unbusy(sh, &mut g, start, kind)?;
         // Back to the node that allocated it; untagged areas wait on the shard's node.
         let (home, tagged) = if a.node == NO_NODE { (shard, false) } else { (a.node as usize, true) };
         if home == shard {
@@ -94,10 +107,7 @@ impl StrategyLocks for Nodes {
     ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = {
             let mut g = self.nodes[sh.shard_of(start)].lock_at(&site::FREE_SHARD_NODE);
-            let a = remove_record(&mut g.busy, start, kind)?;
-            if let Some(c) = &sh.cache {
-                c.states.clear(start, a.pages);
-            }
+            let a = unbusy(sh, &mut g, start, kind)?;
             g.frees += 1;
             a
         };
@@ -128,10 +138,7 @@ impl StrategyLocks for Nodes {
                     }
                 }
                 for a in run {
-                    let r = remove_record(&mut g.busy, a.start, None)?;
-                    if let Some(c) = &sh.cache {
-                        c.states.clear(a.start, r.pages);
-                    }
+                    let r = unbusy(sh, &mut g, a.start, None)?;
                     match r.node {
                         NO_NODE => sh.node_put(&mut g, a.start, r.pages, false),
                         n if n as usize == shard => sh.node_put(&mut g, a.start, r.pages, true),
