@@ -157,7 +157,14 @@ impl Shared {
     /// ([`Shared::free_released`]) instead of adding to the backlog.
     #[inline]
     pub(crate) fn lazy_backlogged(&self) -> bool {
-        self.lazy.approx.load(Relaxed) > LAZY_BACKPRESSURE * self.lazy.limit.load(Relaxed) as i64
+        let (lazy, limit) = self.lazy_and_limit();
+        lazy > LAZY_BACKPRESSURE * limit
+    }
+
+    /// The lazy pages (approximate) and the limit a free compares them with.
+    #[inline(always)]
+    fn lazy_and_limit(&self) -> (i64, i64) {
+        (self.lazy.approx.load(Relaxed), self.lazy.limit.load(Relaxed) as i64)
     }
 
     /// The strategy's free of an area made while lazy pages are backlogged.
@@ -172,12 +179,12 @@ impl Shared {
     #[inline]
     pub(crate) fn freed(me: &Arc<Shared>) {
         Shared::start_decay_worker(me);
-        let lazy = me.lazy.approx.load(Relaxed);
-        let limit = me.lazy.limit.load(Relaxed) as i64;
-        if lazy > limit {
-            me.lazy.over_peak.fetch_max((lazy - limit) as u64, Relaxed);
+        let (lazy, limit) = me.lazy_and_limit();
+        if lazy <= limit {
+            return;
         }
-        if lazy > limit && !me.purging.requested.swap(true, Relaxed) {
+        me.lazy.over_peak.fetch_max((lazy - limit) as u64, Relaxed);
+        if !me.purging.requested.swap(true, Relaxed) {
             me.kick(me);
         } else if lazy > LAZY_BACKPRESSURE * limit {
             me.purge_unless_running();
