@@ -13,7 +13,21 @@
 
 /// See the module documentation. Failures are remembered and reported by whoever needs the
 /// answer later.
+///
+/// Nothing here allocates, and a call made while another is under way (the same thread
+/// re-entering through an allocator that calls back into vmarena, or a second thread) returns
+/// at once: nothing waits on `prepare`, whose answers are computed again on first need.
 pub fn prepare() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static UNDER_WAY: AtomicBool = AtomicBool::new(false);
+    if UNDER_WAY.swap(true, Ordering::Acquire) {
+        return;
+    }
+    prepare_all();
+    UNDER_WAY.store(false, Ordering::Release);
+}
+
+fn prepare_all() {
     let _ = crate::membarrier::register();
     let _ = crate::membarrier::register_rseq();
     let _ = crate::cpu::possible();

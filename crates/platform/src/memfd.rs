@@ -5,6 +5,10 @@
 //! fresh anonymous private mapping back (the same flags as the reservation, so the kernel merges
 //! it into its neighbours again and the mapping count falls back). Memory of free frames goes
 //! back to the system with `fallocate(PUNCH_HOLE)`; a punched frame reads as zero.
+//!
+//! Where `memfd_create` is refused (a seccomp filter; the call exists since Linux 3.17), the
+//! file is an unnamed tmpfs file made with `O_TMPFILE` in `/dev/shm`, which behaves the same:
+//! no name in any directory, freed with its last descriptor and mapping.
 
 use std::io;
 
@@ -20,9 +24,20 @@ impl MemFile {
     pub fn new(name: &str, len_bytes: usize) -> io::Result<MemFile> {
         let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: a valid NUL-terminated name; the returned descriptor is owned below.
-        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        let mut fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
-            return Err(io::Error::last_os_error());
+            let refused = io::Error::last_os_error();
+            // SAFETY: a constant NUL-terminated path; the descriptor is owned below.
+            fd = unsafe {
+                libc::open(
+                    c"/dev/shm".as_ptr(),
+                    libc::O_TMPFILE | libc::O_RDWR | libc::O_EXCL | libc::O_CLOEXEC,
+                    0o600,
+                )
+            };
+            if fd < 0 {
+                return Err(refused);
+            }
         }
         let fd = crate::kept_fd::KeptFd::adopt(fd)?;
         let len = libc::off_t::try_from(len_bytes).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;

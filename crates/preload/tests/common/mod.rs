@@ -2,7 +2,7 @@
 //! tests' own, and C programs compiled from `tests/c`.
 #![allow(dead_code)] // each test file uses its own part
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -28,11 +28,16 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
 }
 
 /// Compile `tests/c/SOURCE` into `OUTPUT` in the test's scratch directory with `flags`
-/// (libraries among them, which come after the source): with `$CC` (default `cc`), or with
-/// `$CXX` (default `c++`) for a `.cpp` source.
+/// (libraries among them, which come after the source): see [`compile_path`].
 pub fn compile(source: &str, output: &str, flags: &[&str]) -> PathBuf {
+    compile_path(&root().join("crates/preload/tests/c").join(source), output, flags)
+}
+
+/// Compile the C or C++ source `source` into `OUTPUT` in the test's scratch directory with
+/// `flags`: with `$CC` (default `cc`), or with `$CXX` (default `c++`) for a `.cpp` source.
+pub fn compile_path(source: &Path, output: &str, flags: &[&str]) -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(output);
-    let cc = if source.ends_with(".cpp") {
+    let cc = if source.extension().is_some_and(|e| e == "cpp") {
         std::env::var("CXX").unwrap_or_else(|_| "c++".into())
     } else {
         std::env::var("CC").unwrap_or_else(|_| "cc".into())
@@ -40,11 +45,11 @@ pub fn compile(source: &str, output: &str, flags: &[&str]) -> PathBuf {
     let ok = Command::new(&cc)
         .arg("-o")
         .arg(&out)
-        .arg(root().join("crates/preload/tests/c").join(source))
+        .arg(source)
         .args(flags)
         .status()
         .unwrap_or_else(|e| panic!("{cc}: {e} (scripts/setup.sh installs the compilers)"));
-    assert!(ok.success(), "compiling {source} failed");
+    assert!(ok.success(), "compiling {} failed", source.display());
     out
 }
 
