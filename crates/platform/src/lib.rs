@@ -7,7 +7,8 @@
 //! ([`process`]), memory-pressure notifications ([`psi`]),
 //! the thread's inside-vmarena flag ([`reentry`]), once-computed values that survive a fork
 //! ([`fork_once`]), helper threads that block every signal ([`helper_thread`]),
-//! descriptors kept out of the program's way and checked before use ([`kept_fd`]), memory files for frame pools ([`memfd`]),
+//! descriptors kept out of the program's way and checked before use ([`kept_fd`]), what the
+//! process may map ([`limits`]), memory files for frame pools ([`memfd`]),
 //! process-wide barriers and rseq fences ([`membarrier`]), lazily zero word tables ([`word_table`]), two words
 //! of static TLS for the fast paths ([`static_tls`]) and cache-line prefetch hints
 //! ([`prefetch`]).
@@ -23,6 +24,7 @@ pub mod fork_once;
 pub mod guard;
 pub mod helper_thread;
 pub mod kept_fd;
+pub mod limits;
 pub mod membarrier;
 pub mod memfd;
 pub mod page_move;

@@ -194,3 +194,52 @@ print('userfaultfd', call(323, 0o2000000 | 1))
     let docker = answers(&["--docker"]);
     assert!(docker.contains(&format!("userfaultfd {}\n", libc::EPERM)), "{docker}");
 }
+
+/// Page moves keep within the process's map limit: with `vm.max_map_count` read as 2,000 (a
+/// file bind-mounted over it in a mount namespace of the test's own; skipped where that is not
+/// permitted) and userfaultfd refused, so that moves are `mremap`s that split the reservation,
+/// two threads with 2,500 live areas each of 4 KiB..16 MiB stay within an eighth of it above
+/// the program's own mappings. The same run with the real limit shows that moves add far more.
+#[test]
+fn page_moves_keep_within_the_processs_map_limit() {
+    let prog = linked("crates/preload/tests/c", "map_limit.c", "sandbox_map_limit");
+    let limit_file = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("max_map_count_2000");
+    std::fs::write(&limit_file, "2000\n").unwrap();
+    let peak = |limited: bool| -> Option<(u64, u64)> {
+        let inner = format!(
+            "{}exec {} --deny userfaultfd -- {}",
+            if limited {
+                format!("mount --bind {} /proc/sys/vm/max_map_count && ", limit_file.display())
+            } else {
+                String::new()
+            },
+            sandbox().display(),
+            prog.display()
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", &inner])
+            .env("VMARENA_SPACE_BYTES", "64G")
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+            return None;
+        }
+        assert!(text.contains("ok map_limit"), "{text}");
+        let field =
+            |k: &str| text.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse().ok());
+        Some((field("maps_base ")?, field("maps_peak ")?))
+    };
+    let Some((base, limited)) = peak(true) else {
+        eprintln!("skipped: no mount namespace here (unshare -m needs root)");
+        return;
+    };
+    let (_, free) = peak(false).expect("the run with the real limit");
+    eprintln!("mappings: {base} before, peak {limited} with a limit of 2000, {free} with the real limit");
+    assert!(limited <= base + 2000 / 8 + 64, "moves passed the map budget: {limited} mappings (base {base})");
+    assert!(
+        free > base + 2000 / 8 + 64,
+        "moves added too few mappings for the test to show anything: {free}"
+    );
+}

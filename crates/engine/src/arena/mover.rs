@@ -22,7 +22,7 @@
 //! thread can reuse it meanwhile; the new area is owned by the allocating thread until it
 //! returns. Every range a move created a mapping in lies inside an area recorded in
 //! [`Mosaics`] until a purge finds that area's whole range free and heals it; moves stop while
-//! the mappings they added pass [`MOVE_MAX_MAPS`].
+//! the mappings they added pass [`move_max_maps`].
 
 use super::nodes::Nodes;
 use super::shared::Shared;
@@ -44,9 +44,17 @@ pub const MOVE_MIN_PAGES: u64 = 256;
 /// Most donors one allocation takes (bounds its syscalls and node-lock hold time).
 pub const MOVE_MAX_DONORS: usize = 16;
 
-/// Mappings that moves may add to the process before moves stop until purges heal some: well
-/// below the kernel's default limit of 65,530 mappings, which the program shares.
+/// Mappings that moves may add to the process before moves stop until purges heal some, at
+/// most: well below the kernel's default limit of 65,530 mappings, which the program shares.
+/// Where the process's limit is lower, moves stop at an eighth of it
+/// ([`vmarena_platform::limits::map_budget`]).
 pub const MOVE_MAX_MAPS: u64 = 8192;
+
+/// Mappings that moves may add in this process: [`MOVE_MAX_MAPS`], or an eighth of
+/// `vm.max_map_count` where that is lower.
+pub fn move_max_maps() -> u64 {
+    vmarena_platform::limits::map_budget(MOVE_MAX_MAPS)
+}
 
 /// A range whose memory moves into the new area.
 #[derive(Clone, Copy, Debug)]
@@ -100,7 +108,7 @@ impl Shared {
     /// oldest reusable lazy areas of this node, then of the others. Returns the pages moved in.
     pub(crate) fn move_into(&self, n: &Nodes, me: usize, start: u64, data: u64) -> u64 {
         let guard = self.backing.guard_pages();
-        if data < MOVE_MIN_PAGES || self.moves.mosaics.maps() >= MOVE_MAX_MAPS {
+        if data < MOVE_MIN_PAGES || self.moves.mosaics.maps() >= move_max_maps() {
             return 0;
         }
         let mut need = data;
