@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what vmarena needs on a fresh Debian machine with the Rust toolchain: C and C++
-# compilers (for the C ABI and shim tests and the peers' allocators), strace (for the lab's --syscalls),
+# compilers (for the C ABI and shim tests and the peers' allocators), strace (for the lab's
+# --syscalls), valgrind (a test runs the C ABI under it),
 # xz and python3 (real programs run under the shim in its tests), Debian's jemalloc, mimalloc and
 # tcmalloc shared libraries (preloaded by `vmarena preload`) and the rustfmt/clippy components. Safe to
 # run again.
@@ -10,6 +11,7 @@ command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v strace >/dev/null 2>&1 || need+=(strace)
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need+=(libjemalloc2)

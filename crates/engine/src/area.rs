@@ -135,6 +135,9 @@ pub enum Step {
     /// The area just carved from the tree (or an Extend's growth) takes the resident memory of
     /// the oldest lazy areas, moved (Nodes, at least 256 pages a move; option `page_moves`).
     Move,
+    /// The usable part of the range grown by the backing's next step (a memory space that
+    /// commits in steps), the new pages merged into the free tree; then the steps again.
+    Grow,
     /// The pooled and lazy areas and node chunks over the request's possible starts, when it
     /// has at most 16 (a large alignment), released and merged into the tree; then the steps
     /// again (Nodes).

@@ -57,8 +57,11 @@ use vmarena_platform::WordTable;
 struct WordTable(Box<[AtomicU64]>);
 #[cfg(loom)]
 impl WordTable {
-    fn new(len: usize) -> std::io::Result<WordTable> {
+    fn new_uncommitted(len: usize) -> std::io::Result<WordTable> {
         Ok(WordTable((0..len).map(|_| AtomicU64::new(0)).collect()))
+    }
+    fn commit_words(&self, _words: usize) -> bool {
+        true
     }
     fn words(&self) -> &[AtomicU64] {
         &self.0
@@ -197,13 +200,22 @@ fn pages_of(w: u64) -> u64 {
 }
 
 impl AreaStates {
-    /// Words for `len` pages from `lo`, tracking areas of at most `max_pages` pages.
+    /// Words for `len` pages from `lo`, tracking areas of at most `max_pages` pages. Every word
+    /// reads as zero; only the words of the first pages that [`AreaStates::commit`] names can be
+    /// written (so that strict overcommit charges the table as the arena grows).
     pub(crate) fn new(lo: u64, len: u64, max_pages: u64) -> Result<AreaStates, String> {
         // Whole blocks of `SPREAD_BLOCK` words, so that the spread below stays in the table.
         let words = len.div_ceil(SPREAD_BLOCK) * SPREAD_BLOCK;
-        let table =
-            WordTable::new(words as usize).map_err(|e| format!("area state table of {words} words: {e}"))?;
+        let table = WordTable::new_uncommitted(words as usize)
+            .map_err(|e| format!("area state table of {words} words: {e}"))?;
         Ok(AreaStates { lo, table, max_pages: max_pages.min(MAX_TRACKED_PAGES) })
+    }
+
+    /// Make the words of the arena's first `pages` pages writable: whole blocks of
+    /// [`SPREAD_BLOCK`], since a block's words are spread over its table page. False when the
+    /// kernel refused (the commit limit). Callers serialise growths (the purge mutex).
+    pub(crate) fn commit(&self, pages: u64) -> bool {
+        self.table.commit_words((pages.div_ceil(SPREAD_BLOCK) * SPREAD_BLOCK) as usize)
     }
 
     /// Largest tracked area, in pages.

@@ -7,7 +7,10 @@
 //!   the pages can later be data of another area);
 //! - `move_pages` when a fresh area takes the resident memory of lazily freed areas instead of
 //!   faulting in new pages (step Move), and `heal` when the ranges such moves left behind are
-//!   free again.
+//!   free again;
+//! - `grow` when the arena's usable part is full and a request needs more (step Grow): a
+//!   backing that makes its range usable in steps ([`Backing::grow_step_pages`]) commits the
+//!   next step; the arena starts with one step and grows while the backing agrees.
 //!
 //! An arena over a plain integer range (an id space, a device heap) uses [`NoBacking`].
 
@@ -53,6 +56,16 @@ pub trait Backing: Send + Sync + 'static {
     /// syscalls made.
     fn heal(&self, _spans: &[Span]) -> usize {
         0
+    }
+    /// `Some(step)` when the range becomes usable in steps of at least `step` pages from its
+    /// start ([`Backing::grow`]); `None` (the default) when all of it is usable at once.
+    fn grow_step_pages(&self) -> Option<u64> {
+        None
+    }
+    /// Make `[start, start + pages)`, the range just above the usable part, usable. False when
+    /// refused (a commit limit): the arena then serves from what it has.
+    fn grow(&self, _start: u64, _pages: u64) -> bool {
+        true
     }
 }
 

@@ -41,8 +41,11 @@ pub static ALLOC_MOVE: LockSite = LockSite::new("alloc: move");
 /// Purge: taking ranges that page moves left in several mappings out of the tree to heal them.
 pub static PURGE_HEAL: LockSite = LockSite::new("purge: heal");
 
+/// Step Grow: merging the pages the backing just made usable into the free tree.
+pub static ALLOC_GROW: LockSite = LockSite::new("alloc: grow");
+
 /// Every site, for reports.
-pub static ALL: [&LockSite; 16] = [
+pub static ALL: [&LockSite; 17] = [
     &ALLOC_GLOBAL,
     &FREE_GLOBAL,
     &ALLOC_FREE_TREE,
@@ -59,6 +62,7 @@ pub static ALL: [&LockSite; 16] = [
     &PURGE_SPILL,
     &ALLOC_MOVE,
     &PURGE_HEAL,
+    &ALLOC_GROW,
 ];
 
 /// `(site, figures)` for every site, process-wide.

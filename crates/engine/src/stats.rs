@@ -99,6 +99,10 @@ stats_table! {
         released_on_free, "frees";
         /// Allocations refused for lack of space (after the full purge).
         alloc_failures, "allocs";
+        /// Times the usable part of the range grew (step Grow: a backing that commits in steps).
+        grows, "grows";
+        /// Pages those growths added.
+        grown_pages, "pages";
         /// Frees refused: not the start of a live area.
         bad_frees, "frees";
     }

@@ -1038,3 +1038,89 @@ fn a_large_alignment_reclaims_only_the_areas_over_its_starts() {
     a.free(y.start).unwrap();
     a.check().unwrap();
 }
+
+/// A backing that makes its range usable in steps of 64 pages and refuses past `limit` pages.
+struct GrowBacking {
+    lo: u64,
+    limit: u64,
+    grown: Arc<Mutex<Vec<(u64, u64)>>>,
+}
+impl Backing for GrowBacking {
+    fn prepare(&self, _: u64, _: u64) {}
+    fn release(&self, _: &[Span]) -> usize {
+        0
+    }
+    fn retire(&self, _: &[Span]) -> usize {
+        0
+    }
+    fn zeroes_on_release(&self) -> bool {
+        true
+    }
+    fn grow_step_pages(&self) -> Option<u64> {
+        Some(64)
+    }
+    fn grow(&self, start: u64, pages: u64) -> bool {
+        let mut g = self.grown.lock().unwrap();
+        let usable = g.last().map_or(self.lo, |&(s, p)| s + p);
+        assert_eq!(start, usable, "growth starts where the usable part ends");
+        if start + pages - self.lo > self.limit {
+            return false;
+        }
+        g.push((start, pages));
+        true
+    }
+}
+
+/// Step Grow: an arena over 4,096 pages whose backing commits in steps starts with one step,
+/// grows only when a request finds no room (never past what the backing agrees to), hands out
+/// only pages it grew, and fails cleanly at the backing's limit; `check` holds throughout.
+#[test]
+fn an_arena_grows_in_the_backings_steps_and_stops_where_it_refuses() {
+    for s in Strategy::ALL {
+        let grown = Arc::new(Mutex::new(Vec::new()));
+        let b = GrowBacking { lo: 4096, limit: 1000, grown: grown.clone() };
+        let a = Arena::new(format!("grow-{s}"), 4096, 8192, opts(s), Box::new(b)).unwrap();
+        assert_eq!(*grown.lock().unwrap(), vec![(4096, 64)], "{s}: one step at the start");
+        let usable = |g: &Vec<(u64, u64)>| g.last().map_or(4096, |&(s, p)| s + p);
+        let mut live = Vec::new();
+        for i in 0..200u64 {
+            let pages = 1 + i % 9;
+            match a.alloc(&AllocRequest::pages(pages)) {
+                Ok(x) => {
+                    assert!(
+                        x.start + x.pages <= usable(&grown.lock().unwrap()),
+                        "{s}: an area past the usable part"
+                    );
+                    live.push(x);
+                }
+                Err(e) => {
+                    assert!(matches!(e, AllocError::NoSpace { .. }), "{s}: {e}");
+                    let end = usable(&grown.lock().unwrap());
+                    assert!(end - 4096 <= 1000, "{s}: grew past the backing's limit");
+                    let live_pages: u64 = live.iter().map(|x| x.pages).sum();
+                    assert!(
+                        live_pages + 9 > end - 4096 - 64,
+                        "{s}: failed with {live_pages} of {} pages live",
+                        end - 4096
+                    );
+                    break;
+                }
+            }
+            a.check().unwrap();
+        }
+        let st = a.stats();
+        let steps = grown.lock().unwrap().len() as u64;
+        assert!(steps >= 3, "{s}: {steps} growths");
+        assert_eq!(st.grows, steps - 1, "{s}: the first step is not a growth");
+        assert_eq!(st.grown_pages + 64, usable(&grown.lock().unwrap()) - 4096, "{s}");
+        for x in &live {
+            a.free(x.start).unwrap();
+        }
+        a.purge();
+        a.check().unwrap();
+        // Everything freed and purged: the usable part is one free range again.
+        let all = usable(&grown.lock().unwrap()) - 4096;
+        let again = a.alloc(&AllocRequest::pages(all)).unwrap();
+        assert_eq!(again.start, 4096, "{s}");
+    }
+}

@@ -1,7 +1,11 @@
 //! One large reservation of address space: a single anonymous mapping.
 //!
 //! `mmap(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`: no memory is
-//! committed until a page is touched. Guards are PTE markers and releases are `madvise`, so
+//! committed until a page is touched. Or, made with [`Reservation::new_inaccessible`], the same
+//! mapping with no access at all, whose parts the owner makes readable and writable as it needs
+//! them ([`Reservation::commit`]): under `vm.overcommit_memory=2`, where `MAP_NORESERVE` is
+//! ignored and a writable private mapping is charged in full against the commit limit, an
+//! inaccessible one is charged nothing, and each part is charged when it is committed. Guards are PTE markers and releases are `madvise`, so
 //! neither splits the mapping; only page moves do ([`crate::page_move`]), and their callers
 //! bound and heal the mappings they add, far from the 65,530-mapping limit.
 
@@ -18,6 +22,45 @@ impl Reservation {
     /// Reserve `len_bytes` (rounded up to whole pages), aligned to `align_bytes` (a power of two,
     /// at least the page size).
     pub fn new(len_bytes: usize, align_bytes: usize) -> io::Result<Self> {
+        Self::map(len_bytes, align_bytes, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    /// [`Reservation::new`] with no access: every byte faults until [`Reservation::commit`]
+    /// makes it readable and writable.
+    pub fn new_inaccessible(len_bytes: usize, align_bytes: usize) -> io::Result<Self> {
+        Self::map(len_bytes, align_bytes, libc::PROT_NONE)
+    }
+
+    /// [`Reservation::new`] read-only: every byte reads as zero (the kernel's shared zero page,
+    /// no memory) and a write faults until [`Reservation::commit`]. Not charged under strict
+    /// overcommit either, since only writable private mappings are.
+    pub fn new_read_only(len_bytes: usize, align_bytes: usize) -> io::Result<Self> {
+        Self::map(len_bytes, align_bytes, libc::PROT_READ)
+    }
+
+    /// Make `[base + offset, base + offset + len)` (page-aligned, inside) readable and
+    /// writable. The kernel charges it against the commit limit where overcommit is strict,
+    /// and refuses with ENOMEM past that limit (or past the map count), changing nothing.
+    pub fn commit(&self, offset: usize, len: usize) -> io::Result<()> {
+        let page = crate::page_size();
+        if !offset.is_multiple_of(page)
+            || !len.is_multiple_of(page)
+            || offset.checked_add(len).is_none_or(|e| e > self.len_bytes)
+        {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the range lies inside this reservation, which its owner hands out only after
+        // committing it; adding access changes no contents.
+        let r = unsafe {
+            libc::mprotect((self.base + offset) as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_WRITE)
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn map(len_bytes: usize, align_bytes: usize, prot: libc::c_int) -> io::Result<Self> {
         let page = crate::page_size();
         if len_bytes == 0 || !align_bytes.is_power_of_two() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -35,7 +78,7 @@ impl Reservation {
             libc::mmap(
                 std::ptr::null_mut(),
                 over,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
@@ -110,6 +153,19 @@ mod tests {
         // SAFETY: inside the reservation, which is readable and writable.
         unsafe { *(r.base() as *mut u8).add(4096 * 3) = 7 };
         assert_eq!(unsafe { *(r.base() as *const u8).add(4096 * 3) }, 7);
+    }
+
+    #[test]
+    fn an_inaccessible_reservation_is_usable_where_committed() {
+        let page = crate::page_size();
+        let r = Reservation::new_inaccessible(64 * page, page).unwrap();
+        assert_eq!(crate::process::resident_bytes(r.base(), r.len_bytes()), 0);
+        r.commit(4 * page, 8 * page).unwrap();
+        // SAFETY: committed above.
+        unsafe { *(r.base() as *mut u8).add(11 * page) = 9 };
+        assert_eq!(crate::process::resident_bytes(r.base(), r.len_bytes()), page as u64);
+        assert!(r.commit(page / 2, page).is_err(), "unaligned");
+        assert!(r.commit(60 * page, 8 * page).is_err(), "past the end");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! A large table of atomic words that reads as zero until written, backed by its own
 //! anonymous `MAP_NORESERVE` mapping: only the pages holding written words take memory.
+//! A table made with [`WordTable::new_uncommitted`] is read-only (every word reads zero) beyond
+//! a prefix that [`WordTable::commit_words`] makes writable, so that strict overcommit charges
+//! only that prefix; any word may be read, only committed words may be written.
 //!
 //! Owns: the mapping (unmapped on drop). The words are plain `AtomicU64`s; what they mean is the
 //! user's business (the engine's per-page area states).
@@ -12,6 +15,8 @@ use std::sync::atomic::AtomicU64;
 pub struct WordTable {
     map: Reservation,
     len: usize,
+    /// Words usable from the start (all of them for [`WordTable::new`]).
+    committed: std::sync::atomic::AtomicUsize,
 }
 
 impl WordTable {
@@ -19,15 +24,47 @@ impl WordTable {
     pub fn new(len: usize) -> std::io::Result<WordTable> {
         let bytes =
             len.max(1).checked_mul(8).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-        Ok(WordTable { map: Reservation::new(bytes, 64)?, len })
+        Ok(WordTable {
+            map: Reservation::new(bytes, 64)?,
+            len,
+            committed: std::sync::atomic::AtomicUsize::new(len),
+        })
     }
 
-    /// The words.
+    /// A table of `len` words, all zero, none of them writable until
+    /// [`WordTable::commit_words`].
+    pub fn new_uncommitted(len: usize) -> std::io::Result<WordTable> {
+        let bytes =
+            len.max(1).checked_mul(8).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        Ok(WordTable { map: Reservation::new_read_only(bytes, 64)?, len, committed: 0.into() })
+    }
+
+    /// Make the first `words` words writable (rounded up to whole pages; at most the table).
+    /// Callers serialise growths. False when the kernel refused (the commit limit).
+    pub fn commit_words(&self, words: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let page = crate::page_size();
+        let want = words.min(self.len).saturating_mul(8).next_multiple_of(page).min(self.map.len_bytes());
+        let have =
+            self.committed.load(Relaxed).saturating_mul(8).next_multiple_of(page).min(self.map.len_bytes());
+        if want <= have {
+            return true;
+        }
+        if self.map.commit(have, want - have).is_err() {
+            return false;
+        }
+        self.committed.store(want / 8, Relaxed);
+        true
+    }
+
+    /// The words: every one may be read; only the committed ones may be written (all of them
+    /// for a table made with [`WordTable::new`]).
     #[inline]
     pub fn words(&self) -> &[AtomicU64] {
-        // SAFETY: the mapping is readable and writable, 64-byte aligned, at least `len * 8`
-        // bytes long and lives as long as `self`; a fresh anonymous mapping reads as zero,
-        // which is a valid `AtomicU64`, and all access goes through atomics.
+        // SAFETY: the mapping is readable, 64-byte aligned, at least `len * 8` bytes long and
+        // lives as long as `self`; a fresh anonymous mapping reads as zero, which is a valid
+        // `AtomicU64`, and all access goes through atomics. Writes beyond the committed prefix
+        // fault (SIGSEGV, not a silent corruption); the callers write only committed words.
         unsafe { std::slice::from_raw_parts(self.map.base() as *const AtomicU64, self.len) }
     }
 

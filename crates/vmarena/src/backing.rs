@@ -10,6 +10,12 @@
 //! whole. Otherwise, and for whatever that refuses, it is an `mremap`, which leaves the moved
 //! range a mapping of its own until `heal` maps its range afresh once it is free space again;
 //! `heal` registers what it maps.
+//!
+//! The reservation starts inaccessible and is committed (made readable and writable) in steps
+//! as the arena's usable part grows (`grow`, the engine's step Grow): [`COMMIT_STEP_BYTES`]
+//! at first, then at least half of what is committed, so that the space stays a handful of
+//! mappings and strict overcommit charges about what the program has used, not the whole
+//! reservation.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -18,7 +24,12 @@ use vmarena_engine::{Backing, Moved};
 use vmarena_platform::uffd::Uffd;
 use vmarena_platform::{guard, page_move, release, Advice};
 
+/// The first part of a reservation committed, and the least a growth commits.
+pub const COMMIT_STEP_BYTES: usize = 64 << 20;
+
 pub(crate) struct MemoryBacking {
+    /// The reservation, committed in steps by [`Backing::grow`].
+    pub reservation: Arc<vmarena_platform::Reservation>,
     pub page_bytes: usize,
     /// Pages per huge page when the reservation takes huge pages, else 1.
     pub granule_pages: u64,
@@ -75,9 +86,23 @@ impl MemoryBacking {
         let g = start + pages - self.guard_pages;
         (g as usize * self.page_bytes, self.guard_pages as usize * self.page_bytes)
     }
+
+    /// Commit `[start, start + pages)` of the reservation (a growth of the arena's usable part).
+    pub(crate) fn commit(&self, start: u64, pages: u64) -> bool {
+        let offset = (start as usize * self.page_bytes).wrapping_sub(self.reservation.base());
+        self.reservation.commit(offset, pages as usize * self.page_bytes).is_ok()
+    }
 }
 
 impl Backing for MemoryBacking {
+    fn grow_step_pages(&self) -> Option<u64> {
+        Some((COMMIT_STEP_BYTES / self.page_bytes) as u64)
+    }
+
+    fn grow(&self, start: u64, pages: u64) -> bool {
+        self.commit(start, pages)
+    }
+
     fn prepare(&self, start: u64, pages: u64) {
         if self.enforce_guards && self.guard_pages > 0 {
             let (a, l) = self.guard_range(start, pages);

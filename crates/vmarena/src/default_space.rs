@@ -27,24 +27,97 @@
 
 use crate::options::SpaceOptions;
 use crate::space::VmSpace;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use vmarena_engine::ArenaOptions;
 use vmarena_platform::fork_once::ForkOnce;
+use vmarena_platform::limits;
 
 /// A `ForkOnce`, not a `OnceLock`: a thread of the parent may have been building the space when
 /// another one forked, and the child then builds its own (`crate::fork`).
 static DEFAULT: ForkOnce<Result<VmSpace, String>> = ForkOnce::new();
 
+/// The default space's reservation when the environment sets none: 1 TiB of address space,
+/// inaccessible until the space commits it as it grows (`backing.rs`), so that a process can
+/// hold hundreds of GiB through it. Smaller where the process may not map that much
+/// ([`fit_to_process`]).
+pub const DEFAULT_SPACE_BYTES: u64 = 1 << 40;
+
+/// The smallest reservation the default space tries when the process refuses larger ones.
+pub const DEFAULT_SPACE_MIN_BYTES: u64 = 256 << 20;
+
 /// The default space, or the reason it could not be created (for example when the address
-/// space cannot be reserved).
+/// space cannot be reserved). The first failure is reported on stderr once ([`report_once`]).
 pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
         .get_or_init(|| {
             crate::fork::register();
             let _inside = vmarena_platform::reentry::enter();
-            VmSpace::new("vmalloc", default_space_space_options(), default_space_options())
+            build().inspect_err(|e| report_once(&format_args!("no default space: {e}")))
         })
         .as_ref()
         .map_err(|e| e.as_str())
+}
+
+/// The default space: with `VMARENA_SPACE_BYTES` set, that size or nothing; otherwise
+/// [`DEFAULT_SPACE_BYTES`] fitted to the process, halved while the kernel (or valgrind's
+/// address-space manager) refuses it, down to [`DEFAULT_SPACE_MIN_BYTES`].
+fn build() -> Result<VmSpace, String> {
+    let opts = default_space_space_options();
+    let arena = default_space_options();
+    if std::env::var_os("VMARENA_SPACE_BYTES").is_some() {
+        return VmSpace::new("vmalloc", opts, arena);
+    }
+    let mut bytes = fit_to_process(opts.space_bytes).max(DEFAULT_SPACE_MIN_BYTES);
+    let mut first_error = None;
+    loop {
+        match VmSpace::new("vmalloc", SpaceOptions { space_bytes: bytes, ..opts.clone() }, arena.clone()) {
+            Ok(s) => return Ok(s),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+        if bytes / 2 < DEFAULT_SPACE_MIN_BYTES {
+            return Err(first_error.unwrap_or_default());
+        }
+        bytes /= 2;
+    }
+}
+
+/// `bytes`, or less where `RLIMIT_AS` leaves less room: half of what the limit leaves above the
+/// process's mappings now, less the space's state table (a word per page), so that the program
+/// keeps the other half for its own mappings. Rounded down to 2 MiB.
+pub fn fit_to_process(bytes: u64) -> u64 {
+    let Some(limit) = limits::address_space_limit() else {
+        return bytes;
+    };
+    let room = limit.saturating_sub(limits::mapped_bytes()) / 2;
+    let page = vmarena_platform::page_size() as u64;
+    let fitted = room / (page + 8) * page;
+    bytes.min(fitted) & !((2 << 20) - 1)
+}
+
+/// Say once, on stderr, why the default space failed a request or could not be created, with
+/// the limits that decide its size and the settings that change them.
+pub fn report_once(why: &dyn std::fmt::Display) {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    if REPORTED.swap(true, Relaxed) {
+        return;
+    }
+    let rlimit = match limits::address_space_limit() {
+        Some(b) => format!("{} MiB (ulimit -v)", b >> 20),
+        None => "unlimited".into(),
+    };
+    let mode = match limits::overcommit_mode() {
+        2 => "2 (strict: every committed byte is charged against the commit limit)",
+        1 => "1 (always)",
+        _ => "0 (heuristic)",
+    };
+    eprintln!(
+        "vmarena: {why}. The default space's size comes from VMARENA_SPACE_BYTES, else {} GiB fitted to \
+         the process; address-space limit (RLIMIT_AS): {rlimit}; vm.overcommit_memory: {mode}. \
+         Reported once.",
+        DEFAULT_SPACE_BYTES >> 30
+    );
 }
 
 /// Size pools of the default space: areas of up to 16 pages (64 KiB of 4 KiB pages).
@@ -93,7 +166,7 @@ fn default_space_arena_defaults() -> ArenaOptions {
 
 /// The default space's space options before the environment is read.
 fn default_space_space_defaults() -> SpaceOptions {
-    SpaceOptions { huge_pages: false, ..SpaceOptions::default() }
+    SpaceOptions { huge_pages: false, space_bytes: DEFAULT_SPACE_BYTES, ..SpaceOptions::default() }
 }
 
 /// Where the default space (the C ABI's, the shim's, `VmAlloc`'s) departs from the options'
@@ -105,6 +178,7 @@ pub const DEFAULT_SPACE_DIFFERENCES: &[(&str, &str)] = &[
     ("lazy_slack_pages", "256"),
     ("lazy_slack_percent", "50"),
     ("pool_max_pages", "16"),
+    ("space_bytes", "1099511627776"),
     ("thread_cache_max_pages", "257"),
 ];
 

@@ -122,4 +122,12 @@ impl Backing for SharedFrameBacking {
         // New frames hold whatever their last owner wrote.
         false
     }
+
+    fn grow_step_pages(&self) -> Option<u64> {
+        self.0.memory.grow_step_pages()
+    }
+
+    fn grow(&self, start: u64, pages: u64) -> bool {
+        self.0.memory.grow(start, pages)
+    }
 }

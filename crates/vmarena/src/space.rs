@@ -60,7 +60,7 @@ impl vmarena_engine::ForkLocks for SpaceMaps {
 pub struct VmSpace {
     name: String,
     arena: Arena,
-    reservation: Reservation,
+    reservation: Arc<Reservation>,
     pub(crate) page_bytes: usize,
     pub(crate) page_shift: u32,
     pub(crate) guard_pages: u64,
@@ -165,8 +165,12 @@ impl VmSpace {
         }
         // Align the reservation to the busy zone so striping starts at a zone boundary.
         let zone_bytes = (vmarena_engine::ZONE_PAGES as usize) << page_shift;
-        let reservation = Reservation::new(bytes, zone_bytes.max(2 << 20))
-            .map_err(|e| format!("{name}: cannot reserve {bytes} bytes: {e}"))?;
+        // Inaccessible until the arena grows into it (`backing.rs`): strict overcommit charges
+        // what is committed, not the reservation.
+        let reservation = Arc::new(
+            Reservation::new_inaccessible(bytes, zone_bytes.max(2 << 20))
+                .map_err(|e| format!("{name}: cannot reserve {bytes} bytes: {e}"))?,
+        );
         let guards_enforced = opts.guard_enforce && opts.guard_pages > 0 && guard::supported();
         // Huge pages for large areas: every small area's guard gives its 2 MiB range a page
         // table before the area is touched, so only ranges inside large areas (or never used)
@@ -180,6 +184,7 @@ impl VmSpace {
             None
         };
         let backing = Box::new(MemoryBacking {
+            reservation: reservation.clone(),
             page_bytes,
             granule_pages: if huge_pages {
                 (vmarena_platform::huge_page_size() / page_bytes).max(1) as u64
@@ -296,6 +301,13 @@ impl VmSpace {
         (self.reservation.base(), self.reservation.base() + self.reservation.len_bytes())
     }
 
+    /// Bytes of the reservation committed so far, from its start: the space commits in steps
+    /// as it needs more (`backing.rs`), and never gives commit back while it lives.
+    pub fn committed_bytes(&self) -> usize {
+        let (lo, hi) = self.arena.usable_range();
+        ((hi - lo) as usize) << self.page_shift
+    }
+
     /// Pages an allocation of `bytes` takes, guard included.
     fn pages_for(&self, bytes: usize) -> Result<u64, VmError> {
         if bytes == 0 {
@@ -305,7 +317,19 @@ impl VmSpace {
         (data as u64).checked_add(self.guard_pages).ok_or(VmError::Overflow(bytes))
     }
 
+    /// The space's error for an allocation the arena refused; the default space's first
+    /// failure for lack of room is also reported on stderr (`default_space::report_once`).
     fn map_alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
+        let e = self.alloc_error(e, bytes);
+        if matches!(e, VmError::NoSpace(_))
+            && crate::default_space::existing_default_space().is_some_and(|d| std::ptr::eq(d, self))
+        {
+            crate::default_space::report_once(&e);
+        }
+        e
+    }
+
+    fn alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
         match e {
             AllocError::Invalid(vmarena_core::RequestError::ZeroSize) => VmError::ZeroSize,
             AllocError::Invalid(vmarena_core::RequestError::BadAlignment) => VmError::BadAlignment(0),
@@ -330,14 +354,22 @@ impl VmSpace {
             AllocError::NoSpace { .. } => {
                 let st = self.arena.stats();
                 let (lo, hi) = self.bounds();
-                VmError::NoSpace(format!(
-                    "vmalloc for size {bytes} failed: address range restricted to {lo:#x} - {hi:#x} \
-                     ({} space, {} MiB, after a full purge: {} MiB free, {} live areas)",
+                let committed = self.committed_bytes();
+                let why = if committed < hi - lo {
+                    "the kernel refused to commit more of the space (the commit limit)"
+                } else {
+                    "the space is full"
+                };
+                let e = VmError::NoSpace(format!(
+                    "vmalloc for size {bytes} failed: {why}: address range restricted to {lo:#x} - {hi:#x} \
+                     ({} space, {} MiB, {} MiB of it committed; after a full purge: {} MiB free, {} live areas)",
                     self.name,
                     (hi - lo) >> 20,
+                    committed >> 20,
                     (st.free_pages << self.page_shift) >> 20,
                     st.live_areas
-                ))
+                ));
+                e
             }
             AllocError::PartsOverlap { offset_pages } => VmError::Invalid(format!(
                 "congruent areas overlap: the area at offset {} bytes starts inside the one before it or its guard page",

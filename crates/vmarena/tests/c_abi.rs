@@ -6,28 +6,7 @@ use std::process::Command;
 
 mod common;
 
-/// Compile `tests/c/NAME.c` with `-Wall -Wextra -Werror -O1 -pthread` against `include/`, linked
-/// with the `libvmarena.so` cargo built for this test run; the program's path and that folder.
-fn build_linked(name: &str) -> (PathBuf, PathBuf) {
-    let root = common::root();
-    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let libdir = common::shared_libraries(&[]);
-    let bin = out_dir.join(format!("vmarena_{name}"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(root.join(format!("crates/vmarena/tests/c/{name}.c")))
-        .arg("-I")
-        .arg(root.join("include"))
-        .arg("-L")
-        .arg(&libdir)
-        .arg("-lvmarena")
-        .status()
-        .expect("a C compiler (cc) is needed for this test");
-    assert!(status.success(), "compiling {name}.c failed");
-    (bin, libdir)
-}
+use common::build_linked;
 
 /// Run a program of [`build_linked`] in a 4 GiB default space, with the environment `env` on
 /// top; it must pass every check.

@@ -20,9 +20,10 @@ fn space(uffd_moves: bool) -> VmSpace {
     VmSpace::new("page-moves", so, ao).unwrap()
 }
 
+/// Mappings over the committed part of the reservation (the rest is one inaccessible mapping).
 fn mappings(s: &VmSpace) -> usize {
-    let (lo, hi) = s.bounds();
-    mappings_over(lo, hi - lo)
+    let (lo, _) = s.bounds();
+    mappings_over(lo, s.committed_bytes())
 }
 
 /// Three adjacent 299-page areas (300 with the guard); the middle one filled with `tag` and

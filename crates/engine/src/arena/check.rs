@@ -9,6 +9,7 @@
 
 use super::locks::{with_strategy, StrategyLocks};
 use super::shared::Shared;
+use crate::sync::Ordering::Relaxed;
 use vmarena_core::FreeTree;
 
 /// Check the free tree and add its ranges to `all` (every strategy's check does this under the
@@ -39,7 +40,7 @@ impl Shared {
         // (start, pages, what)
         let mut all: Vec<(u64, u64, &'static str)> = Vec::new();
         with_strategy!(&self.locks, s => s.check(self, &cached, &mut all))?;
-        // busy ∪ pooled ∪ lazy ∪ chunk ∪ free must tile [lo, hi) exactly.
+        // busy ∪ pooled ∪ lazy ∪ chunk ∪ free must tile the usable part [lo, grown_hi) exactly.
         all.sort_unstable_by_key(|a| a.0);
         let mut at = self.lo;
         for &(s, pages, what) in &all {
@@ -55,8 +56,9 @@ impl Shared {
             }
             at = s + pages;
         }
-        if at != self.hi {
-            return Err(format!("pages [{at:#x}, {:#x}) are lost: in no list, tree or map", self.hi));
+        let end = self.grown_hi.load(Relaxed);
+        if at != end {
+            return Err(format!("pages [{at:#x}, {end:#x}) are lost: in no list, tree or map"));
         }
         Ok(())
     }

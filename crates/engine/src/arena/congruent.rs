@@ -16,7 +16,7 @@ use crate::arena::Arena;
 use crate::error::AllocError;
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{FreeTree, RequestError, Span};
+use vmarena_core::{FreeTree, Request, RequestError, Span};
 
 /// Full purges a congruent allocation tries, while they make progress, before it fails.
 const FULL_PURGE_RETRIES: usize = 3;
@@ -45,6 +45,15 @@ impl Arena {
         let sh = &*self.shared;
         if let Some(base) = sh.try_congruent(parts, align_pages, tag) {
             return Ok(base);
+        }
+        // Step Grow, for the whole span of the parts at the alignment.
+        let span = sorted.last().map_or(1, |p| p.start.saturating_add(p.pages));
+        if let Ok(r) = Request::new(span, align_pages, sh.lo, sh.hi) {
+            while sh.grow(&r) {
+                if let Some(base) = sh.try_congruent(parts, align_pages, tag) {
+                    return Ok(base);
+                }
+            }
         }
         for _ in 0..FULL_PURGE_RETRIES {
             let progress = sh.purge(PurgeKind::Full).areas_to_tree > 0;

@@ -50,4 +50,6 @@ counters!(
     moved_pages,
     move_failures,
     heals,
+    grows,
+    grown_pages,
 );

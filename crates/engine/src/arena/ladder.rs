@@ -19,6 +19,10 @@ use vmarena_core::Request;
 /// Most possible starts for which a failed allocation tries step Reclaim before a full purge.
 const RECLAIM_MAX_STARTS: usize = 16;
 
+/// Growths an allocation tries (step Grow) before the purges: one is enough unless other
+/// threads take the new pages first.
+const GROW_RETRIES: usize = 4;
+
 /// Full purges an allocation tries, while they make progress, before it fails.
 const FULL_PURGE_RETRIES: usize = 4;
 
@@ -29,6 +33,41 @@ const RETRIES: [Step; 1 + FULL_PURGE_RETRIES] =
     [Step::Reclaim, Step::FullPurge, Step::FullPurge, Step::FullPurge, Step::FullPurge];
 
 impl Shared {
+    /// Step Grow: make the next step of the range usable (at least what `r` needs, at its worst
+    /// alignment; half the usable part when that is more, so that growths stay few) and merge
+    /// it into the free tree. Under the purge mutex, with no other lock held on entry. False
+    /// when the backing does not grow, the range is all usable, or the backing refused even
+    /// what `r` needs.
+    pub(crate) fn grow(&self, r: &Request) -> bool {
+        let Some(step) = self.grow_step else {
+            return false;
+        };
+        let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let at = self.grown_hi.load(Relaxed);
+        if at >= self.hi {
+            return false;
+        }
+        let need = r.size_pages.saturating_add(r.align_pages.saturating_sub(1));
+        let want = need.max(step).max((at - self.lo) / 2).div_ceil(step).saturating_mul(step);
+        let mut end = at.saturating_add(want).min(self.hi);
+        let grow = |end: u64| {
+            self.cache.as_ref().is_none_or(|c| c.commit(end - self.lo)) && self.backing.grow(at, end - at)
+        };
+        if !grow(end) {
+            let least = at.saturating_add(need).min(self.hi);
+            if least >= end || !grow(least) {
+                return false;
+            }
+            end = least;
+        }
+        let merged = with_strategy!(&self.locks, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.insert_merge(at, end)));
+        debug_assert!(merged.is_ok(), "grown pages [{at:#x}, {end:#x}) overlap the free tree");
+        self.grown_hi.store(end, Relaxed);
+        self.counters.grows.fetch_add(1, Relaxed);
+        self.counters.grown_pages.fetch_add(end - at, Relaxed);
+        true
+    }
+
     /// One pass over the strategy's steps.
     #[inline(always)]
     fn try_alloc(&self, r: &Request, req: &AllocRequest, default_window: bool) -> Option<Allocation> {
@@ -79,6 +118,15 @@ impl Arena {
         }
         if req.nonblocking {
             return Err(AllocError::WouldBlock);
+        }
+        // Step Grow: while the backing makes more of the range usable, the steps again.
+        for _ in 0..GROW_RETRIES {
+            if !sh.grow(&r) {
+                break;
+            }
+            if let Some(a) = sh.try_alloc(&r, req, default_window) {
+                return Ok(a);
+            }
         }
         for step in RETRIES {
             let progress = match step {

@@ -105,7 +105,22 @@ impl Arena {
         if opts.pool_max_pages > vmarena_core::POOL_MAX_PAGES {
             return Err(format!("pool_max_pages must be at most {}", vmarena_core::POOL_MAX_PAGES));
         }
-        let shared = Arc::new(Shared::new(name.into(), lo, hi, opts, backing));
+        let name = name.into();
+        // A backing that grows in steps starts with one (step Grow).
+        let usable_hi = match backing.grow_step_pages() {
+            None => hi,
+            Some(step) => {
+                let end = lo.saturating_add(step.max(1)).min(hi);
+                if !backing.grow(lo, end - lo) {
+                    return Err(format!(
+                        "{name}: the first {} pages of the range could not be made usable",
+                        end - lo
+                    ));
+                }
+                end
+            }
+        };
+        let shared = Arc::new(Shared::new(name, lo, hi, usable_hi, opts, backing));
         #[cfg(not(loom))]
         {
             let s: Arc<dyn crate::pressure::Reclaim> = shared.clone();
@@ -124,6 +139,12 @@ impl Arena {
     /// The page range `[lo, hi)`.
     pub fn range(&self) -> (u64, u64) {
         (self.shared.lo, self.shared.hi)
+    }
+
+    /// The usable part `[lo, grown_hi)` of the range: all of it, unless the backing grows in
+    /// steps (step Grow).
+    pub fn usable_range(&self) -> (u64, u64) {
+        (self.shared.lo, self.shared.grown_hi.load(crate::sync::Ordering::Relaxed))
     }
 
     /// The lock design in use.

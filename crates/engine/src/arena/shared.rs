@@ -69,6 +69,11 @@ pub(crate) struct Shared {
     pub(crate) name: String,
     pub(crate) lo: u64,
     pub(crate) hi: u64,
+    /// The end of the usable part `[lo, grown_hi)`: `hi` unless the backing grows in steps
+    /// (step Grow). Only rises, under the purge mutex.
+    pub(crate) grown_hi: AtomicU64,
+    /// The backing's growth step in pages, `None` when the whole range is usable.
+    pub(crate) grow_step: Option<u64>,
     pub(crate) opts: ArenaOptions,
     /// Nodes (1 for Global and Split).
     pub(crate) nr_nodes: usize,
@@ -88,11 +93,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The state of an arena over pages `[lo, hi)` (options checked by the caller).
+    /// The state of an arena over pages `[lo, hi)` whose part `[lo, usable_hi)` is usable now
+    /// (options checked by the caller).
     pub(crate) fn new(
         name: String,
         lo: u64,
         hi: u64,
+        usable_hi: u64,
         opts: ArenaOptions,
         backing: Box<dyn Backing>,
     ) -> Shared {
@@ -112,7 +119,8 @@ impl Shared {
             };
             let cpu_pages = opts.cpu_cache.then_some(opts.cpu_cache_pages);
             match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget, cpu_pages) {
-                Ok(c) => (Some(c), None),
+                Ok(c) if c.commit(usable_hi - lo) => (Some(c), None),
+                Ok(_) => (None, Some("the state table could not be committed".to_string())),
                 Err(e) => (None, Some(e)),
             }
         };
@@ -124,7 +132,9 @@ impl Shared {
             name,
             lo,
             hi,
-            locks: Locks::new(opts.strategy, owner, lo, hi, nr_nodes),
+            grown_hi: AtomicU64::new(usable_hi),
+            grow_step: backing.grow_step_pages(),
+            locks: Locks::new(opts.strategy, owner, lo, usable_hi, nr_nodes),
             lazy: LazyAccount {
                 max_pages,
                 approx: Padded(AtomicI64::new(0)),

@@ -192,6 +192,12 @@ impl ThreadCaches {
         })
     }
 
+    /// Make the state words of the arena's first `pages` pages writable (the arena grew to
+    /// them). False when the kernel refused.
+    pub(crate) fn commit(&self, pages: u64) -> bool {
+        self.states.commit(pages)
+    }
+
     /// The per-CPU stacks' hit paths on copies of their geometry and the state table's place
     /// (`None` without stacks).
     pub(crate) fn hit_path(&self) -> Option<crate::hit_path::HitPath> {

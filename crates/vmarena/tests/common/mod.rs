@@ -58,3 +58,25 @@ pub fn shared_libraries(more: &[&str]) -> std::path::PathBuf {
     assert!(dir.join("libvmarena.so").exists(), "libvmarena.so not built in {}", dir.display());
     dir
 }
+
+/// Compile `tests/c/NAME.c` with `-Wall -Wextra -Werror -O1 -pthread` against `include/`, linked
+/// with the `libvmarena.so` of [`shared_libraries`]; the program's path and that folder.
+pub fn build_linked(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let libdir = shared_libraries(&[]);
+    let bin = out_dir.join(format!("vmarena_{name}"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = std::process::Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(root().join(format!("crates/vmarena/tests/c/{name}.c")))
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg("-L")
+        .arg(&libdir)
+        .arg("-lvmarena")
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(status.success(), "compiling {name}.c failed");
+    (bin, libdir)
+}
