@@ -22,7 +22,7 @@ impl OptionValue for ReleaseAdvice {
 options_table! {
     /// How a [`VmSpace`](crate::VmSpace) is built. The default space reads the environment.
     pub struct SpaceOptions {
-        /// Size of the reservation (one mapping; page moves split it until their ranges are free again).
+        /// Size of the reservation: address space, inaccessible until the space commits it in steps as it grows (the default space: 1 TiB fitted to RLIMIT_AS, halved while refused; set, exactly this).
         space_bytes: u64 = 64 << 30, "bytes", "VMARENA_SPACE_BYTES";
         /// Guard pages after each area (the kernel uses one).
         guard_pages: u64 = 1, "pages", "VMARENA_GUARD_PAGES";
