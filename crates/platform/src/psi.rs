@@ -2,7 +2,8 @@
 //!
 //! A `memory.pressure` file reads `some avg10=.. avg60=.. avg300=.. total=<us>` (and a `full`
 //! line): `total` is the time, in microseconds, during which at least one task stalled on
-//! memory. [`PsiStall`] keeps that file open and reads the total on demand; a caller that
+//! memory. [`PsiStall`] names that file and reads the total on demand, opening and closing it
+//! each time (no descriptor of vmarena's stays in the program's table between reads); a caller that
 //! samples it once a window and compares the growth with a stall budget sees what a PSI trigger
 //! (`some <stall_us> <window_us>`) would report, at window boundaries. Where the process sits
 //! in a cgroup v2 group, that group's file is used, so a container's memory limit counts;
@@ -19,14 +20,14 @@
 //! file can be read, [`PsiStall::open`] says why, and the caller falls back to explicit
 //! pressure calls.
 
-use std::fs::OpenOptions;
-use std::os::fd::IntoRawFd;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-/// An open `memory.pressure` file whose "some" stall total can be read.
+/// A `memory.pressure` file whose "some" stall total can be read.
 pub struct PsiStall {
-    fd: crate::kept_fd::KeptFd,
     path: PathBuf,
+    c_path: CString,
 }
 
 /// The `memory.pressure` files to try, best first.
@@ -56,17 +57,10 @@ impl PsiStall {
     pub fn open() -> Result<PsiStall, String> {
         let mut why = Vec::new();
         for path in candidates() {
-            // Close-on-exec (std's default), then moved out of the program's way (`kept_fd`).
-            let f = match OpenOptions::new().read(true).open(&path) {
-                Ok(f) => f,
-                Err(e) => {
-                    why.push(format!("{}: {e}", path.display()));
-                    continue;
-                }
+            let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+                continue;
             };
-            let fd = crate::kept_fd::KeptFd::adopt(f.into_raw_fd())
-                .map_err(|e| format!("{}: keeping the descriptor: {e}", path.display()))?;
-            let s = PsiStall { fd, path };
+            let s = PsiStall { path, c_path };
             match s.some_total_us() {
                 Ok(_) => return Ok(s),
                 Err(e) => why.push(e),
@@ -82,10 +76,14 @@ impl PsiStall {
 
     /// Microseconds during which some task stalled on memory, since boot (or since the group
     /// was made). An error means the file is gone or no longer reads as expected (for
-    /// example, its cgroup was removed, or the program closed the descriptor).
+    /// example, its cgroup was removed). The file is opened (close-on-exec), read and closed:
+    /// the descriptor lives for this call only.
     pub fn some_total_us(&self) -> Result<u64, String> {
-        let gone = || format!("{}: the descriptor was closed by the program", self.path.display());
-        let fd = self.fd.get().ok_or_else(gone)?;
+        // SAFETY: a NUL-terminated path; the descriptor is closed below, on every path.
+        let fd = unsafe { libc::open(self.c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("{}: {}", self.path.display(), std::io::Error::last_os_error()));
+        }
         let mut buf = [0u8; 256];
         let n = loop {
             // SAFETY: `buf` is valid for `buf.len()` bytes for the duration of the call.
@@ -95,13 +93,13 @@ impl PsiStall {
             }
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
+                // SAFETY: our own descriptor, opened above.
+                unsafe { libc::close(fd) };
                 return Err(format!("reading {}: {e}", self.path.display()));
             }
         };
-        // The number may have been reused by the program meanwhile: only our file counts.
-        if self.fd.get() != Some(fd) {
-            return Err(gone());
-        }
+        // SAFETY: our own descriptor, opened above.
+        unsafe { libc::close(fd) };
         let text = String::from_utf8_lossy(&buf[..n]);
         some_total(&text)
             .ok_or_else(|| format!("{}: no 'some ... total=' line in {text:?}", self.path.display()))

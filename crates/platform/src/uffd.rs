@@ -141,6 +141,48 @@ impl Uffd {
     }
 }
 
+/// A userfaultfd for one range, opened and registered over the whole range on first need
+/// ([`LazyUffd::get`]): a process that never moves a page holds no descriptor for it.
+///
+/// Fork: the cell is a [`ForkOnce`](crate::fork_once::ForkOnce), so a fork during the opening
+/// does not leave the child waiting; a child that finds the parent's descriptor gets nothing
+/// from it (see [`Uffd`]) and moves by `mremap`.
+pub struct LazyUffd {
+    base: usize,
+    len: usize,
+    cell: crate::fork_once::ForkOnce<Option<Uffd>>,
+}
+
+impl LazyUffd {
+    /// For `[base, base + len)`, a range of anonymous private memory the caller owns.
+    pub fn new(base: usize, len: usize) -> LazyUffd {
+        LazyUffd { base, len, cell: crate::fork_once::ForkOnce::new() }
+    }
+
+    /// The descriptor, opened and registered over the range on the first call; `None` where the
+    /// kernel has no `UFFDIO_MOVE`, refuses a userfaultfd or the registration (the answer of
+    /// the first call stays).
+    pub fn get(&self) -> Option<&Uffd> {
+        self.cell.get_or_init(|| Uffd::new().filter(|u| u.register(self.base, self.len))).as_ref()
+    }
+
+    /// The descriptor if it was opened already (never opens one).
+    pub fn opened(&self) -> Option<&Uffd> {
+        self.cell.get().and_then(|u| u.as_ref())
+    }
+}
+
+impl std::fmt::Debug for LazyUffd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.cell.get() {
+            None => "not opened",
+            Some(None) => "refused",
+            Some(Some(_)) => "opened",
+        };
+        write!(f, "LazyUffd({:#x}+{:#x}, {state})", self.base, self.len)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

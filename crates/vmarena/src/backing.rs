@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vmarena_core::Span;
 use vmarena_engine::{Backing, Moved};
-use vmarena_platform::uffd::Uffd;
+use vmarena_platform::uffd::LazyUffd;
 use vmarena_platform::{guard, page_move, release, Advice};
 
 /// The first part of a reservation committed, and the least a growth commits.
@@ -37,9 +37,9 @@ pub(crate) struct MemoryBacking {
     pub enforce_guards: bool,
     pub advice: Advice,
     pub guard_calls: Arc<AtomicU64>,
-    /// The userfaultfd the whole reservation is registered with, when moves may use it (shared
-    /// with the space, which registers what `vunmap` maps back).
-    pub uffd: Option<Arc<Uffd>>,
+    /// The userfaultfd the whole reservation is registered with, opened by the first move, when
+    /// moves may use it (shared with the space, which registers what `vunmap` maps back).
+    pub uffd: Option<Arc<LazyUffd>>,
 }
 
 impl MemoryBacking {
@@ -65,7 +65,7 @@ impl MemoryBacking {
     /// it, the rest by `mremap`. If the `mremap` is refused after part moved, that part is
     /// released, so that the target reads as zero as a refused move must leave it.
     fn move_one(&self, from: usize, to: usize, len: usize) -> Moved {
-        let done = self.uffd.as_ref().map_or(0, |u| u.move_pages(from, to, len));
+        let done = self.uffd.as_ref().and_then(|u| u.get()).map_or(0, |u| u.move_pages(from, to, len));
         if done == len {
             return Moved::InPlace;
         }
@@ -73,7 +73,7 @@ impl MemoryBacking {
             return Moved::Remapped;
         }
         // The refused mremap mapped the target afresh: register it again.
-        if let Some(u) = &self.uffd {
+        if let Some(u) = self.uffd.as_ref().and_then(|u| u.opened()) {
             u.register(to + done, len - done);
         }
         if done > 0 {
@@ -155,7 +155,7 @@ impl Backing for MemoryBacking {
     fn heal(&self, spans: &[Span]) -> usize {
         let bytes = self.byte_ranges(spans);
         let mut calls = page_move::remap_fresh(&bytes, self.huge());
-        if let Some(u) = &self.uffd {
+        if let Some(u) = self.uffd.as_ref().and_then(|u| u.opened()) {
             // A fresh mapping is not registered: register it, so moves may land there again.
             for &(a, l) in &bytes {
                 u.register(a, l);

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use vmarena_engine::{
     AllocError, AllocRequest, AreaKind, AreaTag, Arena, ArenaOptions, ArenaStats, FreeError, LockStats,
 };
-use vmarena_platform::uffd::Uffd;
+use vmarena_platform::uffd::LazyUffd;
 use vmarena_platform::{guard, reentry, Reservation};
 
 /// A space's own mutexes (vmap blocks, the frame map, a frames-backed space's block map), for
@@ -67,7 +67,7 @@ pub struct VmSpace {
     guards_enforced: bool,
     huge_pages: bool,
     /// The userfaultfd the reservation is registered with for moves (see `backing.rs`).
-    uffd: Option<Arc<Uffd>>,
+    uffd: Option<Arc<LazyUffd>>,
     opts: SpaceOptions,
     memsets: AtomicU64,
     guard_calls: Arc<AtomicU64>,
@@ -178,8 +178,9 @@ impl VmSpace {
         let huge_pages = opts.huge_pages && guards_enforced && pool.is_none() && reservation.advise_huge();
         // Only Nodes moves pages, and only in memory spaces (not frames-backed ones).
         let moves = arena_opts.moves_pages();
+        // Opened on the first move only: a process that never moves holds no descriptor.
         let uffd = if opts.uffd_moves && moves && pool.is_none() {
-            Uffd::new().filter(|u| u.register(reservation.base(), reservation.len_bytes())).map(Arc::new)
+            Some(Arc::new(LazyUffd::new(reservation.base(), reservation.len_bytes())))
         } else {
             None
         };
@@ -285,7 +286,7 @@ impl VmSpace {
     /// after a fresh mapping replaced it, so that it merges with the reservation and moves may
     /// land there.
     pub(crate) fn reregister(&self, addr: usize, len: usize) {
-        if let Some(u) = &self.uffd {
+        if let Some(u) = self.uffd.as_ref().and_then(|u| u.opened()) {
             u.register(addr, len);
         }
     }

@@ -10,12 +10,15 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 mod common;
 
-/// The program, and the folder of the `libvmarena.so` it is linked with.
+/// The program, and the folder of the `libvmarena.so` it is linked with: built once, before
+/// any test runs it (a build while another test executes the file fails that one's start).
 fn program() -> (PathBuf, PathBuf) {
-    common::build_linked("limits_test")
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| common::build_linked("limits_test")).clone()
 }
 
 /// `limits_test ARGS` with the soft and hard RLIMIT_AS at `limit_bytes` (none: as inherited).
