@@ -13,6 +13,7 @@
 //! | `free`, `malloc_usable_size` | the address lies in the default space | the next allocator |
 //! | `realloc` | by address, then by the new size (blocks move across when they cross the threshold) | the next allocator |
 //! | `mallopt` | never (passed on; setting a threshold ends [`glibc_thresholds`]) | the next allocator |
+//! | `mallinfo2`, `mallinfo`, `malloc_stats`, `malloc_info`, `malloc_trim` | the next allocator's answer plus the default space's ([`introspection`]) | the next allocator |
 //! | C++ `operator new` (every form) | as `malloc` | the next definition of the same form ([`cpp_operators`]) |
 //! | C++ `operator delete` (every form) | as `free` | the next definition of the same form |
 //!
@@ -56,6 +57,7 @@ pub mod cpp_operators;
 pub mod glibc_thresholds;
 pub mod glibc_trim;
 pub mod interpose;
+pub mod introspection;
 pub mod next;
 pub mod stats;
 

@@ -311,3 +311,15 @@ print(sorted(int(f) for f in os.listdir('/proc/self/fd')))
         .max();
     assert!(served >= Some(64), "vmarena served {served:?} blocks:\n{stats}");
 }
+
+/// Under the shim, malloc's introspection sees vmarena's blocks (`mallinfo2`, `mallinfo`,
+/// `malloc_info`, `malloc_stats`) and `malloc_trim` gives vmarena's cached memory back. Before,
+/// `mallinfo2()` reported `hblkhd` 0 with a 1 MiB block live, and `malloc_trim(0)` left
+/// vmarena's cache alone.
+#[test]
+fn mallocs_introspection_sees_vmarenas_blocks() {
+    let out = case("introspection", &[], &[]);
+    assert_case_ok(&out, "introspection");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("vmarena (LD_PRELOAD shim):") && stderr.contains("in use bytes"), "{stderr}");
+}

@@ -1,7 +1,7 @@
 /* The preload shim from C: run under LD_PRELOAD=libvmarena_preload.so (crates/preload/tests/shim.rs).
  *
  * Usage: shim_test <case>, cases: routing, threshold, fork, threads, dlopen, early,
- * glibc_thresholds, glibc_trim, membarrier, foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
+ * glibc_thresholds, glibc_trim, membarrier, introspection, foreign_free, double_free. Prints "ok <case>" and exits 0 when every check passed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -331,6 +331,41 @@ static void membarrier_case(void) {
     free(p);
 }
 
+/* mallinfo2, mallinfo, malloc_info and malloc_stats count vmarena's blocks; malloc_trim gives
+ * its cached memory back. */
+static void introspection_case(void) {
+    struct mallinfo2 before = mallinfo2();
+    char *big = malloc(1 << 20);
+    CHECK(big && is_vm(big));
+    if (big) memset(big, 7, 1 << 20);
+    struct mallinfo2 live = mallinfo2();
+    CHECK(live.hblks >= before.hblks + 1);
+    CHECK(live.hblkhd >= before.hblkhd + (1 << 20));
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    struct mallinfo old_style = mallinfo(); /* deprecated in glibc, still called by programs */
+#pragma GCC diagnostic pop
+    CHECK(old_style.hblkhd >= (1 << 20));
+    char *xml = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&xml, &len);
+    CHECK(f && malloc_info(0, f) == 0);
+    if (f) fclose(f);
+    CHECK(xml && strstr(xml, "<vmarena areas=\"") != NULL);
+    CHECK(xml && strstr(xml, "<vmarena") < strstr(xml, "</malloc>"));
+    CHECK(xml && strstr(xml, "</malloc>") == strrchr(xml, '<'));
+    free(xml);
+    CHECK(malloc_info(1, stdout) == -1 && errno == EINVAL);
+    malloc_stats();
+    free(big);
+    struct mallinfo2 freed = mallinfo2();
+    CHECK(freed.hblkhd + (1 << 20) <= live.hblkhd);
+    CHECK(freed.fordblks >= (1 << 20)); /* the freed area stays resident, cached */
+    CHECK(malloc_trim(0) == 1);
+    struct mallinfo2 trimmed = mallinfo2();
+    CHECK(trimmed.fordblks + (1 << 20) <= freed.fordblks);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: shim_test <case> [lib]\n"); return 2; }
     vm_size = (size_fn)dlsym(RTLD_DEFAULT, "vmarena_size");
@@ -343,6 +378,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "fork")) fork_case(thr);
     else if (!strcmp(c, "dlopen")) dlopen_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "membarrier")) membarrier_case();
+    else if (!strcmp(c, "introspection")) introspection_case();
     else if (!strcmp(c, "glibc_trim")) glibc_trim_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "glibc_thresholds")) glibc_thresholds_case(thr, argc > 2 ? argv[2] : "");
     else if (!strcmp(c, "foreign_free")) {
