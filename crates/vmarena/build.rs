@@ -9,12 +9,19 @@
 //! same links in an installation). The folder is found from `OUT_DIR`
 //! (`<target>/<profile>/build/<package>-<hash>/out`); where it does not have that shape, no
 //! link is made.
+//!
+//! The library is marked not to be unloaded (`-z nodelete`): `dlclose` leaves it mapped. Its
+//! helper threads (the purge worker, the pressure monitor) run its code for the rest of the
+//! process, and glibc keeps a closed library mapped only for threads that registered a
+//! thread-local destructor in it, which a helper does only once it has run; a `dlclose` before
+//! then unmapped the code under them (`tests/c/dlclose_test.c`).
 
 use std::path::Path;
 
 fn main() {
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_else(|_| "0".into());
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvmarena.so.{major}");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     let Ok(out) = std::env::var("OUT_DIR") else { return };
     let Some(profile_dir) = Path::new(&out).ancestors().nth(3) else { return };
     if profile_dir.join("build").is_dir() {

@@ -89,3 +89,30 @@ fn a_program_that_loads_the_library_with_dlopen_uses_it_from_every_thread() {
     assert!(out.status.success(), "C test failed: {out:?}");
     assert!(stdout.contains(" 0 mismatches"), "{stdout}");
 }
+
+/// `libvmarena.so` and the shim, each loaded with `dlopen`, used from two threads that exit,
+/// and closed with `dlclose` before vmarena's helper threads have run (`tests/c/dlclose_test.c`
+/// holds them back with real-time priorities where the process may use them): the program goes
+/// on. Both libraries are marked not to be unloaded; without the mark the closed library was
+/// unmapped under its helpers, and the program died of SIGSEGV every time.
+#[test]
+fn a_library_closed_before_its_helper_threads_ran_stays_mapped() {
+    let root = common::root();
+    let libdir = common::shared_libraries(&["vmarena-preload"]);
+    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vmarena_dlclose_test");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(root.join("crates/vmarena/tests/c/dlclose_test.c"))
+        .arg("-ldl")
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(status.success(), "compiling the C test failed");
+    for lib in ["libvmarena.so", "libvmarena_preload.so"] {
+        let out = Command::new(&bin).arg(libdir.join(lib)).env("VMARENA_SPACE_BYTES", "4G").output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{lib}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("dlclose ok"), "{lib}: {out:?}");
+    }
+}
