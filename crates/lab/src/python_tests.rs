@@ -19,11 +19,13 @@ use std::process::Command;
 use std::time::Instant;
 
 /// The default selection: container, buffer, compression, serialisation and I/O tests, whose
-/// objects span the shim's threshold.
+/// objects span the shim's threshold; and the process tests (`test_subprocess`, `test_os`,
+/// `test_posix`, `test_signal`), which list and pass descriptors, fork, exec and send signals,
+/// where a library inside the process shows itself.
 const MEMORY_HEAVY: &str = "test_bytes,test_bigmem,test_array,test_list,test_dict,test_set,test_deque,\
 test_memoryview,test_mmap,test_zlib,test_lzma,test_bz2,test_hashlib,test_pickle,test_struct,test_re,\
 test_collections,test_gc,test_json,test_tuple,test_io,test_long,test_zipfile,test_tarfile,test_bufio,\
-test_sqlite3,test_marshal,test_itertools,test_decimal";
+test_sqlite3,test_marshal,test_itertools,test_decimal,test_subprocess,test_os,test_posix,test_signal";
 
 /// Options of `vmarena python-tests`.
 #[derive(clap::Args, Clone, Debug)]

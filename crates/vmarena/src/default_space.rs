@@ -27,7 +27,6 @@
 
 use crate::options::SpaceOptions;
 use crate::space::VmSpace;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use vmarena_engine::ArenaOptions;
 use vmarena_platform::fork_once::ForkOnce;
 use vmarena_platform::limits;
@@ -36,23 +35,22 @@ use vmarena_platform::limits;
 /// another one forked, and the child then builds its own (`crate::fork`).
 static DEFAULT: ForkOnce<Result<VmSpace, String>> = ForkOnce::new();
 
-/// The default space's reservation when the environment sets none: 1 TiB of address space,
-/// inaccessible until the space commits it as it grows (`backing.rs`), so that a process can
-/// hold hundreds of GiB through it. Smaller where the process may not map that much
-/// ([`fit_to_process`]).
-pub const DEFAULT_SPACE_BYTES: u64 = 1 << 40;
+pub use crate::options::DEFAULT_SPACE_BYTES;
 
 /// The smallest reservation the default space tries when the process refuses larger ones.
 pub const DEFAULT_SPACE_MIN_BYTES: u64 = 256 << 20;
 
 /// The default space, or the reason it could not be created (for example when the address
-/// space cannot be reserved). The first failure is reported on stderr once ([`report_once`]).
+/// space cannot be reserved). The first failure is reported on stderr once
+/// ([`crate::exhaustion::report_once`]).
 pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
         .get_or_init(|| {
             crate::fork::register();
             let _inside = vmarena_platform::reentry::enter();
-            build().inspect_err(|e| report_once(&format_args!("no default space: {e}")))
+            build()
+                .inspect(|s| s.report_exhaustion())
+                .inspect_err(|e| crate::exhaustion::report_once(&format_args!("no default space: {e}")))
         })
         .as_ref()
         .map_err(|e| e.as_str())
@@ -94,30 +92,6 @@ pub fn fit_to_process(bytes: u64) -> u64 {
     let page = vmarena_platform::page_size() as u64;
     let fitted = room / (page + 8) * page;
     bytes.min(fitted) & !((2 << 20) - 1)
-}
-
-/// Say once, on stderr, why the default space failed a request or could not be created, with
-/// the limits that decide its size and the settings that change them.
-pub fn report_once(why: &dyn std::fmt::Display) {
-    static REPORTED: AtomicBool = AtomicBool::new(false);
-    if REPORTED.swap(true, Relaxed) {
-        return;
-    }
-    let rlimit = match limits::address_space_limit() {
-        Some(b) => format!("{} MiB (ulimit -v)", b >> 20),
-        None => "unlimited".into(),
-    };
-    let mode = match limits::overcommit_mode() {
-        2 => "2 (strict: every committed byte is charged against the commit limit)",
-        1 => "1 (always)",
-        _ => "0 (heuristic)",
-    };
-    eprintln!(
-        "vmarena: {why}. The default space's size comes from VMARENA_SPACE_BYTES, else {} GiB fitted to \
-         the process; address-space limit (RLIMIT_AS): {rlimit}; vm.overcommit_memory: {mode}. \
-         Reported once.",
-        DEFAULT_SPACE_BYTES >> 30
-    );
 }
 
 /// Size pools of the default space: areas of up to 16 pages (64 KiB of 4 KiB pages).

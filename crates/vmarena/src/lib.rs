@@ -29,6 +29,7 @@ pub mod capi;
 mod default_space;
 mod deferred_free;
 mod error;
+mod exhaustion;
 pub mod fixed_pool;
 pub mod fork;
 mod frame_backing;

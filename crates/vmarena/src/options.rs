@@ -19,6 +19,12 @@ impl OptionValue for ReleaseAdvice {
     }
 }
 
+/// The default space's reservation when the environment sets none: 1 TiB of address space,
+/// inaccessible until the space commits it as it grows (`backing.rs`), so that a process can
+/// hold hundreds of GiB through it. Smaller where the process may not map that much
+/// (`default_space::fit_to_process`).
+pub const DEFAULT_SPACE_BYTES: u64 = 1 << 40;
+
 options_table! {
     /// How a [`VmSpace`](crate::VmSpace) is built. The default space reads the environment.
     pub struct SpaceOptions {

@@ -86,6 +86,8 @@ pub struct VmSpace {
     huge_refused: AtomicU64,
     hugetlb_mapped: AtomicU64,
     hugetlb_refused: AtomicU64,
+    /// The first failure for lack of room is reported on stderr (the default space).
+    reports_exhaustion: std::sync::atomic::AtomicBool,
 }
 
 /// Figures of a space: the arena's table plus the space's own.
@@ -259,6 +261,7 @@ impl VmSpace {
             huge_refused: AtomicU64::new(0),
             hugetlb_mapped: AtomicU64::new(0),
             hugetlb_refused: AtomicU64::new(0),
+            reports_exhaustion: Default::default(),
         })
     }
 
@@ -319,15 +322,19 @@ impl VmSpace {
     }
 
     /// The space's error for an allocation the arena refused; the default space's first
-    /// failure for lack of room is also reported on stderr (`default_space::report_once`).
+    /// failure for lack of room is also reported on stderr (`crate::exhaustion`).
     fn map_alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
         let e = self.alloc_error(e, bytes);
-        if matches!(e, VmError::NoSpace(_))
-            && crate::default_space::existing_default_space().is_some_and(|d| std::ptr::eq(d, self))
-        {
-            crate::default_space::report_once(&e);
+        if matches!(e, VmError::NoSpace(_)) && self.reports_exhaustion.load(Relaxed) {
+            crate::exhaustion::report_once(&e);
         }
         e
+    }
+
+    /// Report the first failure for lack of room on stderr (`crate::exhaustion`): the default
+    /// space asks for it, whose size the user did not choose.
+    pub(crate) fn report_exhaustion(&self) {
+        self.reports_exhaustion.store(true, Relaxed);
     }
 
     fn alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
