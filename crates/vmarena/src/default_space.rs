@@ -42,7 +42,7 @@ pub const DEFAULT_SPACE_MIN_BYTES: u64 = 256 << 20;
 
 /// The default space, or the reason it could not be created (for example when the address
 /// space cannot be reserved). The first failure is reported on stderr once
-/// ([`crate::exhaustion::report_once`]).
+/// (`exhaustion.rs`).
 pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
         .get_or_init(|| {
