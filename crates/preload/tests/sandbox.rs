@@ -32,6 +32,7 @@ const PROFILES: &[&[&str]] = &[
     &["--deny", "rseq"],
     &["--deny", "userfaultfd"],
     &["--deny", "process_madvise"],
+    &["--deny", "process-madvise-dontneed"],
     &["--deny", "madv-guard"],
     &["--deny", "mremap-dontunmap"],
     &["--deny", "memfd_create"],

@@ -65,6 +65,8 @@ const MADV_POPULATE_READ: u32 = 22;
 const MADV_POPULATE_WRITE: u32 = 23;
 const MADV_COLLAPSE: u32 = 25;
 const MREMAP_DONTUNMAP: u32 = 4;
+const MADV_DONTNEED: u32 = 4;
+const MADV_FREE: u32 = 8;
 const UFFD_USER_MODE_ONLY: u32 = 1;
 /// `UFFDIO_API` (`_IOWR(0xAA, 0x3F, struct uffdio_api)`): the handshake that asks for
 /// `UFFD_FEATURE_MOVE`, which kernels before 6.8 refuse with EINVAL.
@@ -87,6 +89,10 @@ fn feature(name: &str) -> Option<Vec<Rule>> {
         "uffd-user-mode" => vec![when(SYS_userfaultfd, 0, UFFD_USER_MODE_ONLY, UFFD_USER_MODE_ONLY, EINVAL)],
         "uffd-move" => vec![when(SYS_ioctl, 1, !0, UFFDIO_API, EINVAL)],
         "process_madvise" => vec![call(SYS_process_madvise, ENOSYS)],
+        "process-madvise-dontneed" => vec![
+            when(SYS_process_madvise, 3, !0, MADV_DONTNEED, EINVAL),
+            when(SYS_process_madvise, 3, !0, MADV_FREE, EINVAL),
+        ],
         "pidfd_open" => vec![call(SYS_pidfd_open, ENOSYS)],
         "madv-guard" => vec![
             when(SYS_madvise, 2, !0, MADV_GUARD_INSTALL, EINVAL),
@@ -112,6 +118,7 @@ const FEATURES: &[&str] = &[
     "uffd-user-mode",
     "uffd-move",
     "process_madvise",
+    "process-madvise-dontneed",
     "pidfd_open",
     "madv-guard",
     "madv-populate",
@@ -151,10 +158,10 @@ fn kernel(version: &str) -> Option<(i64, &'static [&'static str])> {
                 "mremap-dontunmap",
             ],
         ),
-        "5.10" => (441, &["uffd-user-mode", "uffd-move", "madv-guard", "madv-populate", "madv-collapse"]),
-        "5.15" => (449, &["uffd-move", "madv-guard", "madv-collapse"]),
-        "6.1" => (451, &["uffd-move", "madv-guard"]),
-        "6.8" => (462, &["madv-guard"]),
+        "5.10" => (441, &["uffd-user-mode", "uffd-move", "madv-guard", "madv-populate", "madv-collapse", "process-madvise-dontneed"]),
+        "5.15" => (449, &["uffd-move", "madv-guard", "madv-collapse", "process-madvise-dontneed"]),
+        "6.1" => (451, &["uffd-move", "madv-guard", "process-madvise-dontneed"]),
+        "6.8" => (462, &["madv-guard", "process-madvise-dontneed"]),
         _ => return None,
     })
 }
@@ -263,6 +270,7 @@ usage: vmarena-sandbox [--kernel VERSION] [--docker] [--deny FEATURE]... -- PROG
   --deny FEATURE    refuse one feature; FEATURE is one of:
                     membarrier (ENOSYS), membarrier-rseq (the rseq commands: EINVAL),
                     rseq, userfaultfd, process_madvise, pidfd_open, memfd_create (ENOSYS),
+                    process-madvise-dontneed (its MADV_DONTNEED and MADV_FREE: EINVAL),
                     uffd-user-mode (userfaultfd's UFFD_USER_MODE_ONLY flag: EINVAL),
                     uffd-move (the UFFDIO_API handshake: EINVAL), madv-guard,
                     madv-populate, madv-collapse (those madvise advices: EINVAL),
