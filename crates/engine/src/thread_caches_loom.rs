@@ -61,6 +61,9 @@ impl ThreadCaches {
     pub(crate) fn free_after_claim<A: CacheOwner>(&self, _: &Arc<A>, _: u64) -> FreeFast {
         FreeFast::Untracked
     }
+    pub(crate) fn commit(&self, _: u64) -> bool {
+        true
+    }
     pub(crate) fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
         None
     }

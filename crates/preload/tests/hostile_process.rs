@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{compile, shim, vmarena_link_flags, PROGRAM_FLAGS};
+use common::{compile, run_limited, shim, vmarena_link_flags, PROGRAM_FLAGS};
 
 fn hostile_bin() -> &'static Path {
     static B: OnceLock<PathBuf> = OnceLock::new();
@@ -26,27 +26,6 @@ fn hostile_bin() -> &'static Path {
             .collect();
         compile("hostile.c", "hostile", &flags)
     })
-}
-
-/// Run `cmd` with a watchdog of `limit`: a hang is a failure, not a stuck test run.
-fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        if rx.recv_timeout(limit).is_err() {
-            // SAFETY: kill(2) with a pid of our own child that has not been waited for yet.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            return true;
-        }
-        false
-    });
-    let out = child.wait_with_output().expect("wait");
-    let _ = tx.send(());
-    let killed = watchdog.join().unwrap();
-    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!killed, "{cmd:?} still ran after {limit:?}: killed");
-    out
 }
 
 /// `hostile CASE ARGS`, on its own (`preload` false) or under the shim.

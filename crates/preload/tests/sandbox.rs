@@ -11,12 +11,14 @@
 //! Each program runs under a watchdog: a hang fails the test instead of stalling the run.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{cargo_build, compile, compile_path, root, shim, vmarena_link_flags, PROGRAM_FLAGS};
+use common::{
+    cargo_build, compile, compile_path, root, run_limited, shim, vmarena_link_flags, PROGRAM_FLAGS,
+};
 
 /// The profiles, as `vmarena-sandbox` arguments.
 const PROFILES: &[&[&str]] = &[
@@ -84,25 +86,7 @@ fn run(profile: &[&str], env: &[(&str, &str)], program: &Path, args: &[&str]) ->
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the sandbox starts");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let limit = Duration::from_secs(120);
-    let watchdog = std::thread::spawn(move || {
-        if rx.recv_timeout(limit).is_err() {
-            // SAFETY: kill(2) with a pid of our own child that has not been waited for yet.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            return true;
-        }
-        false
-    });
-    let out = child.wait_with_output().expect("wait");
-    let _ = tx.send(());
-    assert!(
-        !watchdog.join().unwrap(),
-        "{profile:?} {program:?} {args:?}: still running after {limit:?}, killed"
-    );
-    out
+    run_limited(&mut cmd, Duration::from_secs(120))
 }
 
 fn check(profile: &[&str], what: &str, out: &Output, must_contain: &str) {

@@ -61,24 +61,28 @@ fn frame_stats_struct_matches_the_statistics_table() {
     assert_eq!(names, table);
 }
 
+/// Compile `tests/c/NAME.c`, a program that loads the library itself (`dlopen`, not linked).
+fn build_loader(name: &str) -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vmarena_{name}"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(common::root().join(format!("crates/vmarena/tests/c/{name}.c")))
+        .arg("-ldl")
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(status.success(), "compiling {name}.c failed");
+    bin
+}
+
 /// `libvmarena.so` loaded with `dlopen` after the program started threads (its fast paths keep
 /// their per-thread state in static TLS, which a library loaded at run time must still get):
 /// three threads allocate, fill, check and free, and a double free is still refused.
 #[test]
 fn a_program_that_loads_the_library_with_dlopen_uses_it_from_every_thread() {
-    let root = common::root();
-    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let libdir = common::shared_libraries(&[]);
-    let bin = out_dir.join("vmarena_dlopen_test");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(root.join("crates/vmarena/tests/c/dlopen_test.c"))
-        .arg("-ldl")
-        .status()
-        .expect("a C compiler (cc) is needed for this test");
-    assert!(status.success(), "compiling the C test failed");
+    let bin = build_loader("dlopen_test");
     let out = Command::new(&bin)
         .arg(libdir.join("libvmarena.so"))
         .env("VMARENA_SPACE_BYTES", "4G")
@@ -97,18 +101,8 @@ fn a_program_that_loads_the_library_with_dlopen_uses_it_from_every_thread() {
 /// unmapped under its helpers, and the program died of SIGSEGV every time.
 #[test]
 fn a_library_closed_before_its_helper_threads_ran_stays_mapped() {
-    let root = common::root();
     let libdir = common::shared_libraries(&["vmarena-preload"]);
-    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vmarena_dlclose_test");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(root.join("crates/vmarena/tests/c/dlclose_test.c"))
-        .arg("-ldl")
-        .status()
-        .expect("a C compiler (cc) is needed for this test");
-    assert!(status.success(), "compiling the C test failed");
+    let bin = build_loader("dlclose_test");
     for lib in ["libvmarena.so", "libvmarena_preload.so"] {
         let out = Command::new(&bin).arg(libdir.join(lib)).env("VMARENA_SPACE_BYTES", "4G").output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -158,7 +158,17 @@ fn kernel(version: &str) -> Option<(i64, &'static [&'static str])> {
                 "mremap-dontunmap",
             ],
         ),
-        "5.10" => (441, &["uffd-user-mode", "uffd-move", "madv-guard", "madv-populate", "madv-collapse", "process-madvise-dontneed"]),
+        "5.10" => (
+            441,
+            &[
+                "uffd-user-mode",
+                "uffd-move",
+                "madv-guard",
+                "madv-populate",
+                "madv-collapse",
+                "process-madvise-dontneed",
+            ],
+        ),
         "5.15" => (449, &["uffd-move", "madv-guard", "madv-collapse", "process-madvise-dontneed"]),
         "6.1" => (451, &["uffd-move", "madv-guard", "process-madvise-dontneed"]),
         "6.8" => (462, &["madv-guard", "process-madvise-dontneed"]),

@@ -3,8 +3,9 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -83,4 +84,25 @@ pub fn vmarena_link_flags() -> Vec<String> {
         format!("-Wl,--disable-new-dtags,-rpath,{}", lib_dir.display()),
         "-lvmarena".into(),
     ]
+}
+
+/// Run `cmd` with a watchdog of `limit`: a hang is a failure, not a stuck test run.
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if rx.recv_timeout(limit).is_err() {
+            // SAFETY: kill(2) with a pid of our own child that has not been waited for yet.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            return true;
+        }
+        false
+    });
+    let out = child.wait_with_output().expect("wait");
+    let _ = tx.send(());
+    let killed = watchdog.join().unwrap();
+    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!killed, "{cmd:?} still ran after {limit:?}: killed");
+    out
 }
