@@ -10,7 +10,8 @@
 //!   free again;
 //! - `grow` when the arena's usable part is full and a request needs more (step Grow): a
 //!   backing that makes its range usable in steps ([`Backing::grow_step_pages`]) commits the
-//!   next step; the arena starts with one step and grows while the backing agrees.
+//!   next step; the arena starts with one step and grows while the backing agrees; `shrink`
+//!   gives the free top back after a full purge.
 //!
 //! An arena over a plain integer range (an id space, a device heap) uses [`NoBacking`].
 
@@ -66,6 +67,12 @@ pub trait Backing: Send + Sync + 'static {
     /// refused (a commit limit): the arena then serves from what it has.
     fn grow(&self, _start: u64, _pages: u64) -> bool {
         true
+    }
+    /// Undo [`Backing::grow`] for `[start, start + pages)`, free space at the top of the usable
+    /// part (no guard, no data): a memory space gives its commit back. False when refused
+    /// (the arena keeps the range usable).
+    fn shrink(&self, _start: u64, _pages: u64) -> bool {
+        false
     }
 }
 

@@ -103,6 +103,10 @@ stats_table! {
         grows, "grows";
         /// Pages those growths added.
         grown_pages, "pages";
+        /// Times a full purge gave the free top of the usable part back to the backing.
+        shrinks, "shrinks";
+        /// Pages those gave back.
+        shrunk_pages, "pages";
         /// Frees refused: not the start of a live area.
         bad_frees, "frees";
     }

@@ -1039,11 +1039,13 @@ fn a_large_alignment_reclaims_only_the_areas_over_its_starts() {
     a.check().unwrap();
 }
 
-/// A backing that makes its range usable in steps of 64 pages and refuses past `limit` pages.
+/// A backing that makes its range usable in steps of 64 pages, refuses past `limit` pages,
+/// and takes back the top when asked. `events` records each `(start, pages, grew)`.
 struct GrowBacking {
     lo: u64,
     limit: u64,
-    grown: Arc<Mutex<Vec<(u64, u64)>>>,
+    usable_end: Arc<Mutex<u64>>,
+    events: Arc<Mutex<Vec<(u64, u64, bool)>>>,
 }
 impl Backing for GrowBacking {
     fn prepare(&self, _: u64, _: u64) {}
@@ -1060,42 +1062,49 @@ impl Backing for GrowBacking {
         Some(64)
     }
     fn grow(&self, start: u64, pages: u64) -> bool {
-        let mut g = self.grown.lock().unwrap();
-        let usable = g.last().map_or(self.lo, |&(s, p)| s + p);
-        assert_eq!(start, usable, "growth starts where the usable part ends");
+        let mut end = self.usable_end.lock().unwrap();
+        assert_eq!(start, *end, "growth starts where the usable part ends");
         if start + pages - self.lo > self.limit {
             return false;
         }
-        g.push((start, pages));
+        *end = start + pages;
+        self.events.lock().unwrap().push((start, pages, true));
+        true
+    }
+    fn shrink(&self, start: u64, pages: u64) -> bool {
+        let mut end = self.usable_end.lock().unwrap();
+        assert_eq!(start + pages, *end, "what goes back is the top of the usable part");
+        *end = start;
+        self.events.lock().unwrap().push((start, pages, false));
         true
     }
 }
 
 /// Step Grow: an arena over 4,096 pages whose backing commits in steps starts with one step,
 /// grows only when a request finds no room (never past what the backing agrees to), hands out
-/// only pages it grew, and fails cleanly at the backing's limit; `check` holds throughout.
+/// only pages it grew, and fails cleanly at the backing's limit; once everything is freed, the
+/// shrinker gives back all but the first step, and the arena grows again on demand. `check`
+/// holds throughout.
 #[test]
 fn an_arena_grows_in_the_backings_steps_and_stops_where_it_refuses() {
     for s in Strategy::ALL {
-        let grown = Arc::new(Mutex::new(Vec::new()));
-        let b = GrowBacking { lo: 4096, limit: 1000, grown: grown.clone() };
+        let usable_end = Arc::new(Mutex::new(4096));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let b = GrowBacking { lo: 4096, limit: 1000, usable_end: usable_end.clone(), events: events.clone() };
         let a = Arena::new(format!("grow-{s}"), 4096, 8192, opts(s), Box::new(b)).unwrap();
-        assert_eq!(*grown.lock().unwrap(), vec![(4096, 64)], "{s}: one step at the start");
-        let usable = |g: &Vec<(u64, u64)>| g.last().map_or(4096, |&(s, p)| s + p);
+        assert_eq!(*events.lock().unwrap(), vec![(4096, 64, true)], "{s}: one step at the start");
+        let usable = || *usable_end.lock().unwrap();
         let mut live = Vec::new();
         for i in 0..200u64 {
             let pages = 1 + i % 9;
             match a.alloc(&AllocRequest::pages(pages)) {
                 Ok(x) => {
-                    assert!(
-                        x.start + x.pages <= usable(&grown.lock().unwrap()),
-                        "{s}: an area past the usable part"
-                    );
+                    assert!(x.start + x.pages <= usable(), "{s}: an area past the usable part");
                     live.push(x);
                 }
                 Err(e) => {
                     assert!(matches!(e, AllocError::NoSpace { .. }), "{s}: {e}");
-                    let end = usable(&grown.lock().unwrap());
+                    let end = usable();
                     assert!(end - 4096 <= 1000, "{s}: grew past the backing's limit");
                     let live_pages: u64 = live.iter().map(|x| x.pages).sum();
                     assert!(
@@ -1109,18 +1118,23 @@ fn an_arena_grows_in_the_backings_steps_and_stops_where_it_refuses() {
             a.check().unwrap();
         }
         let st = a.stats();
-        let steps = grown.lock().unwrap().len() as u64;
+        let steps = events.lock().unwrap().len() as u64;
         assert!(steps >= 3, "{s}: {steps} growths");
         assert_eq!(st.grows, steps - 1, "{s}: the first step is not a growth");
-        assert_eq!(st.grown_pages + 64, usable(&grown.lock().unwrap()) - 4096, "{s}");
+        assert_eq!(st.grown_pages + 64, usable() - 4096, "{s}");
+        let grown = usable();
         for x in &live {
             a.free(x.start).unwrap();
         }
-        a.purge();
+        a.shrink();
         a.check().unwrap();
-        // Everything freed and purged: the usable part is one free range again.
-        let all = usable(&grown.lock().unwrap()) - 4096;
-        let again = a.alloc(&AllocRequest::pages(all)).unwrap();
+        assert_eq!(usable(), 4096 + 64, "{s}: all but the first step given back");
+        assert_eq!(events.lock().unwrap().last(), Some(&(4096 + 64, grown - 4096 - 64, false)), "{s}");
+        assert_eq!((a.stats().shrinks, a.stats().shrunk_pages), (1, grown - 4096 - 64), "{s}");
+        // Growing again on demand: the whole former usable part in one area.
+        let again = a.alloc(&AllocRequest::pages(grown - 4096)).unwrap();
         assert_eq!(again.start, 4096, "{s}");
+        assert!(usable() >= grown, "{s}");
+        a.check().unwrap();
     }
 }

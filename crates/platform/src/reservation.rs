@@ -60,6 +60,34 @@ impl Reservation {
         Ok(())
     }
 
+    /// Give `[base + offset, base + offset + len)` (page-aligned, inside, holding nothing the
+    /// owner still needs) back: a fresh inaccessible mapping replaces it in one call
+    /// (`mmap(MAP_FIXED)`, so no other mapping can land there meanwhile), which ends its
+    /// charge under strict overcommit (an `mprotect` to no access keeps the charge of a range
+    /// that was ever written) and drops its pages. [`Reservation::commit`] makes it usable again.
+    pub fn decommit(&self, offset: usize, len: usize) -> io::Result<()> {
+        let page = crate::page_size();
+        if (offset | len) & (page - 1) != 0 || offset.checked_add(len).is_none_or(|e| e > self.len_bytes) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the range lies inside this reservation and holds nothing its owner needs;
+        // MAP_FIXED replaces it atomically with a fresh anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                (self.base + offset) as *mut libc::c_void,
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn map(len_bytes: usize, align_bytes: usize, prot: libc::c_int) -> io::Result<Self> {
         let page = crate::page_size();
         if len_bytes == 0 || !align_bytes.is_power_of_two() {
@@ -164,6 +192,15 @@ mod tests {
         // SAFETY: committed above.
         unsafe { *(r.base() as *mut u8).add(11 * page) = 9 };
         assert_eq!(crate::process::resident_bytes(r.base(), r.len_bytes()), page as u64);
+        r.decommit(8 * page, 4 * page).unwrap();
+        assert_eq!(
+            crate::process::resident_bytes(r.base(), r.len_bytes()),
+            0,
+            "the written page went with it"
+        );
+        r.commit(8 * page, 4 * page).unwrap();
+        // SAFETY: committed again; a fresh page reads zero.
+        assert_eq!(unsafe { *(r.base() as *const u8).add(11 * page) }, 0);
         assert!(r.commit(page / 2, page).is_err(), "unaligned");
         assert!(r.commit(60 * page, 8 * page).is_err(), "past the end");
     }

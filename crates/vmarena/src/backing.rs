@@ -15,7 +15,9 @@
 //! as the arena's usable part grows (`grow`, the engine's step Grow): [`COMMIT_STEP_BYTES`]
 //! at first, then at least half of what is committed, so that the space stays a handful of
 //! mappings and strict overcommit charges about what the program has used, not the whole
-//! reservation.
+//! reservation. After a full purge (the shrinker, a low-memory event), free space at the top
+//! of the committed part beyond one step goes back (`shrink`: a fresh inaccessible mapping
+//! over it, which ends its commit charge and drops its pages).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -100,7 +102,24 @@ impl Backing for MemoryBacking {
     }
 
     fn grow(&self, start: u64, pages: u64) -> bool {
-        self.commit(start, pages)
+        if !self.commit(start, pages) {
+            return false;
+        }
+        // A range given back by `shrink` is a fresh mapping: it needs the reservation's huge
+        // page advice and userfaultfd registration again (both no-ops where they hold).
+        let (addr, len) = (start as usize * self.page_bytes, pages as usize * self.page_bytes);
+        if self.huge() {
+            release::advise(&[(addr, len)], libc::MADV_HUGEPAGE);
+        }
+        if let Some(u) = self.uffd.as_ref().and_then(|u| u.opened()) {
+            u.register(addr, len);
+        }
+        true
+    }
+
+    fn shrink(&self, start: u64, pages: u64) -> bool {
+        let offset = (start as usize * self.page_bytes).wrapping_sub(self.reservation.base());
+        self.reservation.decommit(offset, pages as usize * self.page_bytes).is_ok()
     }
 
     fn prepare(&self, start: u64, pages: u64) {

@@ -130,4 +130,8 @@ impl Backing for SharedFrameBacking {
     fn grow(&self, start: u64, pages: u64) -> bool {
         self.0.memory.grow(start, pages)
     }
+
+    fn shrink(&self, start: u64, pages: u64) -> bool {
+        self.0.memory.shrink(start, pages)
+    }
 }

@@ -68,4 +68,14 @@ fn the_abi_works_under_strict_overcommit_and_says_when_the_commit_limit_is_reach
     let stderr = String::from_utf8_lossy(&big.stderr);
     assert_eq!(stderr.matches("vmarena: ").count(), 1, "{stderr}");
     assert!(stderr.contains("commit limit") && stderr.contains("vm.overcommit_memory: 2"), "{stderr}");
+    // Freed and given back by the low-memory event: the charge of the areas committed ends.
+    let field =
+        |k: &str| stdout.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<i64>().ok());
+    let held = field("big ENOMEM at ").unwrap();
+    let drop_kib = field("commit_drop_kib ").unwrap();
+    let area_kib: i64 = third_gib.parse::<i64>().unwrap() << 20;
+    assert!(
+        drop_kib >= held * area_kib / 2,
+        "commit fell by {drop_kib} KiB after {held} areas of {area_kib} KiB"
+    );
 }

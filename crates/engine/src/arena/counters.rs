@@ -52,4 +52,6 @@ counters!(
     heals,
     grows,
     grown_pages,
+    shrinks,
+    shrunk_pages,
 );

@@ -47,7 +47,11 @@ impl Shared {
         if at >= self.hi {
             return false;
         }
-        let need = r.size_pages.saturating_add(r.align_pages.saturating_sub(1));
+        // What `r` needs at its worst alignment, less the free pages already at the top, which
+        // the growth merges with.
+        let free_top = with_strategy!(&self.locks, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.free_around(at, at).0));
+        let need =
+            r.size_pages.saturating_add(r.align_pages.saturating_sub(1)).saturating_sub(free_top).max(1);
         let want = need.max(step).max((at - self.lo) / 2).div_ceil(step).saturating_mul(step);
         let mut end = at.saturating_add(want).min(self.hi);
         let grow = |end: u64| {
@@ -66,6 +70,44 @@ impl Shared {
         self.counters.grows.fetch_add(1, Relaxed);
         self.counters.grown_pages.fetch_add(end - at, Relaxed);
         true
+    }
+
+    /// The reverse of step Grow, after a full purge (under the purge mutex): where the free
+    /// range at the top of the usable part spans at least two growth steps, all of it but one
+    /// step (and never the first step of the range) is taken out of the free tree and given
+    /// back to the backing, and the usable part ends there. Returns the pages given back.
+    pub(crate) fn shrink_usable(&self) -> u64 {
+        let Some(step) = self.grow_step else {
+            return 0;
+        };
+        let top = self.grown_hi.load(Relaxed);
+        let site = &crate::site::PURGE_MERGE;
+        let free_top =
+            with_strategy!(&self.locks, s => s.with_free_tree(site, |t| t.free_around(top, top).0));
+        if free_top < 2 * step {
+            return 0;
+        }
+        // Keep one step free above the highest page in use, on a step boundary.
+        let used_end = top - free_top;
+        let new_top =
+            (self.lo + (used_end - self.lo + step).div_ceil(step) * step).clamp(self.lo + step, top);
+        if new_top >= top {
+            return 0;
+        }
+        let taken = with_strategy!(&self.locks, s => s.with_free_tree(site, |t| t.take(new_top, top)));
+        if taken.is_err() {
+            return 0;
+        }
+        if !self.backing.shrink(new_top, top - new_top) {
+            let back =
+                with_strategy!(&self.locks, s => s.with_free_tree(site, |t| t.insert_merge(new_top, top)));
+            debug_assert!(back.is_ok());
+            return 0;
+        }
+        self.grown_hi.store(new_top, Relaxed);
+        self.counters.shrinks.fetch_add(1, Relaxed);
+        self.counters.shrunk_pages.fetch_add(top - new_top, Relaxed);
+        top - new_top
     }
 
     /// One pass over the strategy's steps.

@@ -73,6 +73,11 @@ impl Shared {
             total.areas_to_tree += report.areas_to_tree;
             total.syscalls += report.syscalls;
             if got.is_some() || claim.is_none() || self.lazy_pages_exact() == 0 {
+                // The shrinker, a low-memory event or an explicit full purge (not a failed
+                // allocation's) also gives back the free top of a usable part that grew.
+                if kind == PurgeKind::Full && claim.is_none() && self.shrink_usable() > 0 {
+                    total.syscalls += 1;
+                }
                 return (total, got);
             }
         }

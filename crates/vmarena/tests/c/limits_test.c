@@ -5,7 +5,9 @@
  *                           where the kernel enforces guards (a child touches it), -EINVAL on a
  *                           double free and a foreign pointer, 64 areas live at once
  *   limits_test big N GIB   N live areas of GIB GiB each, first and last byte written; prints
- *                           "big ok" or "big ENOMEM at K" (errno ENOMEM) and exits 0 either way
+ *                           "big ok" or "big ENOMEM at K" (errno ENOMEM) and exits 0 either way;
+ *                           then frees them, raises a low-memory event (vmarena_pressure) and
+ *                           prints "commit_drop_kib D", the fall of the system's Committed_AS
  *
  * Prints "N passed, N failed" and exits non-zero on any failure. */
 #define _GNU_SOURCE
@@ -93,6 +95,17 @@ static int semantics(void) {
     return done();
 }
 
+/* The system's committed memory (/proc/meminfo's Committed_AS), in KiB; -1 if unreadable. */
+static long committed_kib(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Committed_AS: %ld kB", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}
+
 static int big(int n, size_t gib) {
     size_t bytes = gib << 30;
     char **p = calloc((size_t)n, sizeof *p);
@@ -110,10 +123,13 @@ static int big(int n, size_t gib) {
         p[k][bytes - 1] = (char)k;
     }
     if (k == n) printf("big ok\n");
+    long before = committed_kib();
     for (int i = 0; i < k; i++) {
         CHECK(p[i][0] == (char)i && p[i][bytes - 1] == (char)i);
         CHECK(vmarena_vfree(p[i]) == 0);
     }
+    vmarena_pressure();
+    printf("commit_drop_kib %ld\n", before - committed_kib());
     free(p);
     return done();
 }
