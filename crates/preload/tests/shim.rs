@@ -323,3 +323,31 @@ fn mallocs_introspection_sees_vmarenas_blocks() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("vmarena (LD_PRELOAD shim):") && stderr.contains("in use bytes"), "{stderr}");
 }
+
+/// Under an address-space limit (`ulimit -v` 1.5 GB) the default space takes a quarter of the
+/// room, and a block larger than it is served by the next allocator in the rest, with one line
+/// on stderr that says why (the shim's fallback); the program never sees a failure.
+#[test]
+fn under_an_address_space_limit_a_block_past_the_space_goes_to_the_next_allocator() {
+    use std::os::unix::process::CommandExt;
+    let script = "b = bytearray(900 << 20); b[-1] = 1; c = bytearray(1 << 20); print('ok', len(b) + len(c))";
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script]).env("LD_PRELOAD", shim()).env_remove("VMARENA_SPACE_BYTES");
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's limits.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = 1_500_000u64 << 10;
+            let r = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("python3 starts");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok 944766976"), "{out:?}");
+    assert_eq!(stderr.matches("vmarena: ").count(), 1, "one line says why:\n{stderr}");
+    assert!(stderr.contains("RLIMIT_AS"), "{stderr}");
+}

@@ -81,14 +81,21 @@ fn build() -> Result<VmSpace, String> {
     }
 }
 
-/// `bytes`, or less where `RLIMIT_AS` leaves less room: half of what the limit leaves above the
-/// process's mappings now, less the space's state table (a word per page), so that the program
-/// keeps the other half for its own mappings. Rounded down to 2 MiB.
+/// The share of what `RLIMIT_AS` leaves that the default space reserves: a quarter. The
+/// reservation counts against the limit whether or not it is used, and what vmarena cannot
+/// serve goes to the next allocator (under the shim) in what is left; a larger share would
+/// make a program fail under a limit that it meets with malloc alone.
+pub const RLIMIT_AS_SHARE_DIVISOR: u64 = 4;
+
+/// `bytes`, or less where `RLIMIT_AS` leaves less room: a quarter of what the limit leaves above
+/// the process's mappings now ([`RLIMIT_AS_SHARE_DIVISOR`]), less the space's state table (a
+/// word per page), so that the program keeps the rest for its own mappings. Rounded down to
+/// 2 MiB.
 pub fn fit_to_process(bytes: u64) -> u64 {
     let Some(limit) = limits::address_space_limit() else {
         return bytes;
     };
-    let room = limit.saturating_sub(limits::mapped_bytes()) / 2;
+    let room = limit.saturating_sub(limits::mapped_bytes()) / RLIMIT_AS_SHARE_DIVISOR;
     let page = vmarena_platform::page_size() as u64;
     let fitted = room / (page + 8) * page;
     bytes.min(fitted) & !((2 << 20) - 1)
