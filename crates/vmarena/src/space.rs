@@ -882,8 +882,8 @@ impl VmSpace {
         self.arena.shrink().pages_released
     }
 
-    /// Figures of the space. `resident` adds a `mincore` walk of the whole reservation
-    /// (milliseconds for the default 64 GiB).
+    /// Figures of the space. `resident` adds a `mincore` walk of the committed part of the
+    /// reservation, whose time grows with the committed size.
     pub fn stats(&self, resident: bool) -> SpaceStats {
         let _inside = reentry::enter();
         let mut s = SpaceStats {
@@ -907,9 +907,10 @@ impl VmSpace {
         s
     }
 
-    /// Resident bytes of the whole reservation (`mincore`).
+    /// Resident bytes of the reservation (`mincore` over its committed part: nothing beyond it
+    /// can be resident).
     pub fn resident_bytes(&self) -> u64 {
-        vmarena_platform::process::resident_bytes(self.reservation.base(), self.reservation.len_bytes())
+        vmarena_platform::process::resident_bytes(self.reservation.base(), self.committed_bytes())
     }
 
     /// Lock figures by lock class.
