@@ -228,3 +228,39 @@ fn page_moves_keep_within_the_processs_map_limit() {
         "moves added too few mappings for the test to show anything: {free}"
     );
 }
+
+/// Without PSI (Linux before 4.20, or a kernel built without it): `/proc/pressure/memory`
+/// replaced by a file that does not read as one, in a mount namespace of the test's own
+/// (skipped where that is not permitted; seccomp cannot hide a file). Python under the shim runs
+/// and its large blocks are vmarena's; the low-memory monitor is simply not started.
+#[test]
+fn without_psi_the_shim_serves_all_the_same() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3");
+        return;
+    };
+    let fake = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("not_psi");
+    std::fs::write(&fake, "not a pressure file\n").unwrap();
+    let inner =
+        format!("mount --bind {} /proc/pressure/memory && exec {} -c \"$0\"", fake.display(), py.display());
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &inner, PYTHON_PROGRAM])
+        .env("LD_PRELOAD", shim())
+        .env("VMARENA_PRELOAD_STATS", "1")
+        .env("VMARENA_SPACE_BYTES", "8G")
+        .output()
+        .expect("unshare runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("mount") {
+        eprintln!("skipped: no mount namespace here ({stderr})");
+        return;
+    }
+    check(&["(no PSI)"], "python under the shim", &out, "python ok");
+    let served = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("vmarena preload: vm_allocs"))
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(served >= 8, "python's large blocks were not served by vmarena ({served})");
+}
