@@ -9,6 +9,9 @@
 //! corrupt a pattern too; after the shrinker the reservation must be one mapping again. Nodes
 //! runs with moves by `UFFDIO_MOVE` (where the kernel has it) and by `mremap`, and with a lazy
 //! threshold so low that frees find the purges behind and release their own areas at once.
+//! The space commits its reservation in steps as it grows (step Grow), and once more with a
+//! thread running the shrinker all along, which gives the free top back while the others
+//! allocate (a growth or a give-back of the wrong range would corrupt a pattern or fault).
 
 mod common;
 
@@ -26,11 +29,12 @@ struct Owned(usize, usize, u64);
 /// `slack`: the arena's `lazy_slack_percent` (lazy areas handed out whole, larger than asked);
 /// `uffd_moves`: moves by userfaultfd where the kernel allows (else `mremap`).
 fn run(strategy: Strategy, slack: u64, uffd_moves: bool) {
-    run_with(strategy, slack, uffd_moves, 8192);
+    run_with(strategy, slack, uffd_moves, 8192, false);
 }
 
-/// [`run`] with the arena's `lazy_max_pages`.
-fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u64) {
+/// [`run`] with the arena's `lazy_max_pages`, and with a thread that runs the shrinker every
+/// millisecond while the others work (`shrinker`).
+fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u64, shrinker: bool) {
     let so = SpaceOptions { space_bytes: 8 << 30, uffd_moves, ..Default::default() };
     let ao = ArenaOptions {
         strategy,
@@ -40,6 +44,16 @@ fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u6
         ..Default::default()
     };
     let space = Arc::new(VmSpace::new(&format!("stress-{strategy}"), so, ao).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shrinks = shrinker.then(|| {
+        let (s, stop) = (space.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                s.shrink();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    });
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| mpsc::sync_channel::<Owned>(32)).unzip();
     let handles: Vec<_> = rxs
         .into_iter()
@@ -102,14 +116,25 @@ fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u6
             space.vfree(o.0 as *mut u8).unwrap();
         }
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(h) = shrinks {
+        h.join().unwrap();
+    }
     space.check().unwrap_or_else(|e| panic!("{strategy}: {e}"));
     let st = space.stats(false).arena;
     assert_eq!(st.live_areas, 0);
+    assert!(st.grows > 0, "{strategy}: the space grew past its first step");
     assert!(st.purges > 0, "{strategy}: purges ran during the test");
     space.shrink();
     space.check().unwrap();
     assert_eq!(space.stats(false).arena.free_ranges, 1, "{strategy}: every page back, merged");
     assert_eq!(space.resident_bytes(), 0, "{strategy}: every page released");
+    assert_eq!(space.committed_bytes(), 64 << 20, "{strategy}: all but the first step given back");
+    if shrinker {
+        let st = space.stats(false).arena;
+        eprintln!("{strategy}: {} growths, {} give-backs", st.grows, st.shrinks);
+        assert!(st.shrinks >= 1, "{strategy}: the free top went back");
+    }
     let (lo, _) = space.bounds();
     assert_eq!(mappings_over(lo, space.committed_bytes()), 1, "{strategy}: the moves' mappings all healed");
     if strategy == Strategy::Nodes {
@@ -151,11 +176,19 @@ fn stress_nodes_mremap() {
 /// free tree while other threads allocate from it and move pages into new areas.
 #[test]
 fn stress_nodes_backlog() {
-    run_with(Strategy::Nodes, 0, true, 32);
+    run_with(Strategy::Nodes, 0, true, 32, false);
 }
 
 /// Nodes with the default space's slack: the slack pages are filled and checked too.
 #[test]
 fn stress_nodes_slack() {
     run(Strategy::Nodes, DEFAULT_SPACE_LAZY_SLACK_PERCENT, true);
+}
+
+/// The shrinker all along: the free top of the committed part goes back while eight threads
+/// allocate, grow the space again and free (Nodes and Global).
+#[test]
+fn stress_with_the_shrinker_all_along() {
+    run_with(Strategy::Nodes, 0, true, 8192, true);
+    run_with(Strategy::Global, 0, true, 8192, true);
 }
