@@ -127,53 +127,36 @@ const FEATURES: &[&str] = &[
     "memfd_create",
 ];
 
-/// A kernel's answers: the first system call number it lacks (every later one is ENOSYS),
-/// and the features of [`feature`] that came after it.
-fn kernel(version: &str) -> Option<(i64, &'static [&'static str])> {
-    // Last call numbers: rseq 334 (4.18), clone3 435 (5.3/5.4), process_madvise 440 (5.10),
-    // process_mrelease 448 (5.15), set_mempolicy_home_node 450 (5.17/6.1), futex_requeue 456
-    // (6.7), listmount..lsm 458-461 (6.8).
-    Some(match version {
-        "4.18" => (
-            335,
-            &[
-                "membarrier-rseq",
-                "uffd-user-mode",
-                "uffd-move",
-                "madv-guard",
-                "madv-populate",
-                "madv-collapse",
-                "mremap-dontunmap",
-            ],
-        ),
-        "5.4" => (
-            436,
-            &[
-                "membarrier-rseq",
-                "uffd-user-mode",
-                "uffd-move",
-                "madv-guard",
-                "madv-populate",
-                "madv-collapse",
-                "mremap-dontunmap",
-            ],
-        ),
-        "5.10" => (
-            441,
-            &[
-                "uffd-user-mode",
-                "uffd-move",
-                "madv-guard",
-                "madv-populate",
-                "madv-collapse",
-                "process-madvise-dontneed",
-            ],
-        ),
-        "5.15" => (449, &["uffd-move", "madv-guard", "madv-collapse", "process-madvise-dontneed"]),
-        "6.1" => (451, &["uffd-move", "madv-guard", "process-madvise-dontneed"]),
-        "6.8" => (462, &["madv-guard", "process-madvise-dontneed"]),
-        _ => return None,
-    })
+/// The kernel each feature of [`feature`] came with.
+const INTRODUCED: &[(&str, (u32, u32))] = &[
+    ("mremap-dontunmap", (5, 7)),
+    ("membarrier-rseq", (5, 10)),
+    ("uffd-user-mode", (5, 11)),
+    ("madv-populate", (5, 14)),
+    ("madv-collapse", (6, 1)),
+    ("uffd-move", (6, 8)),
+    ("madv-guard", (6, 13)),
+    ("process-madvise-dontneed", (6, 13)),
+];
+
+/// The kernels with a profile, and the first system call number each lacks (every later one is
+/// ENOSYS). Last calls: rseq 334 (4.18), clone3 435 (5.3/5.4), process_madvise 440 (5.10),
+/// process_mrelease 448 (5.15), set_mempolicy_home_node 450 (5.17/6.1), lsm_list_modules 461
+/// (6.8).
+const KERNELS: &[(&str, (u32, u32), i64)] = &[
+    ("4.18", (4, 18), 335),
+    ("5.4", (5, 4), 436),
+    ("5.10", (5, 10), 441),
+    ("5.15", (5, 15), 449),
+    ("6.1", (6, 1), 451),
+    ("6.8", (6, 8), 462),
+];
+
+/// A kernel's answers: the first system call number it lacks, and the features of [`feature`]
+/// that came after it.
+fn kernel(version: &str) -> Option<(i64, Vec<&'static str>)> {
+    let &(_, v, first_missing) = KERNELS.iter().find(|k| k.0 == version)?;
+    Some((first_missing, INTRODUCED.iter().filter(|f| f.1 > v).map(|f| f.0).collect()))
 }
 
 /// What Docker's default profile refuses among the calls vmarena and common programs make:
