@@ -2,14 +2,17 @@
  * vmarena: the Linux vmalloc design (per-CPU vmap nodes, size pools, lazy purge) for user space.
  *
  * These functions act on one process-wide default space, created on first use. Its size,
- * strategy and options come from environment variables (see README.md, "Options").
+ * strategy and options come from environment variables (see README.md, "Options"); without
+ * VMARENA_SPACE_BYTES it reserves 1 TiB of address space (a quarter of what RLIMIT_AS leaves,
+ * where one is set), committed as it is used (README.md, "Where it runs").
  *
  * Memory is page granular: a request is rounded up to whole pages and followed by a guard page
  * that faults on access where the kernel supports guard markers (Linux 6.13+).
  *
  * Failure: functions returning a pointer return NULL and set errno (EINVAL for bad input: size
- * 0 or an alignment that is not a power of two; ENOMEM when the size overflows or the space is
- * exhausted even after a purge). Nothing changes on failure. Link with -lvmarena.
+ * 0 or an alignment that is not a power of two; ENOMEM when the size overflows, the space is
+ * exhausted even after a purge, or the kernel refuses to commit more; the first such failure
+ * prints one line on stderr saying why). Nothing changes on failure. Link with -lvmarena.
  */
 #ifndef VMARENA_H
 #define VMARENA_H
