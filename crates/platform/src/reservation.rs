@@ -42,18 +42,10 @@ impl Reservation {
     /// writable. The kernel charges it against the commit limit where overcommit is strict,
     /// and refuses with ENOMEM past that limit (or past the map count), changing nothing.
     pub fn commit(&self, offset: usize, len: usize) -> io::Result<()> {
-        let page = crate::page_size();
-        if !offset.is_multiple_of(page)
-            || !len.is_multiple_of(page)
-            || offset.checked_add(len).is_none_or(|e| e > self.len_bytes)
-        {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
+        let addr = self.part(offset, len)?;
         // SAFETY: the range lies inside this reservation, which its owner hands out only after
         // committing it; adding access changes no contents.
-        let r = unsafe {
-            libc::mprotect((self.base + offset) as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_WRITE)
-        };
+        let r = unsafe { libc::mprotect(addr as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_WRITE) };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -66,15 +58,12 @@ impl Reservation {
     /// charge under strict overcommit (an `mprotect` to no access keeps the charge of a range
     /// that was ever written) and drops its pages. [`Reservation::commit`] makes it usable again.
     pub fn decommit(&self, offset: usize, len: usize) -> io::Result<()> {
-        let page = crate::page_size();
-        if (offset | len) & (page - 1) != 0 || offset.checked_add(len).is_none_or(|e| e > self.len_bytes) {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
+        let addr = self.part(offset, len)?;
         // SAFETY: the range lies inside this reservation and holds nothing its owner needs;
         // MAP_FIXED replaces it atomically with a fresh anonymous mapping.
         let p = unsafe {
             libc::mmap(
-                (self.base + offset) as *mut libc::c_void,
+                addr as *mut libc::c_void,
                 len,
                 libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
@@ -86,6 +75,16 @@ impl Reservation {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// The address of `[base + offset, base + offset + len)`, or EINVAL unless it is
+    /// page-aligned and inside the reservation.
+    fn part(&self, offset: usize, len: usize) -> io::Result<usize> {
+        let page = crate::page_size();
+        if (offset | len) & (page - 1) != 0 || offset.checked_add(len).is_none_or(|e| e > self.len_bytes) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(self.base + offset)
     }
 
     fn map(len_bytes: usize, align_bytes: usize, prot: libc::c_int) -> io::Result<Self> {

@@ -12,13 +12,13 @@
 //! | `malloc_info` | a `<vmarena areas= bytes= cached=/>` element inside `<malloc>` |
 //! | `malloc_trim` | the default space's shrinker: every cached byte released |
 //!
-//! Owns nothing: the next allocator's functions are looked up on first use, and the space's
-//! figures read from its statistics. Allocations made here (the statistics, the memory stream
+//! Owns nothing: the next allocator's functions come from [`crate::next`], and the space's
+//! figures from its statistics. Allocations made here (the statistics, the memory stream
 //! of `malloc_info`) run with the inside-vmarena flag raised, so they go to the next allocator.
 #![allow(unsafe_code)]
 
+use crate::next;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use vmarena_platform::reentry;
 
 /// glibc's `struct mallinfo2`.
@@ -73,23 +73,14 @@ pub struct Mallinfo {
     pub keepcost: c_int,
 }
 
-type Mallinfo2Fn = unsafe extern "C" fn() -> Mallinfo2;
-type MallinfoFn = unsafe extern "C" fn() -> Mallinfo;
-type MallocStatsFn = unsafe extern "C" fn();
-type MallocInfoFn = unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int;
-type MallocTrimFn = unsafe extern "C" fn(usize) -> c_int;
-
-/// The next definition of `name`, looked up once and cached in `slot` (1: not found).
-fn next_fn(slot: &AtomicUsize, name: &std::ffi::CStr) -> Option<usize> {
-    let mut v = slot.load(Ordering::Acquire);
-    if v == 0 {
-        // SAFETY: dlsym with a pseudo-handle and a NUL-terminated name.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        v = if p == 0 { 1 } else { p };
-        slot.store(v, Ordering::Release);
-    }
-    (v != 1).then_some(v)
-}
+/// `mallinfo2`'s type.
+pub type Mallinfo2Fn = unsafe extern "C" fn() -> Mallinfo2;
+/// `mallinfo`'s type.
+pub type MallinfoFn = unsafe extern "C" fn() -> Mallinfo;
+/// `malloc_stats`'s type.
+pub type MallocStatsFn = unsafe extern "C" fn();
+/// `malloc_info`'s type.
+pub type MallocInfoFn = unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int;
 
 /// vmarena's part: live areas, their data bytes, and resident freed bytes (0s without a space).
 fn vmarena_figures() -> (usize, usize, usize) {
@@ -109,10 +100,9 @@ fn vmarena_figures() -> (usize, usize, usize) {
 /// `struct mallinfo2 mallinfo2(void)`: the next allocator's, plus vmarena's blocks.
 #[no_mangle]
 pub extern "C" fn mallinfo2() -> Mallinfo2 {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let mut m = match next_fn(&NEXT, c"mallinfo2") {
-        // SAFETY: the next `mallinfo2`, of this signature.
-        Some(f) => unsafe { std::mem::transmute::<usize, Mallinfo2Fn>(f)() },
+    let mut m = match next::get().and_then(|n| n.mallinfo2) {
+        // SAFETY: the next `mallinfo2`, resolved with this signature.
+        Some(f) => unsafe { f() },
         None => Mallinfo2::default(),
     };
     let (areas, bytes, cached) = vmarena_figures();
@@ -126,10 +116,9 @@ pub extern "C" fn mallinfo2() -> Mallinfo2 {
 /// glibc's own; here they saturate).
 #[no_mangle]
 pub extern "C" fn mallinfo() -> Mallinfo {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let mut m = match next_fn(&NEXT, c"mallinfo") {
-        // SAFETY: the next `mallinfo`, of this signature.
-        Some(f) => unsafe { std::mem::transmute::<usize, MallinfoFn>(f)() },
+    let mut m = match next::get().and_then(|n| n.mallinfo) {
+        // SAFETY: the next `mallinfo`, resolved with this signature.
+        Some(f) => unsafe { f() },
         None => Mallinfo::default(),
     };
     let (areas, bytes, cached) = vmarena_figures();
@@ -145,10 +134,9 @@ pub extern "C" fn mallinfo() -> Mallinfo {
 /// `void malloc_stats(void)`: the next allocator's report on stderr, then vmarena's.
 #[no_mangle]
 pub extern "C" fn malloc_stats() {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    if let Some(f) = next_fn(&NEXT, c"malloc_stats") {
-        // SAFETY: the next `malloc_stats`, of this signature.
-        unsafe { std::mem::transmute::<usize, MallocStatsFn>(f)() };
+    if let Some(f) = next::get().and_then(|n| n.malloc_stats) {
+        // SAFETY: the next `malloc_stats`, resolved with this signature.
+        unsafe { f() };
     }
     let (areas, bytes, cached) = vmarena_figures();
     let _inside = reentry::enter();
@@ -166,7 +154,6 @@ pub extern "C" fn malloc_stats() {
 /// `fp` must be a valid open `FILE` stream, as for glibc's.
 #[no_mangle]
 pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
     if options != 0 || fp.is_null() {
         vmarena_platform::set_errno(libc::EINVAL);
         return -1;
@@ -180,9 +167,9 @@ pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_i
     // both out-pointers live until after fclose below.
     let ms = unsafe { libc::open_memstream(&mut buf, &mut len) };
     let mut rc = 0;
-    if let (false, Some(f)) = (ms.is_null(), next_fn(&NEXT, c"malloc_info")) {
-        // SAFETY: the next `malloc_info` on our memory stream.
-        rc = unsafe { std::mem::transmute::<usize, MallocInfoFn>(f)(options, ms) };
+    if let (false, Some(f)) = (ms.is_null(), next::get().and_then(|n| n.malloc_info)) {
+        // SAFETY: the next `malloc_info`, resolved with this signature, on our memory stream.
+        rc = unsafe { f(options, ms) };
     }
     if !ms.is_null() {
         // SAFETY: our stream, closed once; afterwards `buf` holds `len` bytes (and a NUL).
@@ -214,7 +201,6 @@ pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_i
 /// then the next allocator's `malloc_trim`. 1 when either gave memory back.
 #[no_mangle]
 pub extern "C" fn malloc_trim(pad: usize) -> c_int {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
     let released = match vmarena::existing_default_space() {
         Some(s) => {
             let _inside = reentry::enter();
@@ -222,9 +208,9 @@ pub extern "C" fn malloc_trim(pad: usize) -> c_int {
         }
         None => 0,
     };
-    let next = match next_fn(&NEXT, c"malloc_trim") {
-        // SAFETY: the next `malloc_trim`, of this signature.
-        Some(f) => unsafe { std::mem::transmute::<usize, MallocTrimFn>(f)(pad) },
+    let next = match next::get().and_then(|n| n.malloc_trim) {
+        // SAFETY: the next `malloc_trim`, resolved with this signature.
+        Some(f) => unsafe { f(pad) },
         None => 0,
     };
     c_int::from(released > 0 || next != 0)

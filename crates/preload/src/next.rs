@@ -51,6 +51,13 @@ pub struct Next {
     pub glibc_mallopt: Option<crate::glibc_thresholds::Mallopt>,
     /// glibc's `malloc_trim`, when the next allocator is glibc's ([`crate::glibc_trim`]).
     pub glibc_malloc_trim: Option<crate::glibc_trim::MallocTrim>,
+    /// The next definitions of malloc's introspection ([`crate::introspection`]): the C
+    /// library's where the next allocator has none.
+    pub mallinfo2: Option<crate::introspection::Mallinfo2Fn>,
+    pub mallinfo: Option<crate::introspection::MallinfoFn>,
+    pub malloc_stats: Option<crate::introspection::MallocStatsFn>,
+    pub malloc_info: Option<crate::introspection::MallocInfoFn>,
+    pub malloc_trim: Option<crate::glibc_trim::MallocTrim>,
 }
 
 struct Slot(UnsafeCell<Option<Next>>);
@@ -112,6 +119,11 @@ fn resolve() -> Option<&'static Next> {
         glibc_mallopt: mallopt.filter(|&m| in_libc(malloc as *const c_void) && in_libc(m as *const c_void)),
         glibc_malloc_trim: sym::<crate::glibc_trim::MallocTrim>(c"malloc_trim")
             .filter(|&t| in_libc(malloc as *const c_void) && in_libc(t as *const c_void)),
+        mallinfo2: sym(c"mallinfo2"),
+        mallinfo: sym(c"mallinfo"),
+        malloc_stats: sym(c"malloc_stats"),
+        malloc_info: sym(c"malloc_info"),
+        malloc_trim: sym(c"malloc_trim"),
     };
     // SAFETY: only the thread that won the CAS writes, before publishing READY.
     unsafe { *NEXT.0.get() = Some(next) };

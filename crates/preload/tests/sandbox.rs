@@ -17,7 +17,7 @@ use std::time::Duration;
 
 mod common;
 use common::{
-    cargo_build, compile, compile_path, root, run_limited, shim, vmarena_link_flags, PROGRAM_FLAGS,
+    cargo_build, compile, compile_path, root, run_limited, shim, vm_allocs, vmarena_link_flags, PROGRAM_FLAGS,
 };
 
 /// The profiles, as `vmarena-sandbox` arguments.
@@ -137,12 +137,7 @@ fn every_profile_runs_programs_under_the_shim_and_the_c_abi() {
             let out = run(profile, with_shim, py, &["-c", PYTHON_PROGRAM]);
             check(profile, "python under the shim", &out, "python ok");
             // The parent's large blocks went to vmarena, not to the next allocator.
-            let served = String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .filter_map(|l| l.strip_prefix("vmarena preload: vm_allocs"))
-                .filter_map(|n| n.trim().parse::<u64>().ok())
-                .max()
-                .unwrap_or(0);
+            let served = vm_allocs(&out);
             assert!(served >= 8, "{profile:?}: python's large blocks were not served by vmarena ({served})");
         }
         let abi = run(profile, &[], abi_test(), &[]);
@@ -267,13 +262,7 @@ fn without_psi_the_shim_serves_all_the_same() {
         .env("VMARENA_SPACE_BYTES", "8G")
         .output()
         .expect("unshare runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
     check(&["(no PSI)"], "python under the shim", &out, "python ok");
-    let served = stderr
-        .lines()
-        .filter_map(|l| l.strip_prefix("vmarena preload: vm_allocs"))
-        .filter_map(|n| n.trim().parse::<u64>().ok())
-        .max()
-        .unwrap_or(0);
+    let served = vm_allocs(&out);
     assert!(served >= 8, "python's large blocks were not served by vmarena ({served})");
 }

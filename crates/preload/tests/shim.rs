@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 mod common;
-use common::{compile, root, shim, vmarena_link_flags, PROGRAM_FLAGS};
+use common::{compile, root, shim, vm_allocs, vmarena_link_flags, PROGRAM_FLAGS};
 
 struct Built {
     shim: PathBuf,
@@ -188,15 +188,6 @@ fn the_c_abi_of_a_preloaded_process_is_the_shims_space() {
     assert!(!out.status.success(), "the shared check passed without the shim: {out:?}");
 }
 
-/// The `vm_allocs` figures of every process's exit summary, summed.
-fn vm_allocs(out: &Output) -> u64 {
-    String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .filter_map(|l| l.strip_prefix("vmarena preload: vm_allocs"))
-        .filter_map(|v| v.trim().parse::<u64>().ok())
-        .sum()
-}
-
 fn with_stats(c: &mut Command) -> &mut Command {
     c.env("VMARENA_PRELOAD_STATS", "1")
 }
@@ -303,13 +294,8 @@ print(sorted(int(f) for f in os.listdir('/proc/self/fd')))
     // The same run with the exit summary on (which keeps a copy of stderr to print it): the
     // large blocks were vmarena's.
     let counted = run(Command::new("python3").args(["-c", script]).env("VMARENA_PRELOAD_STATS", "1"), true);
-    let stats = String::from_utf8_lossy(&counted.stderr);
-    let served = stats
-        .lines()
-        .filter_map(|l| l.strip_prefix("vmarena preload: vm_allocs"))
-        .filter_map(|n| n.trim().parse::<u64>().ok())
-        .max();
-    assert!(served >= Some(64), "vmarena served {served:?} blocks:\n{stats}");
+    let served = vm_allocs(&counted);
+    assert!(served >= 64, "vmarena served {served} blocks:\n{}", String::from_utf8_lossy(&counted.stderr));
 }
 
 /// Under the shim, malloc's introspection sees vmarena's blocks (`mallinfo2`, `mallinfo`,

@@ -89,10 +89,12 @@ impl MemoryBacking {
         (g as usize * self.page_bytes, self.guard_pages as usize * self.page_bytes)
     }
 
-    /// Commit `[start, start + pages)` of the reservation (a growth of the arena's usable part).
-    pub(crate) fn commit(&self, start: u64, pages: u64) -> bool {
-        let offset = (start as usize * self.page_bytes).wrapping_sub(self.reservation.base());
-        self.reservation.commit(offset, pages as usize * self.page_bytes).is_ok()
+    /// `(offset in the reservation, bytes)` of pages `[start, start + pages)`.
+    fn reservation_part(&self, start: u64, pages: u64) -> (usize, usize) {
+        (
+            (start as usize * self.page_bytes).wrapping_sub(self.reservation.base()),
+            pages as usize * self.page_bytes,
+        )
     }
 }
 
@@ -102,7 +104,8 @@ impl Backing for MemoryBacking {
     }
 
     fn grow(&self, start: u64, pages: u64) -> bool {
-        if !self.commit(start, pages) {
+        let (offset, len) = self.reservation_part(start, pages);
+        if self.reservation.commit(offset, len).is_err() {
             return false;
         }
         // A range given back by `shrink` is a fresh mapping: it needs the reservation's huge
@@ -118,8 +121,8 @@ impl Backing for MemoryBacking {
     }
 
     fn shrink(&self, start: u64, pages: u64) -> bool {
-        let offset = (start as usize * self.page_bytes).wrapping_sub(self.reservation.base());
-        self.reservation.decommit(offset, pages as usize * self.page_bytes).is_ok()
+        let (offset, len) = self.reservation_part(start, pages);
+        self.reservation.decommit(offset, len).is_ok()
     }
 
     fn prepare(&self, start: u64, pages: u64) {

@@ -305,8 +305,8 @@ impl VmSpace {
         (self.reservation.base(), self.reservation.base() + self.reservation.len_bytes())
     }
 
-    /// Bytes of the reservation committed so far, from its start: the space commits in steps
-    /// as it needs more (`backing.rs`), and never gives commit back while it lives.
+    /// Bytes of the reservation committed now, from its start: the space commits in steps as it
+    /// needs more, and a full purge gives the free top back (`backing.rs`).
     pub fn committed_bytes(&self) -> usize {
         let (lo, hi) = self.arena.usable_range();
         ((hi - lo) as usize) << self.page_shift
@@ -368,7 +368,7 @@ impl VmSpace {
                 } else {
                     "the space is full"
                 };
-                let e = VmError::NoSpace(format!(
+                VmError::NoSpace(format!(
                     "vmalloc for size {bytes} failed: {why}: address range restricted to {lo:#x} - {hi:#x} \
                      ({} space, {} MiB, {} MiB of it committed; after a full purge: {} MiB free, {} live areas)",
                     self.name,
@@ -376,8 +376,7 @@ impl VmSpace {
                     committed >> 20,
                     (st.free_pages << self.page_shift) >> 20,
                     st.live_areas
-                ));
-                e
+                ))
             }
             AllocError::PartsOverlap { offset_pages } => VmError::Invalid(format!(
                 "congruent areas overlap: the area at offset {} bytes starts inside the one before it or its guard page",

@@ -44,6 +44,12 @@ fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u6
         ..Default::default()
     };
     let space = Arc::new(VmSpace::new(&format!("stress-{strategy}"), so, ao).unwrap());
+    // One area larger than the first committed step: the space grows past it in every run,
+    // whatever the workers' sizes come to (and with the shrinker on, has a top to give back).
+    let big = space.vmalloc(80 << 20).unwrap();
+    fill(big.as_ptr(), 80 << 20, u64::MAX);
+    verify(big.as_ptr(), 80 << 20, u64::MAX);
+    space.vfree(big.as_ptr()).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let shrinks = shrinker.then(|| {
         let (s, stop) = (space.clone(), stop.clone());

@@ -49,7 +49,10 @@ impl Arena {
         // Step Grow, for the whole span of the parts at the alignment.
         let span = sorted.last().map_or(1, |p| p.start.saturating_add(p.pages));
         if let Ok(r) = Request::new(span, align_pages, sh.lo, sh.hi) {
-            while sh.grow(&r) {
+            for _ in 0..super::ladder::GROW_RETRIES {
+                if !sh.grow(&r) {
+                    break;
+                }
                 if let Some(base) = sh.try_congruent(parts, align_pages, tag) {
                     return Ok(base);
                 }

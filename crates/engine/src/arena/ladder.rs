@@ -21,7 +21,7 @@ const RECLAIM_MAX_STARTS: usize = 16;
 
 /// Growths an allocation tries (step Grow) before the purges: one is enough unless other
 /// threads take the new pages first.
-const GROW_RETRIES: usize = 4;
+pub(crate) const GROW_RETRIES: usize = 4;
 
 /// Full purges an allocation tries, while they make progress, before it fails.
 const FULL_PURGE_RETRIES: usize = 4;

@@ -106,3 +106,13 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
     assert!(!killed, "{cmd:?} still ran after {limit:?}: killed");
     out
 }
+
+/// The `vm_allocs` figures of every process's exit summary (`VMARENA_PRELOAD_STATS=1`) on its
+/// stderr, summed: the blocks vmarena served.
+pub fn vm_allocs(out: &Output) -> u64 {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| l.strip_prefix("vmarena preload: vm_allocs"))
+        .filter_map(|v| v.trim().parse::<u64>().ok())
+        .sum()
+}
