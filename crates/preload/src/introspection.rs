@@ -17,70 +17,10 @@
 //! of `malloc_info`) run with the inside-vmarena flag raised, so they go to the next allocator.
 #![allow(unsafe_code)]
 
+use crate::mallinfo::{Mallinfo, Mallinfo2};
 use crate::next;
 use std::ffi::{c_char, c_int, c_void};
 use vmarena_platform::reentry;
-
-/// glibc's `struct mallinfo2`.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct Mallinfo2 {
-    /// Non-mmapped space allocated (bytes).
-    pub arena: usize,
-    /// Free chunks.
-    pub ordblks: usize,
-    /// Free fastbin blocks.
-    pub smblks: usize,
-    /// Mmapped regions.
-    pub hblks: usize,
-    /// Bytes in mmapped regions.
-    pub hblkhd: usize,
-    /// Unused (0).
-    pub usmblks: usize,
-    /// Bytes in freed fastbin blocks.
-    pub fsmblks: usize,
-    /// Allocated bytes.
-    pub uordblks: usize,
-    /// Free bytes.
-    pub fordblks: usize,
-    /// Top-most releasable bytes.
-    pub keepcost: usize,
-}
-
-/// glibc's `struct mallinfo` (every field an `int`).
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct Mallinfo {
-    /// See [`Mallinfo2`], field for field.
-    pub arena: c_int,
-    /// See [`Mallinfo2`].
-    pub ordblks: c_int,
-    /// See [`Mallinfo2`].
-    pub smblks: c_int,
-    /// See [`Mallinfo2`].
-    pub hblks: c_int,
-    /// See [`Mallinfo2`].
-    pub hblkhd: c_int,
-    /// See [`Mallinfo2`].
-    pub usmblks: c_int,
-    /// See [`Mallinfo2`].
-    pub fsmblks: c_int,
-    /// See [`Mallinfo2`].
-    pub uordblks: c_int,
-    /// See [`Mallinfo2`].
-    pub fordblks: c_int,
-    /// See [`Mallinfo2`].
-    pub keepcost: c_int,
-}
-
-/// `mallinfo2`'s type.
-pub type Mallinfo2Fn = unsafe extern "C" fn() -> Mallinfo2;
-/// `mallinfo`'s type.
-pub type MallinfoFn = unsafe extern "C" fn() -> Mallinfo;
-/// `malloc_stats`'s type.
-pub type MallocStatsFn = unsafe extern "C" fn();
-/// `malloc_info`'s type.
-pub type MallocInfoFn = unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int;
 
 /// vmarena's part: live areas, their data bytes, and resident freed bytes (0s without a space).
 fn vmarena_figures() -> (usize, usize, usize) {

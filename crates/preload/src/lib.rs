@@ -58,6 +58,7 @@ pub mod glibc_thresholds;
 pub mod glibc_trim;
 pub mod interpose;
 pub mod introspection;
+pub mod mallinfo;
 pub mod next;
 pub mod stats;
 

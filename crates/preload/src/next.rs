@@ -53,10 +53,10 @@ pub struct Next {
     pub glibc_malloc_trim: Option<crate::glibc_trim::MallocTrim>,
     /// The next definitions of malloc's introspection ([`crate::introspection`]): the C
     /// library's where the next allocator has none.
-    pub mallinfo2: Option<crate::introspection::Mallinfo2Fn>,
-    pub mallinfo: Option<crate::introspection::MallinfoFn>,
-    pub malloc_stats: Option<crate::introspection::MallocStatsFn>,
-    pub malloc_info: Option<crate::introspection::MallocInfoFn>,
+    pub mallinfo2: Option<crate::mallinfo::Mallinfo2Fn>,
+    pub mallinfo: Option<crate::mallinfo::MallinfoFn>,
+    pub malloc_stats: Option<crate::mallinfo::MallocStatsFn>,
+    pub malloc_info: Option<crate::mallinfo::MallocInfoFn>,
     pub malloc_trim: Option<crate::glibc_trim::MallocTrim>,
 }
 
