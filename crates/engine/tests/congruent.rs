@@ -31,7 +31,7 @@ fn parts_land_at_their_offsets_from_the_lowest_aligned_base_and_free_one_by_one(
         let a = arena(s);
         let parts = [(0, 4), (64, 4), (128, 8)];
         let base = a.alloc_congruent(&spans(&parts), 64, tag()).unwrap();
-        assert!(base.is_multiple_of(64), "{s}: aligned base");
+        assert!(base % 64 == 0, "{s}: aligned base");
         assert_eq!(base, 0x1000, "{s}: the lowest base of an empty arena");
         for &(off, pages) in &parts {
             let area = a.lookup(base + off).unwrap_or_else(|| panic!("{s}: part at {off} is live"));
@@ -45,7 +45,7 @@ fn parts_land_at_their_offsets_from_the_lowest_aligned_base_and_free_one_by_one(
         assert_eq!(gap.start, base + 4, "{s}: the gap after the first part");
         // A second set lands above the first, at the next base where every part fits.
         let second = a.alloc_congruent(&spans(&parts), 64, tag()).unwrap();
-        assert!(second > base && second.is_multiple_of(64), "{s}: {second:#x}");
+        assert!(second > base && second % 64 == 0, "{s}: {second:#x}");
         for &(off, _) in &parts {
             a.free(base + off).unwrap();
             a.free(second + off).unwrap();
@@ -109,7 +109,7 @@ fn lazily_freed_space_is_purged_into_the_tree_when_nothing_else_fits() {
         }
         let purges = a.stats().purges;
         let base = a.alloc_congruent(&spans(&[(0, 512), (1024, 512), (2048, 512)]), 512, tag()).unwrap();
-        assert!(base.is_multiple_of(512));
+        assert!(base % 512 == 0);
         assert!(a.stats().purges > purges, "{s}: the space came back through a purge");
         for off in [0, 1024, 2048] {
             assert_eq!(a.lookup(base + off).map(|x| x.pages), Some(512), "{s}");
@@ -163,7 +163,7 @@ fn congruent_allocations_against_a_shadow_model() {
                     match a.alloc_congruent(&spans(&parts), align, tag()) {
                         Ok(base) => {
                             made += 1;
-                            assert!(base.is_multiple_of(align), "{s} step {step}");
+                            assert!(base % align == 0, "{s} step {step}");
                             for &(o, p) in &parts {
                                 assert!(
                                     !overlaps(&live, base + o, p),

@@ -129,7 +129,7 @@ fn racing_double_frees_through_cpu_stacks_free_once() {
         let mut spins = 0u32;
         while c.load(Acquire) < n {
             spins += 1;
-            if spins.is_multiple_of(256) {
+            if spins % 256 == 0 {
                 std::thread::yield_now();
             }
             std::hint::spin_loop();

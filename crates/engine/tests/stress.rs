@@ -67,7 +67,7 @@ fn run_nodes(strategy: Strategy, nodes: usize) {
                         1..=4 => 1 + (seed >> 8) % 64,
                         _ => 1 + (seed >> 8) % 4,
                     };
-                    let align = if seed.is_multiple_of(7) { 1 << ((seed >> 20) % 6) } else { 1 };
+                    let align = if seed % 7 == 0 { 1 << ((seed >> 20) % 6) } else { 1 };
                     let req = AllocRequest { align_pages: align, ..AllocRequest::pages(pages) };
                     let x = a.alloc(&req).unwrap_or_else(|e| panic!("{strategy}: {e}"));
                     assert_eq!(x.start % align, 0);

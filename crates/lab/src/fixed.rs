@@ -245,7 +245,7 @@ fn drive(src: &dyn Source, cfg: &FixedConfig, workers: usize) -> (u64, Usage, u6
                         let tag = (w as u64 * 31 + i) as u8;
                         // SAFETY: every contender hands out at least slot_bytes >= touch_bytes.
                         unsafe { std::ptr::write_bytes(p.as_ptr(), tag, cfg.touch_bytes) };
-                        if cfg.sleep_every > 0 && (i + w as u64).is_multiple_of(cfg.sleep_every) {
+                        if cfg.sleep_every > 0 && (i + w as u64) % cfg.sleep_every == 0 {
                             std::thread::sleep(Duration::from_micros(cfg.sleep_us));
                         }
                         // SAFETY: written above, still held.

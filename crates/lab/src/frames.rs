@@ -200,7 +200,7 @@ fn work(pool: &FramePool, workload: &str, t: usize, ops: u64, peer: Option<Peer>
             let mut live: Vec<(u32, u32)> = Vec::with_capacity(256);
             while done < ops {
                 let r = rng.next();
-                if live.len() == 256 || (!live.is_empty() && r.is_multiple_of(2)) {
+                if live.len() == 256 || (!live.is_empty() && r % 2 == 0) {
                     let (p, o) = live.swap_remove((r >> 8) as usize % live.len());
                     give(pool, p, o);
                 } else {

@@ -253,8 +253,13 @@ fn fixed_compares_pools_with_peers_and_writes_json() {
 /// other tools, not with a panic on the broken pipe.
 #[test]
 fn output_into_a_closed_pipe_ends_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
     use std::os::unix::process::ExitStatusExt;
-    let (reader, writer) = std::io::pipe().unwrap();
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just opened and are owned here only.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
     let out = Command::new(env!("CARGO_BIN_EXE_vmarena")).arg("options").stdout(writer).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -70,7 +70,7 @@ impl MemFile {
     /// `[addr, addr + len)` must be page-aligned address space the caller owns (part of its
     /// reservation) with nothing live in it: whatever was mapped there is replaced.
     pub unsafe fn map_fixed(&self, addr: usize, len: usize, offset: usize) -> io::Result<()> {
-        if offset.checked_add(len).is_none_or(|e| e > self.len_bytes) {
+        if offset.checked_add(len).map_or(true, |e| e > self.len_bytes) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         // SAFETY: the caller owns the range (contract above); the file range is inside the file.

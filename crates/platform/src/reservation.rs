@@ -81,7 +81,7 @@ impl Reservation {
     /// page-aligned and inside the reservation.
     fn part(&self, offset: usize, len: usize) -> io::Result<usize> {
         let page = crate::page_size();
-        if (offset | len) & (page - 1) != 0 || offset.checked_add(len).is_none_or(|e| e > self.len_bytes) {
+        if (offset | len) & (page - 1) != 0 || offset.checked_add(len).map_or(true, |e| e > self.len_bytes) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         Ok(self.base + offset)

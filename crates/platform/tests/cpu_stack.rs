@@ -82,7 +82,7 @@ fn tokens_survive_pushes_pops_migrations_and_drains() {
                     seed ^= seed >> 7;
                     seed ^= seed << 17;
                     let stack = (seed >> 8) as usize % 2;
-                    if seed.is_multiple_of(2) && !held.is_empty() {
+                    if seed % 2 == 0 && !held.is_empty() {
                         let v = held[(seed >> 16) as usize % held.len()];
                         if s.push(stack, v) {
                             held.retain(|&x| x != v);
@@ -92,10 +92,10 @@ fn tokens_survive_pushes_pops_migrations_and_drains() {
                         held.push(v);
                         popped += 1;
                     }
-                    if i.is_multiple_of(500) {
+                    if i % 500 == 0 {
                         cpu::pin_current_thread((seed >> 24) as usize % ncpu);
                     }
-                    if i.is_multiple_of(2_000) {
+                    if i % 2_000 == 0 {
                         held.append(&mut pool.lock().unwrap());
                     }
                 }

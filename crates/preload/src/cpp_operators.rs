@@ -45,7 +45,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 type Nothrow = *const c_void;
 
 /// Marks a form looked up and found nowhere after the shim.
-const ABSENT: *mut c_void = std::ptr::dangling_mut::<c_void>();
+/// (Address 1: no function lives there, and it is not null.)
+const ABSENT: *mut c_void = 1 as *mut c_void;
 
 /// The next definition of one operator, looked up on first use.
 struct NextOp {

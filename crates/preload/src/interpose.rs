@@ -337,7 +337,7 @@ fn bootstrap_aligned(align: usize, size: usize) -> *mut c_void {
 /// `int posix_memalign(void **memptr, size_t alignment, size_t size)`
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
+    if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
         return libc::EINVAL;
     }
     let mut rc = 0;

@@ -92,7 +92,7 @@ unsafe impl Allocator for VmSpace {
             unsafe { self.deallocate(p, old) };
             return Ok(dangling(new));
         }
-        if !(p.as_ptr() as usize).is_multiple_of(new.align()) {
+        if (p.as_ptr() as usize) % new.align() != 0 {
             let q = self.allocate(new)?;
             // SAFETY: `p` holds at least `new.size()` bytes; `q` is a distinct block.
             unsafe {

@@ -188,7 +188,7 @@ impl<S: Deref<Target = VmSpace>> PercpuPool<S> {
         let i = at.checked_sub(1).ok_or(not_live.clone())?;
         let c = &mut chunks[i];
         let off = h - c.base;
-        if off >= self.unit_bytes || !off.is_multiple_of(GRANULE) {
+        if off >= self.unit_bytes || off % GRANULE != 0 {
             return Err(not_live);
         }
         let g0 = (off / GRANULE) as u64;
@@ -269,7 +269,7 @@ mod tests {
             let size = 1 + (r % 1024) as usize;
             let align = 1 << (1 + (r >> 20) % 11);
             let h = pool.alloc(size, align).unwrap();
-            assert!((h.as_ptr() as usize).is_multiple_of(align.max(GRANULE)), "aligned to {align}");
+            assert!((h.as_ptr() as usize) % align.max(GRANULE) == 0, "aligned to {align}");
             for cpu in 0..pool.cpus() {
                 let p = pool.ptr(h, cpu).unwrap();
                 assert_eq!(p.as_ptr() as usize, h.as_ptr() as usize + cpu * pool.stride());

@@ -206,7 +206,7 @@ impl Rcu {
     /// the domain refuses it as [`Rcu::kvfree_rcu`] does.
     #[must_use = "false means the area was refused and is not retired"]
     pub fn kvfree_rcu_embedded(&self, p: NonNull<u8>) -> bool {
-        if (self.size)(p).is_none_or(|s| s < 16) || self.claim.as_ref().is_some_and(|c| !c(p)) {
+        if (self.size)(p).map_or(true, |s| s < 16) || self.claim.as_ref().is_some_and(|c| !c(p)) {
             return false;
         }
         let i = self.my_shard();

@@ -79,7 +79,7 @@ mod tests {
                 bytes = bytes * 9 / 7 + 13;
                 continue;
             }
-            assert!(c >= bytes && c.is_multiple_of(PAGE), "{bytes} -> {c}");
+            assert!(c >= bytes && c % PAGE == 0, "{bytes} -> {c}");
             assert!((c - bytes) as f64 <= bytes as f64 / 4.0 + PAGE as f64, "{bytes} -> {c}");
             bytes = bytes * 9 / 7 + 13;
         }

@@ -42,7 +42,7 @@ fn zero_sized_aligned_and_zeroed_blocks() {
 
     let big = Layout::from_size_align(100_000, 1 << 20).unwrap();
     let p = a.allocate_zeroed(big).unwrap();
-    assert!((p.as_ptr().cast::<u8>() as usize).is_multiple_of(1 << 20));
+    assert!((p.as_ptr().cast::<u8>() as usize) % (1 << 20) == 0);
     assert!(p.len() >= 100_000);
     // SAFETY: the block holds `p.len()` zeroed bytes.
     let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().cast::<u8>(), p.len()) };
@@ -51,7 +51,7 @@ fn zero_sized_aligned_and_zeroed_blocks() {
     let bigger = Layout::from_size_align(300_000, 1 << 20).unwrap();
     // SAFETY: `p` is live with layout `big`; `bigger` is not smaller.
     let q = unsafe { a.grow_zeroed(p.cast(), big, bigger).unwrap() };
-    assert!((q.as_ptr().cast::<u8>() as usize).is_multiple_of(1 << 20), "alignment kept when moved");
+    assert!((q.as_ptr().cast::<u8>() as usize) % (1 << 20) == 0, "alignment kept when moved");
     // SAFETY: the block holds `q.len()` bytes.
     let bytes = unsafe { std::slice::from_raw_parts(q.as_ptr().cast::<u8>(), q.len()) };
     assert!(bytes[..100_000].iter().all(|&b| b == 0xAB));

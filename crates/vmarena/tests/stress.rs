@@ -83,8 +83,7 @@ fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u6
                         1..=8 => 1 + (seed >> 8) as usize % (64 << 10),
                         _ => 1 + (seed >> 8) as usize % (8 << 10),
                     };
-                    let p = if seed.is_multiple_of(5) { s.vzalloc(requested) } else { s.vmalloc(requested) }
-                        .unwrap();
+                    let p = if seed % 5 == 0 { s.vzalloc(requested) } else { s.vmalloc(requested) }.unwrap();
                     // The whole usable size: an area reused whole within the slack is larger
                     // than asked, and all of it is the owner's.
                     let bytes = s.size(p.as_ptr()).unwrap();

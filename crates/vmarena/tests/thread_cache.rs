@@ -226,7 +226,7 @@ fn patterns_survive_cross_thread_frees_and_concurrent_drains() {
                     common::verify(p as *const u8, len, tag);
                     // A third of the areas are resized first (mostly by a thread that did not
                     // allocate them): in place while their pages suffice, else moved.
-                    let p = if tag.is_multiple_of(3) {
+                    let p = if tag % 3 == 0 {
                         let new_len = 1 + (tag as usize).wrapping_mul(31) % (8 * 4096);
                         let q = s.vrealloc(NonNull::new(p as *mut u8), new_len).unwrap();
                         // A shorter prefix is checked in whole words (the pattern's tail

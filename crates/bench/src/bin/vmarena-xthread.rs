@@ -69,7 +69,7 @@ fn main() {
                         }
                         let i = (rng.next_u64() % live as u64) as usize;
                         let old = std::mem::replace(&mut mine[i], Block(p, n, op as u8));
-                        if rng.next_u64().is_multiple_of(2) {
+                        if rng.next_u64() % 2 == 0 {
                             mb[(t + 1) % threads].lock().unwrap().push(old);
                         } else {
                             check_free(old);

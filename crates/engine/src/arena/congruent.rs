@@ -38,7 +38,7 @@ impl Arena {
         let mut sorted = parts.to_vec();
         sorted.sort_unstable();
         for w in sorted.windows(2) {
-            if w[0].start.checked_add(w[0].pages).is_none_or(|end| end > w[1].start) {
+            if w[0].start.checked_add(w[0].pages).map_or(true, |end| end > w[1].start) {
                 return Err(AllocError::PartsOverlap { offset_pages: w[1].start });
             }
         }

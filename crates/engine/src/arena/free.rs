@@ -30,7 +30,7 @@ pub(crate) fn remove_record(
     start: u64,
     kind: Option<AreaKind>,
 ) -> Result<BusyArea<AreaTag>, FreeError> {
-    match busy.remove_if(start, |a| kind.is_none_or(|k| a.tag.kind == k)) {
+    match busy.remove_if(start, |a| kind.map_or(true, |k| a.tag.kind == k)) {
         None => Err(FreeError::NotLive { start }),
         Some(Err(a)) => Err(FreeError::WrongKind { start, kind: a.tag.kind }),
         Some(Ok(a)) => Ok(a),

@@ -55,7 +55,7 @@ impl Shared {
         let want = need.max(step).max((at - self.lo) / 2).div_ceil(step).saturating_mul(step);
         let mut end = at.saturating_add(want).min(self.hi);
         let grow = |end: u64| {
-            self.cache.as_ref().is_none_or(|c| c.commit(end - self.lo)) && self.backing.grow(at, end - at)
+            self.cache.as_ref().map_or(true, |c| c.commit(end - self.lo)) && self.backing.grow(at, end - at)
         };
         if !grow(end) {
             let least = at.saturating_add(need).min(self.hi);

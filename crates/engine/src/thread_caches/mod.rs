@@ -245,7 +245,7 @@ impl ThreadCaches {
     fn with_magazine_slow<A: CacheOwner + 'static>(&self, arena: &Arc<A>) -> Option<*const Magazine> {
         OWNED
             .try_with(|o| {
-                if o.try_borrow().ok()?.0.first().is_none_or(|e| e.id != self.id) {
+                if o.try_borrow().ok()?.0.first().map_or(true, |e| e.id != self.id) {
                     self.find_or_register(o, arena)?;
                 }
                 let owned = o.try_borrow().ok()?;

@@ -306,7 +306,7 @@ fn pcpu_alloc_test(e: &mut CaseEnv) -> i32 {
         let align = 1usize << (1 + e.rng.below(11));
         match pool.alloc(size, align) {
             Some(p) => {
-                if !(p.as_ptr() as usize).is_multiple_of(align) {
+                if (p.as_ptr() as usize) % align != 0 {
                     rv = -1;
                 }
                 objs.push(p);

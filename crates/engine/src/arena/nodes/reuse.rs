@@ -191,7 +191,7 @@ impl Shared {
             }
             if total >= pages
                 && members >= 2
-                && best.is_none_or(|b| (total, first.start) < (b.pages, b.start))
+                && best.map_or(true, |b| (total, first.start) < (b.pages, b.start))
             {
                 best = Some(Span::new(first.start, total));
             }
