@@ -34,10 +34,11 @@
 #![allow(clippy::missing_safety_doc)]
 #![allow(non_snake_case)] // the symbols' mangled names
 
+use crate::bootstrap;
 use crate::interpose::{self as c, vm_alloc, vm_free};
 use crate::next;
+use crate::routing::{fast_below, in_space, pass_below, pass_through_address, threshold};
 use crate::stats::{count, COUNTERS as C};
-use crate::{bootstrap, fast_below, in_space, pass_below, pass_through_address, threshold};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 

@@ -108,7 +108,7 @@ pub fn trim_cap_bytes(threshold_bytes: usize) -> usize {
 /// The trim threshold set along with an mmap threshold of `mmap_bytes`: glibc's 2 S, capped
 /// by the shim's routing threshold.
 pub fn trim_bytes(mmap_bytes: usize) -> usize {
-    (2 * mmap_bytes).min(trim_cap_bytes(crate::threshold()))
+    (2 * mmap_bytes).min(trim_cap_bytes(crate::routing::threshold()))
 }
 
 /// True when `var` (an environment lookup) sets one of glibc's thresholds.

@@ -8,10 +8,9 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::next::{self, Next};
+use crate::routing::{fast_below, in_space, pass_below, pass_through_address, space, threshold};
 use crate::stats::{count, COUNTERS as C};
-use crate::{
-    bootstrap, fast_below, glibc_thresholds, in_space, pass_below, pass_through_address, space, threshold,
-};
+use crate::{bootstrap, glibc_thresholds};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{null_mut, NonNull};

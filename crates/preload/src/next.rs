@@ -128,9 +128,36 @@ fn resolve() -> Option<&'static Next> {
     // SAFETY: only the thread that won the CAS writes, before publishing READY.
     unsafe { *NEXT.0.get() = Some(next) };
     STATE.store(READY, Ordering::Release);
-    crate::on_ready();
     // SAFETY: as in `get`.
-    unsafe { (*NEXT.0.get()).as_ref() }
+    let next = unsafe { (*NEXT.0.get()).as_ref() };
+    if let Some(n) = next {
+        on_ready(n);
+    }
+    next
+}
+
+/// Called once, right after the next allocator is known: options, the exit summary,
+/// and the process's `membarrier` registration, which the default space's thread caches need.
+/// That happens at the first `malloc`, while the process almost always has one thread: there
+/// the registration costs microseconds, while in a process with several threads the kernel
+/// waits for an RCU grace period (milliseconds; BENCHMARKS.md, "The first call from a second
+/// thread"), which would otherwise stall whichever thread made the first large allocation.
+fn on_ready(n: &Next) {
+    // A failure is remembered and reported again when the space is built without caches.
+    vmarena_platform::early::prepare();
+    let opts = crate::stats::PreloadOptions::from_env();
+    crate::routing::set_threshold(opts.threshold);
+    if opts.stats {
+        crate::stats::switch_on(opts.lock_timing);
+    } else {
+        crate::routing::open_pass_through(opts.threshold);
+    }
+    if let Some(m) = n.glibc_mallopt.filter(|_| opts.glibc_thresholds) {
+        crate::glibc_thresholds::enable(m);
+    }
+    if let Some(t) = n.glibc_malloc_trim.filter(|_| opts.glibc_trim) {
+        crate::glibc_trim::enable(t);
+    }
 }
 
 /// True when the code at `f` belongs to the C library (`libc.so.*`), by `dladdr`.

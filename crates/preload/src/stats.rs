@@ -145,8 +145,11 @@ pub fn snapshot() -> PreloadStats {
 extern "C" fn print_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let s = snapshot();
-        let mut out =
-            format!("vmarena preload: pid {} threshold {} bytes\n", std::process::id(), crate::threshold());
+        let mut out = format!(
+            "vmarena preload: pid {} threshold {} bytes\n",
+            std::process::id(),
+            crate::routing::threshold()
+        );
         if crate::glibc_thresholds::enabled() {
             let mmap = crate::glibc_thresholds::set_bytes();
             out.push_str(&format!(

@@ -51,11 +51,24 @@ fn params(list: &str) -> Vec<String> {
     list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect()
 }
 
+/// The Rust files under `dir`, its folders included.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
 /// Every `#[no_mangle] pub extern "C" fn vmarena_*` of the crate's sources.
 fn rust_sigs() -> Sigs {
     let mut sigs = Sigs::new();
-    for entry in std::fs::read_dir(root().join("crates/vmarena/src")).unwrap() {
-        let path = entry.unwrap().path();
+    let mut files = Vec::new();
+    rust_files(&root().join("crates/vmarena/src"), &mut files);
+    for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         for chunk in text.split("#[no_mangle]").skip(1) {
             let head = &chunk[..chunk.find('{').expect("a function body")];

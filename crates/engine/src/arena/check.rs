@@ -7,24 +7,16 @@
 //! in flight between two locks would otherwise look lost. The purge worker may run: its purges
 //! hold the purge mutex and its cache drains the registry mutex, both held by the check.
 
-use super::locks::{with_strategy, StrategyLocks};
 use super::shared::Shared;
+use super::strategy_ops::StrategyOps;
+use super::strategy_state::with_strategy;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::FreeTree;
-
-/// Check the free tree and add its ranges to `all` (every strategy's check does this under the
-/// lock that guards its tree).
-pub(super) fn check_free_tree(f: &FreeTree, all: &mut Vec<(u64, u64, &'static str)>) -> Result<(), String> {
-    f.check()?;
-    all.extend(f.ranges().iter().map(|&(s, e)| (s, e - s, "free")));
-    Ok(())
-}
 
 impl Shared {
     pub(crate) fn check(&self) -> Result<(), String> {
         // The registry mutex comes before every other lock (magazine.rs) and is held to the
         // end: the worker's idle drain would otherwise move cached areas under the check.
-        match &self.cache {
+        match &self.ctx.cache {
             Some(c) => c.with_cached_starts(|cached| self.check_with(cached?)),
             None => self.check_with(Vec::new()),
         }
@@ -36,13 +28,13 @@ impl Shared {
         if let Some(w) = cached.windows(2).find(|w| w[0] == w[1]) {
             return Err(format!("area {:#x} sits in two thread-cache slots", w[0]));
         }
-        let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = self.ctx.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
         // (start, pages, what)
         let mut all: Vec<(u64, u64, &'static str)> = Vec::new();
-        with_strategy!(&self.locks, s => s.check(self, &cached, &mut all))?;
+        with_strategy!(&self.state, s => s.check(&self.ctx, &cached, &mut all))?;
         // busy ∪ pooled ∪ lazy ∪ chunk ∪ free must tile the usable part [lo, grown_hi) exactly.
         all.sort_unstable_by_key(|a| a.0);
-        let mut at = self.lo;
+        let mut at = self.ctx.lo;
         for &(s, pages, what) in &all {
             if pages == 0 {
                 return Err(format!("empty {what} area at {s:#x}"));
@@ -56,7 +48,7 @@ impl Shared {
             }
             at = s + pages;
         }
-        let end = self.grown_hi.load(Relaxed);
+        let end = self.ctx.grown_hi.load(Relaxed);
         if at != end {
             return Err(format!("pages [{at:#x}, {end:#x}) are lost: in no list, tree or map"));
         }

@@ -9,8 +9,9 @@
 //! pools go back to the tree by full purges and the search runs again, as an allocation's last
 //! step does. Each part is freed like any other area ([`Arena::free`]).
 
-use super::locks::{with_strategy, StrategyLocks};
 use super::shared::Shared;
+use super::strategy_ops::StrategyOps;
+use super::strategy_state::with_strategy;
 use crate::area::{AreaTag, PurgeKind};
 use crate::arena::Arena;
 use crate::error::AllocError;
@@ -48,8 +49,8 @@ impl Arena {
         }
         // Step Grow, for the whole span of the parts at the alignment.
         let span = sorted.last().map_or(1, |p| p.start.saturating_add(p.pages));
-        if let Ok(r) = Request::new(span, align_pages, sh.lo, sh.hi) {
-            for _ in 0..super::ladder::GROW_RETRIES {
+        if let Ok(r) = Request::new(span, align_pages, sh.ctx.lo, sh.ctx.hi) {
+            for _ in 0..super::alloc::GROW_RETRIES {
                 if !sh.grow(&r) {
                     break;
                 }
@@ -67,17 +68,17 @@ impl Arena {
                 break;
             }
         }
-        sh.counters.alloc_failures.fetch_add(1, Relaxed);
+        sh.ctx.counters.alloc_failures.fetch_add(1, Relaxed);
         let (free_pages, largest_free) = sh.free_summary();
         let st = sh.stats();
         let span = sorted.last().map_or(0, |p| p.start.saturating_add(p.pages));
         Err(AllocError::NoSpace {
             live_pages: st.live_pages,
             lazy_pages: st.lazy_pages,
-            arena: sh.name.clone(),
+            arena: sh.ctx.name.clone(),
             pages: span,
             align_pages,
-            window: (sh.lo, sh.hi),
+            window: (sh.ctx.lo, sh.ctx.hi),
             free_pages,
             largest_free,
         })
@@ -88,19 +89,19 @@ impl Shared {
     /// One search and, when it finds a base, the parts taken and entered in the busy map.
     fn try_congruent(&self, parts: &[Span], align_pages: u64, tag: AreaTag) -> Option<u64> {
         let take = |f: &mut FreeTree| -> Option<u64> {
-            let base = f.find_congruent(parts, align_pages, self.lo, self.hi)?;
+            let base = f.find_congruent(parts, align_pages, self.ctx.lo, self.ctx.hi)?;
             for p in parts {
                 f.take(base + p.start, base + p.end()).expect("the search found every part free");
             }
             Some(base)
         };
-        let base = with_strategy!(&self.locks, s => s.with_free_tree(&site::ALLOC_FREE_TREE, take))?;
+        let base = with_strategy!(&self.state, s => s.with_free_tree(&site::ALLOC_FREE_TREE, take))?;
         let placed: Vec<Span> = parts.iter().map(|p| Span::new(base + p.start, p.pages)).collect();
-        with_strategy!(&self.locks, s => s.insert_parts(self, &placed, tag));
+        with_strategy!(&self.state, s => s.insert_parts(&self.ctx, &placed, tag));
         for p in &placed {
-            self.counters.tree_allocs.fetch_add(1, Relaxed);
-            self.counters.tree_pages.fetch_add(p.pages, Relaxed);
-            self.backing.prepare(p.start, p.pages);
+            self.ctx.counters.tree_allocs.fetch_add(1, Relaxed);
+            self.ctx.counters.tree_pages.fetch_add(p.pages, Relaxed);
+            self.ctx.backing.prepare(p.start, p.pages);
         }
         Some(base)
     }

@@ -8,34 +8,20 @@
 //! the lazy accounting and wakes the worker, or purges on this thread when the worker has
 //! fallen far behind.
 
-use super::locks::{with_strategy, StrategyLocks};
 use super::shared::Shared;
+use super::strategy_ops::StrategyOps;
+use super::strategy_state::with_strategy;
 use super::Arena;
 use crate::area::{AreaKind, AreaTag, PurgeKind, NO_NODE, UNKNOWN_BYTES};
 use crate::error::FreeError;
 use crate::sync::Arc;
 use crate::sync::Ordering::Relaxed;
 use crate::thread_caches::FreeFast;
-use vmarena_core::{BusyArea, BusyMap};
+use vmarena_core::BusyArea;
 
 /// Lazy pages, as a multiple of the lazy limit, at which a freeing thread purges itself
 /// because the worker has fallen behind (many more runnable threads than CPUs).
 const LAZY_BACKPRESSURE: i64 = 2;
-
-/// Remove the record of the live area at `start` from `busy` when its kind is `kind` (any, for
-/// `None`); nothing changes otherwise.
-#[inline]
-pub(crate) fn remove_record(
-    busy: &mut BusyMap<AreaTag>,
-    start: u64,
-    kind: Option<AreaKind>,
-) -> Result<BusyArea<AreaTag>, FreeError> {
-    match busy.remove_if(start, |a| kind.map_or(true, |k| a.tag.kind == k)) {
-        None => Err(FreeError::NotLive { start }),
-        Some(Err(a)) => Err(FreeError::WrongKind { start, kind: a.tag.kind }),
-        Some(Ok(a)) => Ok(a),
-    }
-}
 
 impl Arena {
     /// Free the area that starts at `start`. Its memory stays resident until a purge. A small
@@ -51,7 +37,7 @@ impl Arena {
     /// them beside its own hot fields (`None` without per-CPU stacks). Valid while this arena
     /// lives: the safety contract of [`crate::hit_path::HitPath`]'s operations.
     pub fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
-        self.shared.cache.as_ref()?.hit_path()
+        self.shared.ctx.cache.as_ref()?.hit_path()
     }
 
     /// A plain free into this thread's cache for callers whose fast path must make no call:
@@ -59,7 +45,7 @@ impl Arena {
     /// anything else (call [`Arena::free`] then, which frees or refuses it).
     #[inline(always)]
     pub fn free_hit(&self, start: u64) -> bool {
-        self.shared.cache.as_ref().is_some_and(|c| c.free_hit(start).is_some())
+        self.shared.ctx.cache.as_ref().is_some_and(|c| c.free_hit(start).is_some())
     }
 
     /// Free a small area into this thread's cache: `None` when `start` is not a small live
@@ -67,7 +53,7 @@ impl Arena {
     /// full.
     #[inline]
     pub fn free_cached(&self, start: u64) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
-        let c = self.shared.cache.as_ref()?;
+        let c = self.shared.ctx.cache.as_ref()?;
         self.finish_cached_free(start, c.free(&self.shared, start))
     }
 
@@ -77,7 +63,7 @@ impl Arena {
     #[cold]
     #[inline(never)]
     pub fn free_claimed(&self, start: u64) -> Result<BusyArea<AreaTag>, FreeError> {
-        let Some(c) = self.shared.cache.as_ref() else { return Err(FreeError::NotLive { start }) };
+        let Some(c) = self.shared.ctx.cache.as_ref() else { return Err(FreeError::NotLive { start }) };
         self.finish_cached_free(start, c.free_after_claim(&self.shared, start))
             .unwrap_or(Err(FreeError::NotLive { start }))
     }
@@ -101,7 +87,7 @@ impl Arena {
     #[cold]
     #[inline(never)]
     fn refused_free(&self, start: u64) -> FreeError {
-        self.shared.counters.bad_frees.fetch_add(1, Relaxed);
+        self.shared.ctx.counters.bad_frees.fetch_add(1, Relaxed);
         FreeError::NotLive { start }
     }
 
@@ -136,7 +122,7 @@ impl Arena {
         let r = if sh.lazy_backlogged() { sh.free_released(start, kind) } else { sh.free(start, kind) };
         match r {
             Err(_) => {
-                sh.counters.bad_frees.fetch_add(1, Relaxed);
+                sh.ctx.counters.bad_frees.fetch_add(1, Relaxed);
             }
             Ok(_) => Shared::freed(&self.shared),
         }
@@ -148,7 +134,7 @@ impl Shared {
     /// The strategy's free: the record removed (when of `kind`), the area made lazy.
     #[inline]
     pub(crate) fn free(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
-        with_strategy!(&self.locks, s => s.free(self, start, kind))
+        with_strategy!(&self.state, s => s.free(&self.ctx, start, kind))
     }
 
     /// Lazy pages stand past [`LAZY_BACKPRESSURE`] times their limit: the purges have fallen
@@ -164,14 +150,14 @@ impl Shared {
     /// The lazy pages (approximate) and the limit a free compares them with.
     #[inline(always)]
     fn lazy_and_limit(&self) -> (i64, i64) {
-        (self.lazy.approx.load(Relaxed), self.lazy.limit.load(Relaxed) as i64)
+        (self.ctx.lazy.approx.load(Relaxed), self.ctx.lazy.limit.load(Relaxed) as i64)
     }
 
     /// The strategy's free of an area made while lazy pages are backlogged.
     #[cold]
     #[inline(never)]
     fn free_released(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
-        with_strategy!(&self.locks, s => s.free_released(self, start, kind))
+        with_strategy!(&self.state, s => s.free_released(&self.ctx, start, kind))
     }
 
     /// Areas went lazy: start the decay worker, and a purge if the lazy pages passed their
@@ -183,8 +169,8 @@ impl Shared {
         if lazy <= limit {
             return;
         }
-        me.lazy.over_peak.fetch_max((lazy - limit) as u64, Relaxed);
-        if !me.purging.requested.swap(true, Relaxed) {
+        me.ctx.lazy.over_peak.fetch_max((lazy - limit) as u64, Relaxed);
+        if !me.ctx.purging.requested.swap(true, Relaxed) {
             me.kick(me);
         } else if lazy > LAZY_BACKPRESSURE * limit {
             me.purge_unless_running();
@@ -194,16 +180,19 @@ impl Shared {
     /// Start the worker for the decay interval (which needs it even below the threshold), once.
     #[inline]
     pub(crate) fn start_decay_worker(me: &Arc<Shared>) {
-        if !me.purging.worker_started.load(Relaxed) && me.opts.purge_thread && me.opts.decay_interval_ms > 0 {
-            me.purging.worker_started.store(true, Relaxed);
-            me.purging.worker.start(me);
+        if !me.ctx.purging.worker_started.load(Relaxed)
+            && me.ctx.opts.purge_thread
+            && me.ctx.opts.decay_interval_ms > 0
+        {
+            me.ctx.purging.worker_started.store(true, Relaxed);
+            me.ctx.purging.worker.start(me);
         }
     }
 
     /// Start the purge: wake the worker, or purge on this thread when there is none.
     pub(crate) fn kick(&self, me: &Arc<Shared>) {
-        if self.opts.purge_thread {
-            self.purging.worker.wake(me);
+        if self.ctx.opts.purge_thread {
+            self.ctx.purging.worker.wake(me);
         } else {
             self.purge(PurgeKind::Threshold);
         }
@@ -212,7 +201,7 @@ impl Shared {
     /// Purge on this thread unless a purge is already running.
     #[cold]
     fn purge_unless_running(&self) {
-        if let Ok(guard) = self.purging.lock.try_lock() {
+        if let Ok(guard) = self.ctx.purging.lock.try_lock() {
             drop(guard);
             self.purge(PurgeKind::Threshold);
         }

@@ -8,12 +8,8 @@
 //! free tree; it is not reused before. Every step of the ladder but Tree and TreeExact is a
 //! Nodes step, so one pass is a tree search and an insert under the one lock.
 
-use super::check::check_free_tree;
-use super::free::remove_record;
-use super::locks::StrategyLocks;
-use super::purge::PurgeBatch;
-use super::shared::{tree_alloc, Shared};
-use super::AreaLists;
+use super::context::Context;
+use super::strategy_ops::{check_free_tree, remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, NO_NODE};
 use crate::error::FreeError;
 use crate::lock::{LockRank, LockSite, LockStats, StatLock};
@@ -58,13 +54,13 @@ impl BusyLazy {
 
     /// The purge's detach: the whole lazy list goes to be released and merged into the tree.
     /// A purge that is not a threshold purge also shrinks the busy map (`BusyMap::compact`).
-    pub(super) fn detach(&mut self, sh: &Shared, batch: &mut PurgeBatch) {
+    pub(super) fn detach(&mut self, ctx: &Context, batch: &mut PurgeBatch) {
         if batch.kind != PurgeKind::Threshold {
             self.busy.compact();
         }
         let lazy = std::mem::take(&mut self.lazy);
         let pages = std::mem::take(&mut self.lazy_pages);
-        sh.lazy.approx.fetch_sub(pages as i64, Relaxed);
+        ctx.lazy.approx.fetch_sub(pages as i64, Relaxed);
         batch.release.extend_from_slice(&lazy);
         batch.to_tree = lazy;
     }
@@ -109,11 +105,11 @@ impl Global {
     }
 }
 
-impl StrategyLocks for Global {
+impl StrategyOps for Global {
     #[inline]
     fn try_alloc(
         &self,
-        sh: &Shared,
+        ctx: &Context,
         r: &Request,
         req: &AllocRequest,
         _default_window: bool,
@@ -123,17 +119,22 @@ impl StrategyLocks for Global {
         let start = tree_alloc(&mut g.free, r)?;
         g.bl.insert_new(start, pages, req.tag);
         drop(g);
-        Some(sh.carved(start, pages))
+        Some(ctx.carved(start, pages))
     }
 
     #[inline]
-    fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+    fn free(
+        &self,
+        ctx: &Context,
+        start: u64,
+        kind: Option<AreaKind>,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = self.0.lock_at(&site::FREE_GLOBAL).bl.free(start, kind)?;
-        sh.lazy.approx.fetch_add(a.pages as i64, Relaxed);
+        ctx.lazy.approx.fetch_add(a.pages as i64, Relaxed);
         Ok(a)
     }
 
-    fn with_busy<R>(&self, _sh: &Shared, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
+    fn with_busy<R>(&self, _ctx: &Context, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
         f(&mut self.0.lock().bl.busy)
     }
 
@@ -141,15 +142,15 @@ impl StrategyLocks for Global {
         f(&mut self.0.lock_at(site).free)
     }
 
-    fn insert_parts(&self, _sh: &Shared, parts: &[Span], tag: AreaTag) {
+    fn insert_parts(&self, _ctx: &Context, parts: &[Span], tag: AreaTag) {
         let mut g = self.0.lock_at(&site::ALLOC_GLOBAL);
         for p in parts {
             g.bl.insert_new(p.start, p.pages, tag);
         }
     }
 
-    fn detach(&self, sh: &Shared, batch: &mut PurgeBatch) {
-        self.0.lock_at(&site::PURGE_DETACH).bl.detach(sh, batch);
+    fn detach(&self, ctx: &Context, batch: &mut PurgeBatch) {
+        self.0.lock_at(&site::PURGE_DETACH).bl.detach(ctx, batch);
     }
 
     fn lazy_pages_exact(&self) -> u64 {
@@ -161,7 +162,7 @@ impl StrategyLocks for Global {
         (g.free.free_pages(), g.free.largest())
     }
 
-    fn add_stats(&self, _sh: &Shared, s: &mut ArenaStats) {
+    fn add_stats(&self, _ctx: &Context, s: &mut ArenaStats) {
         let g = self.0.lock();
         g.bl.add_stats(s);
         s.free_pages = g.free.free_pages();
@@ -172,7 +173,7 @@ impl StrategyLocks for Global {
         vec![("global", self.0.stats())]
     }
 
-    fn areas(&self, _sh: &Shared) -> AreaLists {
+    fn areas(&self, _ctx: &Context) -> AreaLists {
         self.0.lock().bl.areas()
     }
 
@@ -183,7 +184,7 @@ impl StrategyLocks for Global {
 
     fn check(
         &self,
-        _sh: &Shared,
+        _ctx: &Context,
         _cached: &[u64],
         all: &mut Vec<(u64, u64, &'static str)>,
     ) -> Result<(), String> {

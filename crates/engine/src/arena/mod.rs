@@ -45,18 +45,22 @@
 //! step Move, `mover.rs`), then reclaim or full purge and another pass, then a failure with an
 //! error that names the arena and its limits (`ladder.rs`).
 
+// Bottom to top: each file imports only from files listed above it.
+mod alloc;
 mod check;
 mod congruent;
+mod context;
 mod counters;
 mod free;
 mod global;
-mod ladder;
-pub(crate) mod locks;
-mod mover;
+mod mosaics;
 mod nodes;
 mod purge;
-pub(crate) mod shared;
+mod release;
+mod shared;
 mod split;
+mod strategy_ops;
+mod strategy_state;
 
 use crate::area_state::Claim;
 use crate::backing::Backing;
@@ -65,19 +69,17 @@ use crate::options::ArenaOptions;
 use crate::stats::ArenaStats;
 use crate::strategy::Strategy;
 use crate::sync::Arc;
-use locks::{with_strategy, StrategyLocks};
-pub(crate) use shared::Shared;
-use vmarena_core::{BusyArea, Span};
+use shared::Shared;
+pub use strategy_ops::AreaLists;
+use strategy_ops::StrategyOps;
+use strategy_state::with_strategy;
+use vmarena_core::BusyArea;
 
 pub use crate::area::{
     AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, PurgeReport, SmallArea, Step, NO_NODE,
     UNKNOWN_BYTES,
 };
 pub use crate::error::{AllocError, FreeError};
-
-/// Live areas by busy shard (each in address order, as `(start, record)`) and lazy areas: what
-/// [`Arena::areas`] returns.
-pub type AreaLists = (Vec<Vec<(u64, BusyArea<AreaTag>)>>, Vec<Span>);
 
 /// A concurrent page-range allocator. Cheap to share: all methods take `&self`.
 pub struct Arena {
@@ -133,64 +135,64 @@ impl Arena {
 
     /// The arena's name.
     pub fn name(&self) -> &str {
-        &self.shared.name
+        &self.shared.ctx.name
     }
 
     /// The page range `[lo, hi)`.
     pub fn range(&self) -> (u64, u64) {
-        (self.shared.lo, self.shared.hi)
+        (self.shared.ctx.lo, self.shared.ctx.hi)
     }
 
     /// The usable part `[lo, grown_hi)` of the range: all of it, unless the backing grows in
     /// steps (step Grow).
     pub fn usable_range(&self) -> (u64, u64) {
-        (self.shared.lo, self.shared.grown_hi.load(crate::sync::Ordering::Relaxed))
+        (self.shared.ctx.lo, self.shared.ctx.grown_hi.load(crate::sync::Ordering::Relaxed))
     }
 
     /// The lock design in use.
     pub fn strategy(&self) -> Strategy {
-        self.shared.opts.strategy
+        self.shared.ctx.opts.strategy
     }
 
     /// The options the arena was built with.
     pub fn options(&self) -> &ArenaOptions {
-        &self.shared.opts
+        &self.shared.ctx.opts
     }
 
     /// Nodes (1 for Global and Split).
     pub fn node_count(&self) -> usize {
-        self.shared.nr_nodes
+        self.shared.ctx.nr_nodes
     }
 
     /// Lazy pages above which a purge runs.
     pub fn lazy_max_pages(&self) -> u64 {
-        self.shared.lazy.max_pages
+        self.shared.ctx.lazy.max_pages
     }
 
     /// For tests of what the fast paths write: the address ranges of the memory each
     /// registered thread-cache magazine owns, one list per magazine.
     #[doc(hidden)]
     pub fn thread_cache_spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
-        self.shared.cache.as_ref().map_or_else(Vec::new, |c| c.spans())
+        self.shared.ctx.cache.as_ref().map_or_else(Vec::new, |c| c.spans())
     }
 
     /// For tests of what the fast paths write: the address of the state word of page `start`.
     #[doc(hidden)]
     pub fn state_word_addr(&self, start: u64) -> Option<usize> {
-        self.shared.cache.as_ref()?.states.word_addr(start)
+        self.shared.ctx.cache.as_ref()?.states.word_addr(start)
     }
 
     /// Why this arena has no thread caches (`None`: it has them).
     pub fn thread_cache_off(&self) -> Option<&str> {
-        self.shared.cache_off.as_deref()
+        self.shared.ctx.cache_off.as_deref()
     }
 
     /// Why this arena's thread caches have no per-CPU stacks in front of their magazines
     /// (`None`: they have them; the reason for no thread caches at all, when there are none).
     pub fn cpu_cache_off(&self) -> Option<&str> {
-        match &self.shared.cache {
+        match &self.shared.ctx.cache {
             Some(c) => c.cpu_off(),
-            None => self.shared.cache_off.as_deref(),
+            None => self.shared.ctx.cache_off.as_deref(),
         }
     }
 
@@ -199,7 +201,7 @@ impl Arena {
     pub fn lookup(&self, start: u64) -> Option<BusyArea<AreaTag>> {
         let sh = &*self.shared;
         let mut a = sh.with_busy(start, |b| b.get(start).copied())?;
-        if !sh.patch_cached(start, &mut a) {
+        if !sh.ctx.patch_cached(start, &mut a) {
             return None;
         }
         Some(a)
@@ -210,7 +212,7 @@ impl Arena {
     /// start is looked up in the busy map.
     #[inline]
     pub fn live_pages(&self, start: u64) -> Option<u64> {
-        if let Some(w) = self.shared.cache.as_ref().and_then(|c| c.states.get(start)) {
+        if let Some(w) = self.shared.ctx.cache.as_ref().and_then(|c| c.states.get(start)) {
             return (!w.cached).then_some(w.pages);
         }
         self.lookup(start).map(|a| a.pages)
@@ -220,7 +222,7 @@ impl Arena {
     /// `None` when no word tracks `start` (ask [`Arena::lookup`]).
     #[inline]
     pub fn small_area(&self, start: u64) -> Option<SmallArea> {
-        let w = self.shared.cache.as_ref()?.states.get(start)?;
+        let w = self.shared.ctx.cache.as_ref()?.states.get(start)?;
         Some(SmallArea { pages: w.pages, free: w.cached, retired: w.retired, record_current: !w.reused })
     }
 
@@ -245,7 +247,7 @@ impl Arena {
     /// exactly one succeeds.
     pub fn swap_kind(&self, start: u64, from: AreaKind, to: AreaKind) -> Result<(), FreeError> {
         let sh = &*self.shared;
-        if let Some(c) = &sh.cache {
+        if let Some(c) = &sh.ctx.cache {
             let claim =
                 if to == AreaKind::Retired { c.states.retire(start) } else { c.states.unretire(start) };
             match claim {
@@ -269,13 +271,13 @@ impl Arena {
     /// area (freed, or not tracked by a state word; nothing changed).
     #[inline]
     pub fn resized_in_place(&self, start: u64) -> bool {
-        self.shared.cache.as_ref().is_some_and(|c| c.states.mark_stale(start))
+        self.shared.ctx.cache.as_ref().is_some_and(|c| c.states.mark_stale(start))
     }
 
     /// Change the tag of a live area; false if `start` is not live.
     pub fn update_tag(&self, start: u64, f: impl FnOnce(&mut AreaTag)) -> bool {
         let sh = &*self.shared;
-        if let Some(c) = &sh.cache {
+        if let Some(c) = &sh.ctx.cache {
             if c.states.get(start).is_some_and(|w| w.cached) {
                 return false;
             }
@@ -305,20 +307,20 @@ impl Arena {
     /// classes for Global and Split, which have no pools).
     pub fn pool_lens(&self) -> Vec<u64> {
         let mut out = vec![0u64; vmarena_core::POOL_MAX_PAGES as usize];
-        with_strategy!(&self.shared.locks, s => s.add_pool_lens(&mut out));
+        with_strategy!(&self.shared.state, s => s.add_pool_lens(&mut out));
         out
     }
 
     /// Lock figures by lock class: `global`; `free` and `busy`; or `free` and `node` (summed
     /// over nodes).
     pub fn lock_stats(&self) -> Vec<(&'static str, LockStats)> {
-        with_strategy!(&self.shared.locks, s => s.lock_stats())
+        with_strategy!(&self.shared.state, s => s.lock_stats())
     }
 
     /// Live areas by busy shard (each in address order) and lazy areas, as `vmallocinfo`
     /// lists them: `(busy per node, lazy)`.
     pub fn areas(&self) -> AreaLists {
-        with_strategy!(&self.shared.locks, s => s.areas(&self.shared))
+        with_strategy!(&self.shared.state, s => s.areas(&self.shared.ctx))
     }
 
     /// Check every invariant. Call it when no other thread is using the arena: an area in
@@ -330,6 +332,6 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        self.shared.purging.worker.shutdown();
+        self.shared.ctx.purging.worker.shutdown();
     }
 }

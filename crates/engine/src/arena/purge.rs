@@ -8,34 +8,18 @@
 //! releases and merges, the strategy refills. The background thread that calls it is the
 //! [`worker`](crate::worker).
 
-use super::locks::{with_strategy, StrategyLocks};
-use super::shared::{tree_alloc, Shared};
+use super::release::{merge_batch_claiming, release_batch};
+use super::shared::Shared;
+use super::strategy_ops::PurgeBatch;
+use super::strategy_ops::StrategyOps;
+use super::strategy_state::with_strategy;
 use crate::area::{Allocation, AreaTag, PurgeKind, PurgeReport};
-use crate::lock::LockSite;
-use crate::site;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{FreeTree, Request, Span};
-
-/// Most areas merged into the free tree in one hold of its lock, so that pool misses on other
-/// threads are not held up for a whole batch.
-const MERGE_CHUNK: usize = 256;
+use vmarena_core::{Request, Span};
 
 /// Purges in a row a failed allocation runs under one hold of the purge mutex while its carve
 /// fails and other threads keep making areas lazy.
 const CLAIM_ROUNDS: usize = 8;
-
-/// One purge's lists, filled by the strategy's `detach`.
-pub(crate) struct PurgeBatch {
-    pub(crate) kind: PurgeKind,
-    /// Areas whose memory is released.
-    pub(crate) release: Vec<Span>,
-    /// Areas returned to the free tree (their guards retired).
-    pub(crate) to_tree: Vec<Span>,
-    /// Per node, the released areas that go back to its pools clean.
-    pub(crate) refill: Vec<(usize, Vec<Span>)>,
-    /// Chunk remainders: free space that never was an area (no guard to retire).
-    pub(crate) chunks: Vec<Span>,
-}
 
 impl Shared {
     /// Release lazy memory in one batch, refill or decay pools, return areas to the tree.
@@ -64,7 +48,7 @@ impl Shared {
             // Failure path, shrinker, low memory: cached areas count as well.
             self.drain_caches();
         }
-        let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = self.ctx.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut total = PurgeReport::default();
         for _ in 0..CLAIM_ROUNDS {
             let (report, got) = self.purge_locked(kind, claim);
@@ -90,7 +74,7 @@ impl Shared {
         kind: PurgeKind,
         claim: Option<(&Request, AreaTag)>,
     ) -> (PurgeReport, Option<Allocation>) {
-        self.purging.requested.store(false, Relaxed);
+        self.ctx.purging.requested.store(false, Relaxed);
         let mut batch = PurgeBatch {
             kind,
             release: Vec::new(),
@@ -98,20 +82,20 @@ impl Shared {
             refill: Vec::new(),
             chunks: Vec::new(),
         };
-        with_strategy!(&self.locks, s => s.detach(self, &mut batch));
-        let (mut calls, spill) = self.release_batch(&batch.release);
-        with_strategy!(&self.locks, s => s.refill(&mut batch));
-        let (merge_calls, carved) =
-            self.merge_batch_claiming(&batch.to_tree, &batch.chunks, &spill, claim.map(|(r, _)| r));
+        with_strategy!(&self.state, s => s.detach(&self.ctx, &mut batch));
+        let (mut calls, spill) =
+            with_strategy!(&self.state, s => release_batch(&self.ctx, s, &batch.release));
+        with_strategy!(&self.state, s => s.refill(&mut batch));
+        let (merge_calls, carved) = with_strategy!(&self.state, s => merge_batch_claiming(&self.ctx, s, &batch.to_tree, &batch.chunks, &spill, claim.map(|(r, _)| r)));
         calls += merge_calls;
         let got = carved.zip(claim).map(|(start, (r, tag))| {
             let span = Span::new(start, r.size_pages);
-            with_strategy!(&self.locks, s => s.insert_parts(self, &[span], tag));
-            self.carved(start, r.size_pages)
+            with_strategy!(&self.state, s => s.insert_parts(&self.ctx, &[span], tag));
+            self.ctx.carved(start, r.size_pages)
         });
-        calls += self.heal_mosaics();
+        calls += with_strategy!(&self.state, s => s.heal_mosaics(&self.ctx));
         let pages_released = Span::total_pages(&batch.release);
-        let c = &self.counters;
+        let c = &self.ctx.counters;
         c.purges.fetch_add(1, Relaxed);
         if kind == PurgeKind::Full {
             c.full_purges.fetch_add(1, Relaxed);
@@ -127,124 +111,11 @@ impl Shared {
         };
         (report, got)
     }
-
-    /// Release the memory of `release` in one batch, with the free pages that share a huge
-    /// page with one of them (the spill, held out of the tree meanwhile and returned for
-    /// [`Shared::merge_batch`]). Returns the syscalls made and the spill.
-    pub(crate) fn release_batch(&self, release: &[Span]) -> (u64, Vec<Span>) {
-        let spill = self.claim_spill(release);
-        let mut calls = self.backing.release(release) as u64;
-        if !spill.is_empty() {
-            calls += self.backing.release_free(&spill) as u64;
-        }
-        (calls, spill)
-    }
-
-    /// Release the memory of one area that is in no list and no map, retire its guard and merge
-    /// it into the free tree: a purge of one area, made by a freeing thread
-    /// ([`StrategyLocks::free_released`](super::locks::StrategyLocks::free_released)), without
-    /// the purge mutex.
-    pub(crate) fn release_now(&self, area: Span) {
-        let (calls, spill) = self.release_batch(&[area]);
-        let calls = calls + self.merge_batch(&[area], &[], &spill);
-        let c = &self.counters;
-        c.released_on_free.fetch_add(1, Relaxed);
-        c.release_calls.fetch_add(calls, Relaxed);
-    }
-
-    /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free
-    /// tree. Returns the syscalls made.
-    pub(crate) fn merge_batch(&self, to_tree: &[Span], chunks: &[Span], spill: &[Span]) -> u64 {
-        self.merge_batch_claiming(to_tree, chunks, spill, None).0
-    }
-
-    /// [`Shared::merge_batch`], carving `claim` from the tree in the last merge's hold of its
-    /// lock ([`Shared::merge_lists`]): the syscalls made and the carved start.
-    fn merge_batch_claiming(
-        &self,
-        to_tree: &[Span],
-        chunks: &[Span],
-        spill: &[Span],
-        claim: Option<&Request>,
-    ) -> (u64, Option<u64>) {
-        let calls = self.backing.retire(to_tree) as u64;
-        (calls, self.merge_lists([to_tree, chunks, spill], claim))
-    }
-
-    /// Merge `lists` into the free tree in holds of at most [`MERGE_CHUNK`] areas; in the last
-    /// hold (the only one when the lists are empty; none when they are and there is no
-    /// `claim`), carve `claim` from the tree: its start.
-    pub(crate) fn merge_lists(&self, lists: [&[Span]; 3], claim: Option<&Request>) -> Option<u64> {
-        let mut areas = lists.into_iter().flatten().peekable();
-        if claim.is_none() && areas.peek().is_none() {
-            return None;
-        }
-        loop {
-            let carved = self.with_free_tree(&site::PURGE_MERGE, |t| {
-                for &Span { start: s, pages } in areas.by_ref().take(MERGE_CHUNK) {
-                    if let Err(e) = t.insert_merge(s, s + pages) {
-                        panic!(
-                            "{}: area [{s:#x}, +{pages}) returned twice to the free tree: {e:?}",
-                            self.name
-                        );
-                    }
-                }
-                if areas.peek().is_some() {
-                    return None;
-                }
-                Some(claim.and_then(|r| tree_alloc(t, r)))
-            });
-            if let Some(c) = carved {
-                return c;
-            }
-        }
-    }
-
-    /// The free pages around the released areas that lie in the same release granule (a
-    /// huge page) as an area's first or last page, taken out of the free tree: `(start,
-    /// pages)`. A huge page made by the first touch of an area may reach into free space
-    /// below or above it; releasing the area splits that huge page and would leave the free
-    /// part resident for good, with nothing to release it later.
-    pub(crate) fn claim_spill(&self, released: &[Span]) -> Vec<Span> {
-        let gran = self.backing.release_granule_pages();
-        if gran <= 1 || released.is_empty() {
-            return Vec::new();
-        }
-        let mut spill = Vec::new();
-        self.with_free_tree(&site::PURGE_SPILL, |t| {
-            for &Span { start: s, pages } in released {
-                let e = s + pages;
-                let (below, above) = t.free_around(s, e);
-                let head = below.min(s % gran);
-                let tail = above.min((gran - e % gran) % gran);
-                if head > 0 {
-                    t.take(s - head, s).expect("free range touching a released area");
-                    spill.push(Span::new(s - head, head));
-                }
-                if tail > 0 {
-                    t.take(e, e + tail).expect("free range touching a released area");
-                    spill.push(Span::new(e, tail));
-                }
-            }
-        });
-        spill
-    }
-
-    /// Merge areas into the free tree, re-taking the lock every few hundred merges so that pool
-    /// misses on other threads are not held up for the whole batch.
-    pub(crate) fn merge_into_tree(&self, areas: &[Span]) {
-        self.merge_lists([areas, &[], &[]], None);
-    }
-
-    /// Run `f` on the free tree under its lock (the global lock for Global), taken at `site`.
-    pub(crate) fn with_free_tree<R>(&self, site: &'static LockSite, f: impl FnOnce(&mut FreeTree) -> R) -> R {
-        with_strategy!(&self.locks, s => s.with_free_tree(site, f))
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::arena::locks::Locks;
+    use crate::arena::strategy_state::StrategyState;
     use crate::arena::{AllocRequest, Arena};
     use crate::backing::NoBacking;
     use crate::options::ArenaOptions;
@@ -269,8 +140,8 @@ mod tests {
     #[test]
     fn an_explicit_purge_shrinks_the_lazy_lists_address_maps() {
         let a = explicit_purges_only(Strategy::Nodes);
-        let capacity = |a: &Arena| match &a.shared.locks {
-            Locks::Nodes(n) => n.nodes[0].lock().lazy_list.map_capacity(),
+        let capacity = |a: &Arena| match &a.shared.state {
+            StrategyState::Nodes(n) => n.nodes[0].lock().lazy_list.map_capacity(),
             _ => unreachable!(),
         };
         let areas: Vec<_> = (0..3000).map(|_| a.alloc(&AllocRequest::pages(300)).unwrap()).collect();

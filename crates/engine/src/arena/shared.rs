@@ -1,95 +1,34 @@
-//! `Shared`: the state of one arena, shared by its handle, its thread caches and its purge
-//! worker, grouped by what each part accounts for.
+//! `Shared`: one arena's state, shared by its handle, its thread caches and its purge worker:
+//! the [`Context`] and the [`StrategyState`] side by side.
 //!
-//! Owns, for one arena: what it is (name, range, options, nodes, backing); the strategy's locks
-//! and everything under them ([`Locks`]); the lazy accounting ([`LazyAccount`]); the purge
-//! control ([`PurgeControl`]); the event counters; the thread caches; step Move's state.
+//! Owns both halves. The operations of the arena (`alloc.rs`, `free.rs`, `purge.rs`,
+//! `check.rs`, `congruent.rs`) are `impl Shared` blocks above this file: each works on the
+//! context and runs the strategy's part through [`with_strategy!`], handing it the context.
+//! A strategy holds neither `Shared` nor the operations: what it needs is in the context.
 //!
-//! Locks: the strategy's spin locks (ranked in lock.rs, `LockRank`), the purge mutex (taken
-//! before them, never under them) and the thread-cache registry mutex (before both). Everything
-//! else here is atomics, read and written without a lock.
-//!
-//! Invariant: `lazy.approx` is within `nodes × lazy.sync_pages` of the exact lazy pages
-//! (Nodes), exact for Global and Split; `lazy.list_pages[i]` is node `i`'s lazy-list pages as
-//! of its last change ([`Shared::sync_node`]). `Arena::check` verifies both.
+//! Locks: the strategy's spin locks (ranked in lock.rs, `LockRank`) and the context's mutexes
+//! (the purge mutex before them, never under them; the thread-cache registry mutex before
+//! both).
 
-use super::counters::Counters;
-use super::locks::{with_strategy, Locks, StrategyLocks};
-use super::mover::Moves;
-use crate::area::{Allocation, AreaTag, PurgeKind, UNKNOWN_BYTES};
+use super::context::Context;
+use super::strategy_ops::StrategyOps;
+use super::strategy_state::{with_strategy, StrategyState};
+use crate::area::{AreaTag, PurgeKind};
 use crate::backing::Backing;
 use crate::lock::next_owner;
-use crate::node::{NodeState, Padded, ZONE_PAGES};
 use crate::options::ArenaOptions;
 use crate::stats::ArenaStats;
-use crate::strategy::Strategy;
+use crate::sync::Arc;
 use crate::sync::Ordering::Relaxed;
-use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Mutex};
 use crate::thread_caches::{CacheOwner, ThreadCaches};
-use crate::worker::Worker;
-use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, SizePools, Span};
-
-/// The lazy pages of an arena: how many there are, and when a purge is due.
-pub(crate) struct LazyAccount {
-    /// Lazy pages above which a purge runs (the resolved `lazy_max_pages`).
-    pub(crate) max_pages: u64,
-    /// Lazy pages, arena-wide (exact for Global/Split; within nodes × `sync_pages` for Nodes).
-    /// On lines of its own: the nodes write it, every free through the busy map reads it.
-    pub(crate) approx: Padded<AtomicI64>,
-    /// The step in which a node folds its lazy pages into `approx`.
-    pub(crate) sync_pages: u64,
-    /// Per node (Nodes), the pages on its lazy list as of its last change, each on lines of
-    /// its own: step Move reads them without the node locks to pass over nodes with nothing to
-    /// give.
-    pub(crate) list_pages: Box<[Padded<AtomicU64>]>,
-    /// Lazy pages above which a free starts a purge: `max_pages`, plus, with `lazy_headroom`
-    /// (Nodes), the live pages below their high-water mark as the last purge counted them.
-    /// Written by tree allocations and purges; on lines of its own.
-    pub(crate) limit: Padded<AtomicU64>,
-    /// The most live pages a purge has counted since the last purge that was not a threshold
-    /// purge (Nodes, `lazy_headroom`).
-    pub(crate) live_high: AtomicU64,
-    /// The most lazy pages beyond the limit a free has seen (written only then).
-    pub(crate) over_peak: AtomicU64,
-}
-
-/// Who purges and when.
-pub(crate) struct PurgeControl {
-    /// Serialises purges, step Reclaim and the invariant check.
-    pub(crate) lock: Mutex<()>,
-    /// A free passed the lazy limit and woke the worker; the next purge clears it.
-    pub(crate) requested: AtomicBool,
-    /// The worker was started (for the decay interval) once.
-    pub(crate) worker_started: AtomicBool,
-    pub(crate) worker: Arc<Worker>,
-}
+use vmarena_core::{BusyMap, Span};
 
 /// See the module documentation.
 pub(crate) struct Shared {
-    pub(crate) name: String,
-    pub(crate) lo: u64,
-    pub(crate) hi: u64,
-    /// The end of the usable part `[lo, grown_hi)`: `hi` unless the backing grows in steps
-    /// (step Grow). Only rises, under the purge mutex.
-    pub(crate) grown_hi: AtomicU64,
-    /// The backing's growth step in pages, `None` when the whole range is usable.
-    pub(crate) grow_step: Option<u64>,
-    pub(crate) opts: ArenaOptions,
-    /// Nodes (1 for Global and Split).
-    pub(crate) nr_nodes: usize,
-    /// `nr_nodes - 1` when it is a power of two (a mask instead of a division).
-    pub(crate) node_mask: Option<usize>,
-    pub(crate) backing: Box<dyn Backing>,
-    /// `backing.zeroes_on_release()`, asked once.
-    pub(crate) zeroes_on_release: bool,
-    pub(crate) locks: Locks,
-    pub(crate) lazy: LazyAccount,
-    pub(crate) purging: PurgeControl,
-    pub(crate) counters: Counters,
-    /// Per-thread magazines (Nodes), or why there are none.
-    pub(crate) cache: Option<ThreadCaches>,
-    pub(crate) cache_off: Option<String>,
-    pub(crate) moves: Moves,
+    /// Everything but the strategy's locks.
+    pub(crate) ctx: Context,
+    /// The strategy's locks and what is under them.
+    pub(crate) state: StrategyState,
 }
 
 impl Shared {
@@ -103,160 +42,36 @@ impl Shared {
         opts: ArenaOptions,
         backing: Box<dyn Backing>,
     ) -> Shared {
-        let nr_nodes = opts.node_count();
         // This arena's place in the lock order (lock.rs, `LockRank`).
         let owner = next_owner();
-        let (cache, cache_off) = if !opts.thread_cache {
-            (None, Some("switched off (thread_cache)".to_string()))
-        } else if opts.strategy != Strategy::Nodes {
-            // Thread caches sit in front of node pools: the older strategies have none.
-            (None, Some(format!("the {} strategy has none", opts.strategy)))
-        } else {
-            let budget = crate::thread_caches::Budget {
-                base_pages: opts.thread_cache_pages,
-                max_pages: opts.thread_cache_pages_max,
-                slack_percent: opts.lazy_slack_percent,
-            };
-            let cpu_pages = opts.cpu_cache.then_some(opts.cpu_cache_pages);
-            match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget, cpu_pages) {
-                Ok(c) if c.commit(usable_hi - lo) => (Some(c), None),
-                Ok(_) => (None, Some("the state table could not be committed".to_string())),
-                Err(e) => (None, Some(e)),
-            }
-        };
-        let max_pages = opts.lazy_max();
-        let moves = opts.moves_pages() && backing.moves_pages();
-        Shared {
-            cache,
-            cache_off,
-            name,
-            lo,
-            hi,
-            grown_hi: AtomicU64::new(usable_hi),
-            grow_step: backing.grow_step_pages(),
-            locks: Locks::new(opts.strategy, owner, lo, usable_hi, nr_nodes),
-            lazy: LazyAccount {
-                max_pages,
-                approx: Padded(AtomicI64::new(0)),
-                sync_pages: crate::node::lazy_sync_pages(max_pages, nr_nodes),
-                list_pages: (0..nr_nodes).map(|_| Padded(AtomicU64::new(0))).collect(),
-                limit: Padded(AtomicU64::new(max_pages)),
-                live_high: AtomicU64::new(0),
-                over_peak: AtomicU64::new(0),
-            },
-            purging: PurgeControl {
-                lock: Mutex::new(()),
-                requested: AtomicBool::new(false),
-                worker_started: AtomicBool::new(false),
-                worker: Arc::new(Worker::default()),
-            },
-            node_mask: nr_nodes.is_power_of_two().then(|| nr_nodes - 1),
-            nr_nodes,
-            opts,
-            zeroes_on_release: backing.zeroes_on_release(),
-            backing,
-            counters: Counters::default(),
-            moves: Moves { on: moves, ..Default::default() },
-        }
-    }
-
-    #[inline]
-    pub(crate) fn node_index(&self, x: usize) -> usize {
-        match self.node_mask {
-            Some(m) => x & m,
-            None => x % self.nr_nodes,
-        }
-    }
-
-    /// Busy shard of an area: `(start / zone) % nodes`.
-    #[inline]
-    pub(crate) fn shard_of(&self, start: u64) -> usize {
-        self.node_index((start / ZONE_PAGES) as usize)
+        let state = StrategyState::new(opts.strategy, owner, lo, usable_hi, opts.node_count());
+        Shared { ctx: Context::new(name, lo, hi, usable_hi, opts, backing), state }
     }
 
     /// Run `f` on the busy map (or shard) that holds `start`, under its lock.
     pub(crate) fn with_busy<R>(&self, start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
-        with_strategy!(&self.locks, s => s.with_busy(self, start, f))
-    }
-
-    /// An area of `pages` at `start` carved from the free tree: counted, prepared.
-    #[inline]
-    pub(crate) fn carved(&self, start: u64, pages: u64) -> Allocation {
-        self.counters.tree_allocs.fetch_add(1, Relaxed);
-        self.counters.tree_pages.fetch_add(pages, Relaxed);
-        self.backing.prepare(start, pages);
-        Allocation { start, pages, fresh: self.zeroes_on_release }
-    }
-
-    /// True when areas of `pages` go to the size pools (`pool_max_pages`).
-    #[inline]
-    pub(crate) fn poolable(&self, pages: u64) -> bool {
-        pages <= self.opts.pool_max_pages && SizePools::class_of(pages).is_some()
-    }
-
-    /// After a change to node `g`'s lazy pages: fold it into `lazy.approx` in steps (at once
-    /// with `force`) and publish its lazy-list pages.
-    #[inline]
-    pub(crate) fn sync_node(&self, g: &mut NodeState, force: bool) {
-        g.sync(&self.lazy.approx, self.lazy.sync_pages, force);
-        let pages = g.lazy_list.pages();
-        if pages != g.list_published {
-            g.list_published = pages;
-            self.lazy.list_pages[g.index].store(pages, Relaxed);
-        }
-    }
-
-    /// Fresh pages went live: the headroom above `lazy_max` shrinks by as many, so that live
-    /// and lazy pages together stay near the high-water mark plus `lazy_max` until the next
-    /// purge counts the live pages again.
-    #[inline]
-    pub(crate) fn took_fresh(&self, pages: u64) {
-        if self.opts.lazy_headroom {
-            let floor = self.lazy.max_pages;
-            let _ = self
-                .lazy
-                .limit
-                .fetch_update(Relaxed, Relaxed, |l| (l > floor).then(|| l.saturating_sub(pages).max(floor)));
-        }
-    }
-
-    /// Fix up a busy record from the state words: false when the area sits in a thread cache
-    /// (free for its user); otherwise the latest caller, and an unknown requested size when
-    /// the area went through a cache.
-    pub(crate) fn patch_cached(&self, start: u64, a: &mut BusyArea<AreaTag>) -> bool {
-        let Some(c) = &self.cache else { return true };
-        match c.states.get(start) {
-            Some(w) if w.cached => false,
-            Some(w) => {
-                if w.reused {
-                    a.tag.caller = w.caller;
-                    a.tag.requested_bytes = UNKNOWN_BYTES;
-                }
-                true
-            }
-            None => true,
-        }
+        with_strategy!(&self.state, s => s.with_busy(&self.ctx, start, f))
     }
 
     /// Give cached areas back to the nodes (see [`ThreadCaches::drain_all`]).
     pub(crate) fn drain_caches(&self) -> u64 {
-        self.cache.as_ref().map_or(0, |c| c.drain_all(self))
+        self.ctx.cache.as_ref().map_or(0, |c| c.drain_all(self))
     }
 
     /// Exact lazy pages (takes each lock briefly).
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn lazy_pages_exact(&self) -> u64 {
-        with_strategy!(&self.locks, s => s.lazy_pages_exact())
+        with_strategy!(&self.state, s => s.lazy_pages_exact())
     }
 
     /// Free pages of the tree and its largest range.
     pub(crate) fn free_summary(&self) -> (u64, u64) {
-        with_strategy!(&self.locks, s => s.free_summary())
+        with_strategy!(&self.state, s => s.free_summary())
     }
 
     /// Figures as of now: the counters, the thread caches' figures, then the strategy's.
     pub(crate) fn stats(&self) -> ArenaStats {
-        let cf = self.cache.as_ref().map(|c| c.figures()).unwrap_or_default();
+        let cf = self.ctx.cache.as_ref().map(|c| c.figures()).unwrap_or_default();
         let mut s = ArenaStats {
             cached_areas: cf.areas,
             cached_pages: cf.pages,
@@ -268,13 +83,13 @@ impl Shared {
             cache_drained: cf.drained,
             cache_grows: cf.grows,
             cache_budget_pages: cf.budget_pages,
-            moved_maps: self.moves.mosaics.maps(),
-            lazy_limit: self.lazy.limit.load(Relaxed),
-            lazy_over_limit_peak: self.lazy.over_peak.load(Relaxed),
+            moved_maps: self.ctx.moves.mosaics.maps(),
+            lazy_limit: self.ctx.lazy.limit.load(Relaxed),
+            lazy_over_limit_peak: self.ctx.lazy.over_peak.load(Relaxed),
             ..Default::default()
         };
-        self.counters.add_to(&mut s);
-        with_strategy!(&self.locks, st => st.add_stats(self, &mut s));
+        self.ctx.counters.add_to(&mut s);
+        with_strategy!(&self.state, st => st.add_stats(&self.ctx, &mut s));
         // Cached areas are in the busy map but free for their users.
         s.live_areas = s.live_areas.saturating_sub(cf.areas);
         s.live_pages = s.live_pages.saturating_sub(cf.pages);
@@ -287,14 +102,14 @@ impl Shared {
 #[cfg(not(loom))]
 impl crate::fork::ForkLocks for Shared {
     fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
-        let mut held: Vec<Box<dyn crate::fork::Held + '_>> = Vec::with_capacity(8 + self.nr_nodes);
-        if let Some(c) = &self.cache {
+        let mut held: Vec<Box<dyn crate::fork::Held + '_>> = Vec::with_capacity(8 + self.ctx.nr_nodes);
+        if let Some(c) = &self.ctx.cache {
             held.extend(c.lock_for_fork());
         }
-        held.push(Box::new(self.purging.lock.lock().unwrap_or_else(|e| e.into_inner())));
-        with_strategy!(&self.locks, s => s.lock_for_fork(&mut held));
-        held.push(self.purging.worker.lock_for_fork());
-        held.push(self.moves.mosaics.lock_for_fork());
+        held.push(Box::new(self.ctx.purging.lock.lock().unwrap_or_else(|e| e.into_inner())));
+        with_strategy!(&self.state, s => s.lock_for_fork(&mut held));
+        held.push(self.ctx.purging.worker.lock_for_fork());
+        held.push(self.ctx.moves.mosaics.lock_for_fork());
         held
     }
 }
@@ -302,12 +117,12 @@ impl crate::fork::ForkLocks for Shared {
 /// What the thread caches see of their arena.
 impl CacheOwner for Shared {
     fn caches(&self) -> Option<&ThreadCaches> {
-        self.cache.as_ref()
+        self.ctx.cache.as_ref()
     }
 
     fn free_from_cache(&self, areas: &mut [Span]) {
-        if let Err(e) = with_strategy!(&self.locks, s => s.free_many(self, areas)) {
-            panic!("{}: a cached area was not busy: {e}", self.name);
+        if let Err(e) = with_strategy!(&self.state, s => s.free_many(&self.ctx, areas)) {
+            panic!("{}: a cached area was not busy: {e}", self.ctx.name);
         }
     }
 
@@ -323,7 +138,7 @@ impl CacheOwner for Shared {
 /// What the purge worker sees of its arena.
 impl crate::worker::Purged for Shared {
     fn decay_interval_ms(&self) -> u64 {
-        self.opts.decay_interval_ms
+        self.ctx.opts.decay_interval_ms
     }
 
     fn threshold_purge(&self) {
@@ -332,7 +147,7 @@ impl crate::worker::Purged for Shared {
 
     fn idle_purge(&self) -> bool {
         self.drain_caches();
-        if self.purging.requested.load(Relaxed) || self.lazy_pages_exact() > 0 {
+        if self.ctx.purging.requested.load(Relaxed) || self.lazy_pages_exact() > 0 {
             self.purge(PurgeKind::Normal);
             return true;
         }
@@ -343,22 +158,10 @@ impl crate::worker::Purged for Shared {
 /// A low-memory event shrinks the arena: every lazy area released, every pool drained.
 impl crate::pressure::Reclaim for Shared {
     fn reclaim_name(&self) -> String {
-        format!("space {}", self.name)
+        format!("space {}", self.ctx.name)
     }
 
     fn reclaim(&self) -> u64 {
         self.purge(PurgeKind::Full).pages_released
     }
-}
-
-/// Steps Tree and TreeExact.
-#[inline]
-pub(crate) fn tree_alloc(t: &mut FreeTree, r: &Request) -> Option<u64> {
-    if let Some((s, _)) = t.alloc(r) {
-        return Some(s);
-    }
-    if r.search_length() != r.size_pages {
-        return t.alloc_exact(r).map(|(s, _)| s);
-    }
-    None
 }

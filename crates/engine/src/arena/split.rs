@@ -6,12 +6,9 @@
 //! lock, one after the other (never both); a free takes the busy lock only. Lazy areas wait for
 //! a purge as under Global.
 
-use super::check::check_free_tree;
+use super::context::Context;
 use super::global::BusyLazy;
-use super::locks::StrategyLocks;
-use super::purge::PurgeBatch;
-use super::shared::{tree_alloc, Shared};
-use super::AreaLists;
+use super::strategy_ops::{check_free_tree, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag};
 use crate::error::FreeError;
 use crate::lock::{LockRank, LockSite, LockStats, StatLock};
@@ -36,11 +33,11 @@ impl Split {
     }
 }
 
-impl StrategyLocks for Split {
+impl StrategyOps for Split {
     #[inline]
     fn try_alloc(
         &self,
-        sh: &Shared,
+        ctx: &Context,
         r: &Request,
         req: &AllocRequest,
         _default_window: bool,
@@ -48,17 +45,22 @@ impl StrategyLocks for Split {
         let pages = r.size_pages;
         let start = tree_alloc(&mut self.free.lock_at(&site::ALLOC_FREE_TREE), r)?;
         self.busy.lock_at(&site::ALLOC_BUSY).insert_new(start, pages, req.tag);
-        Some(sh.carved(start, pages))
+        Some(ctx.carved(start, pages))
     }
 
     #[inline]
-    fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
+    fn free(
+        &self,
+        ctx: &Context,
+        start: u64,
+        kind: Option<AreaKind>,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = self.busy.lock_at(&site::FREE_BUSY).free(start, kind)?;
-        sh.lazy.approx.fetch_add(a.pages as i64, Relaxed);
+        ctx.lazy.approx.fetch_add(a.pages as i64, Relaxed);
         Ok(a)
     }
 
-    fn with_busy<R>(&self, _sh: &Shared, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
+    fn with_busy<R>(&self, _ctx: &Context, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
         f(&mut self.busy.lock().busy)
     }
 
@@ -66,15 +68,15 @@ impl StrategyLocks for Split {
         f(&mut self.free.lock_at(site))
     }
 
-    fn insert_parts(&self, _sh: &Shared, parts: &[Span], tag: AreaTag) {
+    fn insert_parts(&self, _ctx: &Context, parts: &[Span], tag: AreaTag) {
         let mut b = self.busy.lock_at(&site::ALLOC_BUSY);
         for p in parts {
             b.insert_new(p.start, p.pages, tag);
         }
     }
 
-    fn detach(&self, sh: &Shared, batch: &mut PurgeBatch) {
-        self.busy.lock_at(&site::PURGE_DETACH).detach(sh, batch);
+    fn detach(&self, ctx: &Context, batch: &mut PurgeBatch) {
+        self.busy.lock_at(&site::PURGE_DETACH).detach(ctx, batch);
     }
 
     fn lazy_pages_exact(&self) -> u64 {
@@ -86,7 +88,7 @@ impl StrategyLocks for Split {
         (f.free_pages(), f.largest())
     }
 
-    fn add_stats(&self, _sh: &Shared, s: &mut ArenaStats) {
+    fn add_stats(&self, _ctx: &Context, s: &mut ArenaStats) {
         self.busy.lock().add_stats(s);
         let f = self.free.lock();
         s.free_pages = f.free_pages();
@@ -97,7 +99,7 @@ impl StrategyLocks for Split {
         vec![("free", self.free.stats()), ("busy", self.busy.stats())]
     }
 
-    fn areas(&self, _sh: &Shared) -> AreaLists {
+    fn areas(&self, _ctx: &Context) -> AreaLists {
         self.busy.lock().areas()
     }
 
@@ -109,7 +111,7 @@ impl StrategyLocks for Split {
 
     fn check(
         &self,
-        _sh: &Shared,
+        _ctx: &Context,
         _cached: &[u64],
         all: &mut Vec<(u64, u64, &'static str)>,
     ) -> Result<(), String> {

@@ -6,7 +6,7 @@
 //! the counts from it (the times come from the untraced run).
 
 use super::driver::{ProcFigures, RunResult};
-use super::Params;
+use super::params::Params;
 use std::process::{Command, Stdio};
 
 /// Marks the result line of a child.

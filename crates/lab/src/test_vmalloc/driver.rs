@@ -7,7 +7,7 @@
 
 use super::cases::{CaseEnv, Rng, CASES};
 use super::contender::Contender;
-use super::Params;
+use super::params::Params;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};

@@ -3,7 +3,7 @@
 
 use super::cases::CASES;
 use super::driver::RunResult;
-use super::Params;
+use super::params::Params;
 use crate::machine::Machine;
 use std::fmt::Write as _;
 

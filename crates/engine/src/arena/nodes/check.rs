@@ -6,27 +6,27 @@
 
 use super::Nodes;
 use crate::area::{AreaTag, NO_NODE};
-use crate::arena::check::check_free_tree;
-use crate::arena::shared::Shared;
+use crate::arena::context::Context;
+use crate::arena::strategy_ops::check_free_tree;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::BusyArea;
 
-impl Shared {
+impl Nodes {
     /// Check every node and add its ranges to `all`; `cached` lists the starts held in thread
     /// caches (sorted).
     pub(super) fn nodes_check(
         &self,
-        n: &Nodes,
+        ctx: &Context,
         cached: &[u64],
         all: &mut Vec<(u64, u64, &'static str)>,
     ) -> Result<(), String> {
-        let node_guards: Vec<_> = n.nodes.iter().map(|n| n.lock()).collect();
-        let f = n.free.lock();
+        let node_guards: Vec<_> = self.nodes.iter().map(|n| n.lock()).collect();
+        let f = self.free.lock();
         check_free_tree(&f, all)?;
         for (i, p) in node_guards.iter().enumerate() {
             let (cs, ce) = p.chunk;
             if cs < ce {
-                if self.shard_of(cs) != i || self.shard_of(ce - 1) != i {
+                if ctx.shard_of(cs) != i || ctx.shard_of(ce - 1) != i {
                     return Err(format!("node {i}: chunk [{cs:#x}, {ce:#x}) outside its stripe"));
                 }
                 all.push((cs, ce - cs, "chunk"));
@@ -35,43 +35,43 @@ impl Shared {
             all.extend(p.pools.entries().iter().map(|e| (e.0.start, e.0.pages, "pooled")));
             all.extend(p.lazy_list.iter().map(|l| (l.start, l.pages, "lazy")));
             p.lazy_list.check().map_err(|e| format!("node {i}: {e}"))?;
-            let published = self.lazy.list_pages[i].load(Relaxed);
+            let published = ctx.lazy.list_pages[i].load(Relaxed);
             if published != p.lazy_list.pages() {
                 return Err(format!(
                     "node {i}: lazy list holds {} pages, {published} published",
                     p.lazy_list.pages()
                 ));
             }
-            if p.lazy_pages().abs_diff(p.synced) >= self.lazy.sync_pages {
+            if p.lazy_pages().abs_diff(p.synced) >= ctx.lazy.sync_pages {
                 return Err(format!(
                     "node {i}: {} lazy pages, {} synced, step {}",
                     p.lazy_pages(),
                     p.synced,
-                    self.lazy.sync_pages
+                    ctx.lazy.sync_pages
                 ));
             }
         }
         let synced: u64 = node_guards.iter().map(|p| p.synced).sum();
-        let approx = self.lazy.approx.load(Relaxed);
+        let approx = ctx.lazy.approx.load(Relaxed);
         if approx != synced as i64 {
             return Err(format!("lazy counter {approx}, nodes synced {synced}"));
         }
         for (i, p) in node_guards.iter().enumerate() {
             for (s, a) in p.busy.sorted() {
-                if self.shard_of(s) != i {
-                    return Err(format!("busy area {s:#x} in shard {i}, belongs in {}", self.shard_of(s)));
+                if ctx.shard_of(s) != i {
+                    return Err(format!("busy area {s:#x} in shard {i}, belongs in {}", ctx.shard_of(s)));
                 }
-                if a.node != NO_NODE && a.node as usize >= self.nr_nodes {
+                if a.node != NO_NODE && a.node as usize >= ctx.nr_nodes {
                     return Err(format!("busy area {s:#x} tagged with node {}", a.node));
                 }
-                self.check_state_word(s, &a, cached)?;
+                self.check_state_word(ctx, s, &a, cached)?;
                 all.push((s, a.pages, "busy"));
             }
         }
         let in_caches = node_guards
             .iter()
             .flat_map(|p| p.busy.sorted())
-            .filter(|(s, _)| self.cache.as_ref().and_then(|c| c.states.get(*s)).is_some_and(|w| w.cached))
+            .filter(|(s, _)| ctx.cache.as_ref().and_then(|c| c.states.get(*s)).is_some_and(|w| w.cached))
             .count();
         if in_caches != cached.len() {
             return Err(format!(
@@ -84,8 +84,14 @@ impl Shared {
 
     /// A busy area's state word agrees with its record: live or cached exactly when the area is
     /// tracked, cached exactly when a thread cache holds it, with the record's size.
-    fn check_state_word(&self, s: u64, a: &BusyArea<AreaTag>, cached: &[u64]) -> Result<(), String> {
-        let Some(c) = &self.cache else { return Ok(()) };
+    fn check_state_word(
+        &self,
+        ctx: &Context,
+        s: u64,
+        a: &BusyArea<AreaTag>,
+        cached: &[u64],
+    ) -> Result<(), String> {
+        let Some(c) = &ctx.cache else { return Ok(()) };
         let word = c.states.get(s);
         let in_cache = cached.binary_search(&s).is_ok();
         match word {

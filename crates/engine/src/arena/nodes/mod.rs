@@ -13,14 +13,13 @@
 //! `purge.rs`, the invariant check in `check.rs`.
 
 mod check;
+mod mover;
 mod purge;
 mod reuse;
 
-use super::free::remove_record;
-use super::locks::StrategyLocks;
-use super::purge::PurgeBatch;
-use super::shared::{tree_alloc, Shared};
-use super::AreaLists;
+use super::context::Context;
+use super::release::release_now;
+use super::strategy_ops::{remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, NO_NODE};
 use crate::error::FreeError;
 use crate::lock::{LockRank, LockSite, LockStats, StatLock};
@@ -34,13 +33,13 @@ use vmarena_core::{BusyArea, BusyMap, FreeTree, PoolSide, Request, Span};
 /// shard `g` (its node's state, locked) and clear the area's state word, as one free does.
 #[inline(always)]
 fn unbusy(
-    sh: &Shared,
+    ctx: &Context,
     g: &mut NodeState,
     start: u64,
     kind: Option<AreaKind>,
 ) -> Result<BusyArea<AreaTag>, FreeError> {
     let a = remove_record(&mut g.busy, start, kind)?;
-    if let Some(c) = &sh.cache {
+    if let Some(c) = &ctx.cache {
         c.states.clear(start, a.pages);
     }
     Ok(a)
@@ -61,11 +60,11 @@ impl Nodes {
     }
 }
 
-impl StrategyLocks for Nodes {
+impl StrategyOps for Nodes {
     #[inline]
     fn try_alloc(
         &self,
-        sh: &Shared,
+        ctx: &Context,
         r: &Request,
         req: &AllocRequest,
         default_window: bool,
@@ -73,24 +72,29 @@ impl StrategyLocks for Nodes {
         if !default_window {
             // Like the kernel's non-default ranges: no pools, no allocating node.
             let start = tree_alloc(&mut self.free.lock_at(&site::ALLOC_FREE_TREE), r)?;
-            sh.insert_busy(self, start, BusyArea { pages: r.size_pages, node: NO_NODE, tag: req.tag });
-            return Some(sh.carved(start, r.size_pages));
+            self.insert_busy(ctx, start, BusyArea { pages: r.size_pages, node: NO_NODE, tag: req.tag });
+            return Some(ctx.carved(start, r.size_pages));
         }
-        sh.node_alloc(self, r, req)
+        self.node_alloc(ctx, r, req)
     }
 
     #[inline]
-    fn free(&self, sh: &Shared, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
-        let shard = sh.shard_of(start);
+    fn free(
+        &self,
+        ctx: &Context,
+        start: u64,
+        kind: Option<AreaKind>,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
+        let shard = ctx.shard_of(start);
         let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
-        let a = unbusy(sh, &mut g, start, kind)?;
+        let a = unbusy(ctx, &mut g, start, kind)?;
         // Back to the node that allocated it; untagged areas wait on the shard's node.
         let (home, tagged) = if a.node == NO_NODE { (shard, false) } else { (a.node as usize, true) };
         if home == shard {
-            sh.node_push(&mut g, start, a.pages, tagged);
+            self.node_push(ctx, &mut g, start, a.pages, tagged);
         } else {
             drop(g);
-            sh.node_push(&mut self.nodes[home].lock_at(&site::FREE_HOME_NODE), start, a.pages, tagged);
+            self.node_push(ctx, &mut self.nodes[home].lock_at(&site::FREE_HOME_NODE), start, a.pages, tagged);
         }
         Ok(a)
     }
@@ -101,29 +105,29 @@ impl StrategyLocks for Nodes {
     /// purge would do with it. The freeing thread does the work the purge has not got to.
     fn free_released(
         &self,
-        sh: &Shared,
+        ctx: &Context,
         start: u64,
         kind: Option<AreaKind>,
     ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = {
-            let mut g = self.nodes[sh.shard_of(start)].lock_at(&site::FREE_SHARD_NODE);
-            let a = unbusy(sh, &mut g, start, kind)?;
+            let mut g = self.nodes[ctx.shard_of(start)].lock_at(&site::FREE_SHARD_NODE);
+            let a = unbusy(ctx, &mut g, start, kind)?;
             g.frees += 1;
             a
         };
-        sh.release_now(Span::new(start, a.pages));
+        release_now(ctx, self, Span::new(start, a.pages));
         Ok(a)
     }
 
     /// Areas sorted by busy shard: each shard's lock is taken once for its areas, and each
     /// home node's once for those of its areas that another shard held.
-    fn free_many(&self, sh: &Shared, areas: &mut [Span]) -> Result<(), FreeError> {
-        let first = areas.first().map(|a| sh.shard_of(a.start));
-        if areas.iter().any(|a| Some(sh.shard_of(a.start)) != first) {
-            areas.sort_unstable_by_key(|a| sh.shard_of(a.start));
+    fn free_many(&self, ctx: &Context, areas: &mut [Span]) -> Result<(), FreeError> {
+        let first = areas.first().map(|a| ctx.shard_of(a.start));
+        if areas.iter().any(|a| Some(ctx.shard_of(a.start)) != first) {
+            areas.sort_unstable_by_key(|a| ctx.shard_of(a.start));
         }
-        for run in areas.chunk_by(|a, b| sh.shard_of(a.start) == sh.shard_of(b.start)) {
-            let shard = sh.shard_of(run[0].start);
+        for run in areas.chunk_by(|a, b| ctx.shard_of(a.start) == ctx.shard_of(b.start)) {
+            let shard = ctx.shard_of(run[0].start);
             // Areas another node allocated, pushed there after the shard's lock is dropped.
             let mut away: Vec<(usize, u64, u64)> = Vec::new();
             {
@@ -138,43 +142,43 @@ impl StrategyLocks for Nodes {
                     }
                 }
                 for a in run {
-                    let r = unbusy(sh, &mut g, a.start, None)?;
+                    let r = unbusy(ctx, &mut g, a.start, None)?;
                     match r.node {
-                        NO_NODE => sh.node_put(&mut g, a.start, r.pages, false),
-                        n if n as usize == shard => sh.node_put(&mut g, a.start, r.pages, true),
+                        NO_NODE => self.node_put(ctx, &mut g, a.start, r.pages, false),
+                        n if n as usize == shard => self.node_put(ctx, &mut g, a.start, r.pages, true),
                         n => away.push((n as usize, a.start, r.pages)),
                     }
                 }
-                sh.sync_node(&mut g, false);
+                ctx.sync_node(&mut g, false);
             }
             away.sort_unstable();
             for same in away.chunk_by(|a, b| a.0 == b.0) {
                 let mut g = self.nodes[same[0].0].lock_at(&site::FREE_HOME_NODE);
                 for &(_, start, pages) in same {
-                    sh.node_put(&mut g, start, pages, true);
+                    self.node_put(ctx, &mut g, start, pages, true);
                 }
-                sh.sync_node(&mut g, false);
+                ctx.sync_node(&mut g, false);
             }
         }
         Ok(())
     }
 
-    fn with_busy<R>(&self, sh: &Shared, start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
-        f(&mut self.nodes[sh.shard_of(start)].lock().busy)
+    fn with_busy<R>(&self, ctx: &Context, start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {
+        f(&mut self.nodes[ctx.shard_of(start)].lock().busy)
     }
 
     fn with_free_tree<R>(&self, site: &'static LockSite, f: impl FnOnce(&mut FreeTree) -> R) -> R {
         f(&mut self.free.lock_at(site))
     }
 
-    fn insert_parts(&self, sh: &Shared, parts: &[Span], tag: AreaTag) {
+    fn insert_parts(&self, ctx: &Context, parts: &[Span], tag: AreaTag) {
         for &Span { start, pages } in parts {
-            sh.insert_busy(self, start, BusyArea { pages, node: NO_NODE, tag });
+            self.insert_busy(ctx, start, BusyArea { pages, node: NO_NODE, tag });
         }
     }
 
-    fn detach(&self, sh: &Shared, batch: &mut PurgeBatch) {
-        sh.nodes_detach(self, batch);
+    fn detach(&self, ctx: &Context, batch: &mut PurgeBatch) {
+        self.nodes_detach(ctx, batch);
     }
 
     fn refill(&self, batch: &mut PurgeBatch) {
@@ -186,8 +190,12 @@ impl StrategyLocks for Nodes {
         }
     }
 
-    fn reclaim_ranges(&self, sh: &Shared, ranges: &[(u64, u64)]) -> u64 {
-        sh.nodes_reclaim(self, ranges)
+    fn reclaim_ranges(&self, ctx: &Context, ranges: &[(u64, u64)]) -> u64 {
+        self.nodes_reclaim(ctx, ranges)
+    }
+
+    fn heal_mosaics(&self, ctx: &Context) -> u64 {
+        self.heal(ctx)
     }
 
     fn add_pool_lens(&self, out: &mut [u64]) {
@@ -207,7 +215,7 @@ impl StrategyLocks for Nodes {
         (f.free_pages(), f.largest())
     }
 
-    fn add_stats(&self, _sh: &Shared, s: &mut ArenaStats) {
+    fn add_stats(&self, _ctx: &Context, s: &mut ArenaStats) {
         for n in self.nodes.iter() {
             let p = n.lock();
             s.live_areas += p.busy.len() as u64;
@@ -241,7 +249,7 @@ impl StrategyLocks for Nodes {
         vec![("free", self.free.stats()), ("node", node)]
     }
 
-    fn areas(&self, sh: &Shared) -> AreaLists {
+    fn areas(&self, ctx: &Context) -> AreaLists {
         let mut lazy = Vec::new();
         let busy = self
             .nodes
@@ -249,7 +257,7 @@ impl StrategyLocks for Nodes {
             .map(|n| {
                 let mut v = n.lock().busy.sorted();
                 v.retain_mut(|(s, a)| {
-                    let live = sh.patch_cached(*s, a);
+                    let live = ctx.patch_cached(*s, a);
                     if !live {
                         lazy.push(Span::new(*s, a.pages));
                     }
@@ -276,29 +284,29 @@ impl StrategyLocks for Nodes {
 
     fn check(
         &self,
-        sh: &Shared,
+        ctx: &Context,
         cached: &[u64],
         all: &mut Vec<(u64, u64, &'static str)>,
     ) -> Result<(), String> {
-        sh.nodes_check(self, cached, all)
+        self.nodes_check(ctx, cached, all)
     }
 }
 
-impl Shared {
+impl Nodes {
     /// One pass of the ladder in the default window: the steps on this CPU's node, then the
     /// tree.
     #[inline]
-    fn node_alloc(&self, n: &Nodes, r: &Request, req: &AllocRequest) -> Option<Allocation> {
+    fn node_alloc(&self, ctx: &Context, r: &Request, req: &AllocRequest) -> Option<Allocation> {
         let pages = r.size_pages;
         // Areas above the pools share node 0's lazy list (`shared_lazy`).
-        let shared = self.opts.shared_lazy && !self.poolable(pages);
-        let me = if shared { 0 } else { self.node_index(crate::sync::current_cpu()) };
+        let shared = ctx.opts.shared_lazy && !ctx.poolable(pages);
+        let me = if shared { 0 } else { ctx.node_index(crate::sync::current_cpu()) };
         let area = BusyArea { pages, node: me as u16, tag: req.tag };
-        let mut g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+        let mut g = self.nodes[me].lock_at(&site::ALLOC_NODE);
         // Steps Pool and LazyReuse.
-        if let Some(t) = self.node_take(&mut g, r, req.prefer_fresh, self.zeroes_on_release, false) {
+        if let Some(t) = self.node_take(ctx, &mut g, r, req.prefer_fresh, ctx.zeroes_on_release, false) {
             let area = BusyArea { pages: t.pages, ..area };
-            self.finish_take(n, g, me, t.start, area, t.split);
+            self.finish_take(ctx, g, me, t.start, area, t.split);
             return Some(Allocation { start: t.start, pages: t.pages, fresh: t.fresh });
         }
         let small = pages <= ZONE_PAGES && r.align_pages == 1;
@@ -308,47 +316,47 @@ impl Shared {
         // fresh pages of this node's stripe instead: a stolen area keeps its busy record on the
         // other node, whose lock every later reuse and free of it would take while that node's
         // own threads use it.
-        if !small && !shared && self.opts.node_steal && self.nr_nodes > 1 && !self.poolable(pages) {
+        if !small && !shared && ctx.opts.node_steal && ctx.nr_nodes > 1 && !ctx.poolable(pages) {
             drop(g);
-            if let Some(a) = self.node_steal(n, r, me, area) {
+            if let Some(a) = self.node_steal(ctx, r, me, area) {
                 return Some(a);
             }
-            g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+            g = self.nodes[me].lock_at(&site::ALLOC_NODE);
         }
         // Step Chunk: small areas are carved from a zone of this node's stripe.
         if small {
             if let Some(start) = g.carve(pages) {
                 let ok = g.busy.insert(start, area);
                 debug_assert!(ok, "chunk handed out a live start");
-                self.track(start, &area);
+                self.track(ctx, start, &area);
                 g.chunk_allocs += 1;
                 drop(g);
-                self.backing.prepare(start, pages);
-                return Some(Allocation { start, pages, fresh: self.zeroes_on_release });
+                ctx.backing.prepare(start, pages);
+                return Some(Allocation { start, pages, fresh: ctx.zeroes_on_release });
             }
         }
         // Step Extend: a run of this node's lazy areas grown into the free space on either
         // side of it, so only the growth takes fresh pages.
-        if r.align_pages == 1 && !self.poolable(pages) && self.opts.lazy_split {
-            let runs = Self::node_lazy_runs(&g, pages, reuse::EXTEND_TRIES);
+        if r.align_pages == 1 && !ctx.poolable(pages) && ctx.opts.lazy_split {
+            let runs = Self::extend_runs(&g, pages);
             if !runs.is_empty() {
                 drop(g);
-                if let Some(a) = self.node_extend(n, me, &runs, area) {
+                if let Some(a) = self.node_extend(ctx, me, &runs, area) {
                     return Some(a);
                 }
-                g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+                g = self.nodes[me].lock_at(&site::ALLOC_NODE);
             }
         }
         let rest = if small { std::mem::take(&mut g.chunk) } else { (0, 0) };
         drop(g);
-        self.node_tree_step(n, r, me, small, rest, area)
+        self.node_tree_step(ctx, r, me, small, rest, area)
     }
 
     /// Steps Tree and TreeExact for node `me` (no lock held), with the remainder `rest` of
     /// its old chunk to return to the tree, then step Move.
     fn node_tree_step(
         &self,
-        n: &Nodes,
+        ctx: &Context,
         r: &Request,
         me: usize,
         small: bool,
@@ -359,17 +367,17 @@ impl Shared {
         // A zone start of this node's stripe for poolable sizes (so this node is the area's
         // busy home), else the lowest fit.
         let (start, new_chunk) = {
-            let mut f = n.free.lock_at(&site::ALLOC_FREE_TREE);
+            let mut f = self.free.lock_at(&site::ALLOC_FREE_TREE);
             if rest.0 < rest.1 {
                 f.insert_merge(rest.0, rest.1).expect("chunk remainder overlaps free space");
             }
-            self.node_tree_alloc(&mut f, r, me, small)?
+            self.node_tree_alloc(ctx, &mut f, r, me, small)?
         };
-        if self.shard_of(start) == me {
-            let mut g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+        if ctx.shard_of(start) == me {
+            let mut g = self.nodes[me].lock_at(&site::ALLOC_NODE);
             let ok = g.busy.insert(start, area);
             debug_assert!(ok, "tree handed out a live start");
-            self.track(start, &area);
+            self.track(ctx, start, &area);
             let mut leftover = new_chunk;
             if let Some(c) = new_chunk {
                 g.chunk_allocs += 1;
@@ -381,28 +389,28 @@ impl Shared {
             drop(g);
             if let Some((s, e)) = leftover.filter(|c| c.0 < c.1) {
                 // Another thread on this node installed a chunk meanwhile.
-                n.free
+                self.free
                     .lock_at(&site::ALLOC_FREE_TREE)
                     .insert_merge(s, e)
                     .expect("chunk remainder overlaps free space");
             }
         } else {
             debug_assert!(new_chunk.is_none());
-            self.insert_busy(n, start, area);
+            self.insert_busy(ctx, start, area);
         }
-        self.backing.prepare(start, pages);
+        ctx.backing.prepare(start, pages);
         let mut moved = 0;
         if new_chunk.is_none() {
-            self.counters.tree_allocs.fetch_add(1, Relaxed);
-            self.counters.tree_pages.fetch_add(pages, Relaxed);
+            ctx.counters.tree_allocs.fetch_add(1, Relaxed);
+            ctx.counters.tree_pages.fetch_add(pages, Relaxed);
             // Step Move: the oldest lazy memory instead of fresh pages.
-            if self.moves.on {
-                let data = pages.saturating_sub(self.backing.guard_pages());
-                moved = self.move_into(n, me, start, data);
+            if ctx.moves.on {
+                let data = pages.saturating_sub(ctx.backing.guard_pages());
+                moved = self.move_into(ctx, me, start, data);
             }
-            self.took_fresh(pages - moved);
+            ctx.took_fresh(pages - moved);
         }
-        Some(Allocation { start, pages, fresh: self.zeroes_on_release && moved == 0 })
+        Some(Allocation { start, pages, fresh: ctx.zeroes_on_release && moved == 0 })
     }
 
     /// The tree steps for node `me`: a fresh chunk for small areas (returns the chunk's
@@ -410,12 +418,13 @@ impl Shared {
     /// lowest fit otherwise or when the stripe has no room.
     fn node_tree_alloc(
         &self,
+        ctx: &Context,
         f: &mut FreeTree,
         r: &Request,
         me: usize,
         small: bool,
     ) -> Option<(u64, Option<(u64, u64)>)> {
-        let stripe = ZONE_PAGES * self.nr_nodes as u64;
+        let stripe = ZONE_PAGES * ctx.nr_nodes as u64;
         let phase = me as u64 * ZONE_PAGES;
         let phased = |size: u64| Request::striped(size, stripe, phase, r.lo, r.hi).ok();
         if small {
@@ -424,7 +433,7 @@ impl Shared {
                     return Some((s, Some((s + r.size_pages, s + ZONE_PAGES))));
                 }
             }
-        } else if self.poolable(r.size_pages) && r.align_pages <= ZONE_PAGES {
+        } else if ctx.poolable(r.size_pages) && r.align_pages <= ZONE_PAGES {
             if let Some(q) = phased(r.size_pages) {
                 if let Some((s, _)) = f.alloc(&q) {
                     return Some((s, None));
@@ -436,33 +445,33 @@ impl Shared {
 
     /// Enter a new area in its busy shard (no node lock held on entry).
     #[inline]
-    pub(crate) fn insert_busy(&self, n: &Nodes, start: u64, area: BusyArea<AreaTag>) {
-        let mut g = n.nodes[self.shard_of(start)].lock_at(&site::ALLOC_HOME_NODE);
+    pub(crate) fn insert_busy(&self, ctx: &Context, start: u64, area: BusyArea<AreaTag>) {
+        let mut g = self.nodes[ctx.shard_of(start)].lock_at(&site::ALLOC_HOME_NODE);
         let ok = g.busy.insert(start, area);
         debug_assert!(ok, "allocator handed out a live start");
-        self.track(start, &area);
+        self.track(ctx, start, &area);
     }
 
     /// A Nodes area entered the busy map: its state word goes live (under the shard lock).
     #[inline]
-    fn track(&self, start: u64, area: &BusyArea<AreaTag>) {
-        if let Some(c) = &self.cache {
+    fn track(&self, ctx: &Context, start: u64, area: &BusyArea<AreaTag>) {
+        if let Some(c) = &ctx.cache {
             c.states.track(start, area.pages, &area.tag);
         }
     }
 
     /// Put a freed area on its home node (locked): its pool, or the lazy list.
     #[inline]
-    fn node_push(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
-        self.node_put(g, start, pages, tagged);
-        self.sync_node(g, false);
+    fn node_push(&self, ctx: &Context, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
+        self.node_put(ctx, g, start, pages, tagged);
+        ctx.sync_node(g, false);
     }
 
-    /// [`Shared::node_push`] without the lazy pages' publication: for a batch, which publishes
+    /// [`Nodes::node_push`] without the lazy pages' publication: for a batch, which publishes
     /// once at its end, before the lock is dropped.
     #[inline]
-    fn node_put(&self, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
-        if tagged && self.poolable(pages) {
+    fn node_put(&self, ctx: &Context, g: &mut NodeState, start: u64, pages: u64, tagged: bool) {
+        if tagged && ctx.poolable(pages) {
             g.pools.push(start, pages, PoolSide::Dirty);
         } else {
             g.lazy_list.push(LazyArea { start, pages, reusable: tagged });

@@ -6,31 +6,32 @@
 
 use super::Nodes;
 use crate::area::PurgeKind;
-use crate::arena::purge::PurgeBatch;
-use crate::arena::shared::Shared;
+use crate::arena::context::Context;
+use crate::arena::release::{merge_batch, release_batch};
+use crate::arena::strategy_ops::PurgeBatch;
 use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{PoolSide, Span};
 
-impl Shared {
+impl Nodes {
     /// Detach what this purge takes from every node: decayed clean pool entries go to the
     /// tree; dirty entries and lazy areas (less what a threshold purge keeps) are released and
     /// go to the tree (full purge) or back to their pools clean (refill); a full purge takes
     /// the chunks back too.
-    pub(super) fn nodes_detach(&self, n: &Nodes, batch: &mut PurgeBatch) {
+    pub(super) fn nodes_detach(&self, ctx: &Context, batch: &mut PurgeBatch) {
         let kind = batch.kind;
         let full = kind == PurgeKind::Full;
-        let (num, den) = if full { (1, 1) } else { (self.opts.pool_decay_percent, 100) };
-        let limit = self.next_lazy_limit(n, kind);
+        let (num, den) = if full { (1, 1) } else { (ctx.opts.pool_decay_percent, 100) };
+        let limit = self.next_lazy_limit(ctx, kind);
         // A threshold purge keeps this many of the most recently freed pages, shared among the
         // nodes in proportion to their lazy pages.
         let keep_total = match kind {
-            PurgeKind::Threshold => limit * self.opts.purge_keep_percent / 100,
+            PurgeKind::Threshold => limit * ctx.opts.purge_keep_percent / 100,
             _ => 0,
         };
-        let total = self.lazy.approx.load(Relaxed).max(1) as u64;
-        for (i, node) in n.nodes.iter().enumerate() {
+        let total = ctx.lazy.approx.load(Relaxed).max(1) as u64;
+        for (i, node) in self.nodes.iter().enumerate() {
             let mut p = node.lock_at(&site::PURGE_DETACH);
             let decayed = p.pools.decay(num, den);
             let node_lazy = p.lazy_pages();
@@ -50,7 +51,7 @@ impl Shared {
                 p.lazy_list.compact();
                 p.busy.compact();
             }
-            self.sync_node(&mut p, true);
+            ctx.sync_node(&mut p, true);
             if full {
                 // The failure path and the shrinker take the chunks back too.
                 let (cs, ce) = std::mem::take(&mut p.chunk);
@@ -78,19 +79,19 @@ impl Shared {
     /// it; resident pages (live and lazy) then stay within the peak plus `lazy_max`. A purge
     /// that is not a threshold purge (idle decay, `purge()`, the shrinker, a failure) starts a
     /// new high-water mark at the live pages of the moment.
-    fn next_lazy_limit(&self, n: &Nodes, kind: PurgeKind) -> u64 {
-        if !self.opts.lazy_headroom {
-            return self.lazy.max_pages;
+    fn next_lazy_limit(&self, ctx: &Context, kind: PurgeKind) -> u64 {
+        if !ctx.opts.lazy_headroom {
+            return ctx.lazy.max_pages;
         }
-        let live: u64 = n.nodes.iter().map(|n| n.lock_at(&site::PURGE_DETACH).busy.pages()).sum();
+        let live: u64 = self.nodes.iter().map(|n| n.lock_at(&site::PURGE_DETACH).busy.pages()).sum();
         let high = if kind == PurgeKind::Threshold {
-            self.lazy.live_high.fetch_max(live, Relaxed).max(live)
+            ctx.lazy.live_high.fetch_max(live, Relaxed).max(live)
         } else {
-            self.lazy.live_high.store(live, Relaxed);
+            ctx.lazy.live_high.store(live, Relaxed);
             live
         };
-        let limit = self.lazy.max_pages + (high - live);
-        self.lazy.limit.store(limit, Relaxed);
+        let limit = ctx.lazy.max_pages + (high - live);
+        ctx.lazy.limit.store(limit, Relaxed);
         limit
     }
 
@@ -117,13 +118,13 @@ impl Shared {
     /// the same room, but it also releases, retires and merges every other lazy and pooled
     /// area of the arena: milliseconds when tens of thousands are pooled. Serialised with
     /// purges by the purge mutex. Returns the areas and chunks moved to the tree.
-    pub(super) fn nodes_reclaim(&self, n: &Nodes, ranges: &[(u64, u64)]) -> u64 {
+    pub(super) fn nodes_reclaim(&self, ctx: &Context, ranges: &[(u64, u64)]) -> u64 {
         if ranges.is_empty() {
             return 0;
         }
-        let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = ctx.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
         let (mut release, mut to_tree, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
-        for node in n.nodes.iter() {
+        for node in self.nodes.iter() {
             let mut p = node.lock_at(&site::PURGE_DETACH);
             for (span, side) in p.pools.take_overlapping(ranges) {
                 if side == PoolSide::Dirty {
@@ -144,11 +145,11 @@ impl Shared {
                 p.chunk = (0, 0);
                 chunks.push(Span::of_range(cs, ce));
             }
-            self.sync_node(&mut p, true);
+            ctx.sync_node(&mut p, true);
         }
-        let (mut calls, spill) = self.release_batch(&release);
-        calls += self.merge_batch(&to_tree, &chunks, &spill);
-        let c = &self.counters;
+        let (mut calls, spill) = release_batch(ctx, self, &release);
+        calls += merge_batch(ctx, self, &to_tree, &chunks, &spill);
+        let c = &ctx.counters;
         c.range_reclaims.fetch_add(1, Relaxed);
         c.areas_released.fetch_add(release.len() as u64, Relaxed);
         c.pages_released.fetch_add(Span::total_pages(&release), Relaxed);

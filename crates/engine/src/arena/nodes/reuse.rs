@@ -7,7 +7,7 @@
 
 use super::Nodes;
 use crate::area::{Allocation, AreaTag};
-use crate::arena::shared::Shared;
+use crate::arena::context::Context;
 use crate::lock::StatGuard;
 use crate::node::NodeState;
 use crate::site;
@@ -16,13 +16,13 @@ use vmarena_core::{BusyArea, LazyArea, PoolSide, Request, Span};
 
 /// Lazy runs (the largest) an allocation tries to grow into the free space around them (step
 /// Extend).
-pub(super) const EXTEND_TRIES: usize = 3;
+const EXTEND_TRIES: usize = 3;
 
 /// Within `lazy_slack_pages`, a lazy area may be handed out whole when it is at most this many
 /// times the request larger (three times the request in all).
 const SMALL_SLACK_FACTOR: u64 = 2;
 
-/// An area a node handed out from its pool or lazy list (see [`Shared::node_take`]).
+/// An area a node handed out from its pool or lazy list (see [`Nodes::node_take`]).
 pub(super) struct Taken {
     pub(super) start: u64,
     /// The request's pages, or the whole lazy area's within the slack.
@@ -33,25 +33,25 @@ pub(super) struct Taken {
     pub(super) split: bool,
 }
 
-impl Shared {
+impl Nodes {
     /// Step Steal: the other nodes in turn (one node lock at a time, none held on entry), each
     /// asked for a resident area (a dirty pool entry, or a lazy area alone, split or joined).
     pub(super) fn node_steal(
         &self,
-        n: &Nodes,
+        ctx: &Context,
         r: &Request,
         me: usize,
         area: BusyArea<AreaTag>,
     ) -> Option<Allocation> {
-        for k in 1..self.nr_nodes {
-            let other = (me + k) % self.nr_nodes;
-            let mut o = n.nodes[other].lock_at(&site::ALLOC_STEAL);
-            let Some(t) = self.node_take(&mut o, r, false, false, true) else {
+        for k in 1..ctx.nr_nodes {
+            let other = (me + k) % ctx.nr_nodes;
+            let mut o = self.nodes[other].lock_at(&site::ALLOC_STEAL);
+            let Some(t) = self.node_take(ctx, &mut o, r, false, false, true) else {
                 continue;
             };
             o.steals += 1;
             let area = BusyArea { pages: t.pages, ..area };
-            self.finish_take(n, o, other, t.start, area, t.split);
+            self.finish_take(ctx, o, other, t.start, area, t.split);
             return Some(Allocation { start: t.start, pages: t.pages, fresh: t.fresh });
         }
         None
@@ -64,7 +64,7 @@ impl Shared {
     #[inline]
     pub(super) fn finish_take(
         &self,
-        n: &Nodes,
+        ctx: &Context,
         mut g: StatGuard<'_, NodeState>,
         locked: usize,
         start: u64,
@@ -72,20 +72,20 @@ impl Shared {
         split: bool,
     ) {
         let joined = std::mem::take(&mut g.joined_guards);
-        if self.shard_of(start) == locked {
+        if ctx.shard_of(start) == locked {
             let ok = g.busy.insert(start, area);
             debug_assert!(ok, "a node handed out a live start");
-            self.track(start, &area);
+            self.track(ctx, start, &area);
             drop(g);
         } else {
             drop(g);
-            self.insert_busy(n, start, area);
+            self.insert_busy(ctx, start, area);
         }
         if !joined.is_empty() {
-            self.backing.retire(&joined);
+            ctx.backing.retire(&joined);
         }
         if split {
-            self.backing.prepare(start, area.pages);
+            ctx.backing.prepare(start, area.pages);
         }
     }
 
@@ -93,6 +93,7 @@ impl Shared {
     #[inline]
     pub(super) fn node_take(
         &self,
+        ctx: &Context,
         g: &mut NodeState,
         r: &Request,
         prefer_fresh: bool,
@@ -100,7 +101,7 @@ impl Shared {
         resident_only: bool,
     ) -> Option<Taken> {
         let pages = r.size_pages;
-        if self.poolable(pages) {
+        if ctx.poolable(pages) {
             let got = if resident_only {
                 g.pools.pop_dirty(pages, r.align_pages).map(|s| (s, PoolSide::Dirty))
             } else {
@@ -111,7 +112,7 @@ impl Shared {
                 Some((start, side)) => {
                     g.hits += 1;
                     if side == PoolSide::Dirty {
-                        self.sync_node(g, false);
+                        ctx.sync_node(g, false);
                     } else {
                         g.clean_hit_pages += pages;
                     }
@@ -134,10 +135,10 @@ impl Shared {
         let Some((fit, whole)) = g
             .lazy_list
             .best_fit_slot(pages, r.align_pages)
-            .map(|f| (f, self.within_slack(pages, f.area.pages)))
-            .filter(|&(_, whole)| whole || self.opts.lazy_split)
+            .map(|f| (f, self.within_slack(ctx, pages, f.area.pages)))
+            .filter(|&(_, whole)| whole || ctx.opts.lazy_split)
         else {
-            return self.node_join(g, r);
+            return self.node_join(ctx, g, r);
         };
         let l = fit.area;
         let take = if whole { l.pages } else { pages };
@@ -150,7 +151,7 @@ impl Shared {
         if split {
             g.lazy_splits += 1;
         }
-        self.sync_node(g, false);
+        ctx.sync_node(g, false);
         Some(Taken { start: l.start, pages: take, fresh: false, split })
     }
 
@@ -160,22 +161,22 @@ impl Shared {
     /// inside resident memory, which costs a TLB shootdown while other threads run (DESIGN.md,
     /// sections 2 and 14).
     #[inline]
-    fn within_slack(&self, pages: u64, area_pages: u64) -> bool {
+    fn within_slack(&self, ctx: &Context, pages: u64, area_pages: u64) -> bool {
         if area_pages < pages {
             return false;
         }
         let extra = area_pages - pages;
-        extra.saturating_mul(100) <= pages.saturating_mul(self.opts.lazy_slack_percent)
-            || (extra <= self.opts.lazy_slack_pages && extra <= pages.saturating_mul(SMALL_SLACK_FACTOR))
+        extra.saturating_mul(100) <= pages.saturating_mul(ctx.opts.lazy_slack_percent)
+            || (extra <= ctx.opts.lazy_slack_pages && extra <= pages.saturating_mul(SMALL_SLACK_FACTOR))
     }
 
     /// No single lazy area fits: take a run of address-adjacent reusable lazy areas that does,
     /// the one with the smallest total. The areas before the last one are consumed whole; their
     /// guards (now inside the new area) are left in `g.joined_guards` for the caller to remove
     /// after it drops the lock; the rest of the last area stays lazy with its own guard.
-    fn node_join(&self, g: &mut NodeState, r: &Request) -> Option<Taken> {
+    fn node_join(&self, ctx: &Context, g: &mut NodeState, r: &Request) -> Option<Taken> {
         let pages = r.size_pages;
-        if !self.opts.lazy_split || g.lazy_list.len() < 2 {
+        if !ctx.opts.lazy_split || g.lazy_list.len() < 2 {
             return None;
         }
         // From each aligned area, the areas that follow it without a gap until they cover the
@@ -204,20 +205,26 @@ impl Shared {
             g.lazy_list.take_front(l.start, l.pages);
         }
         // Within the slack, the last area goes whole too.
-        let take = if self.within_slack(pages, total) { total } else { pages };
+        let take = if self.within_slack(ctx, pages, total) { total } else { pages };
         g.lazy_list.take_front(last.start, start + take - last.start);
         g.joined_guards = taken[..taken.len() - 1].iter().map(LazyArea::span).collect();
         debug_assert!(last.start + last.pages == start + total);
         g.lazy_reuses += 1;
         g.lazy_joins += 1;
         g.slack_pages += take - pages;
-        self.sync_node(g, false);
+        ctx.sync_node(g, false);
         Some(Taken { start, pages: take, fresh: false, split: total > take })
+    }
+
+    /// The runs step Extend tries for `pages` on node `g` (locked): the [`EXTEND_TRIES`] largest
+    /// of [`Nodes::node_lazy_runs`].
+    pub(super) fn extend_runs(g: &NodeState, pages: u64) -> Vec<(u64, u64)> {
+        Self::node_lazy_runs(g, pages, EXTEND_TRIES)
     }
 
     /// Runs of address-adjacent reusable lazy areas of a node, each smaller than `pages`, as
     /// `[start, end)`: the `max` runs with the most pages, most first.
-    pub(super) fn node_lazy_runs(g: &NodeState, pages: u64, max: usize) -> Vec<(u64, u64)> {
+    fn node_lazy_runs(g: &NodeState, pages: u64, max: usize) -> Vec<(u64, u64)> {
         let lazy = &g.lazy_list;
         // Each run from its first area (none ends where it starts) to its end.
         let mut runs: Vec<(u64, u64)> = lazy
@@ -238,21 +245,21 @@ impl Shared {
     }
 
     /// Step Extend with no lock held on entry: the first of `runs` (lazy runs of node `me`,
-    /// see [`Shared::node_lazy_runs`]) that the free space touching it can grow to the request
+    /// see [`Nodes::node_lazy_runs`]) that the free space touching it can grow to the request
     /// becomes the area, growing upward first. The free space is taken under the free lock;
     /// then, under the node lock, the run must still be on the lazy list whole (a purge or
     /// another thread of the node may have taken part of it meanwhile), else the free space
     /// goes back and the step fails.
     pub(super) fn node_extend(
         &self,
-        n: &Nodes,
+        ctx: &Context,
         me: usize,
         runs: &[(u64, u64)],
         area: BusyArea<AreaTag>,
     ) -> Option<Allocation> {
         let pages = area.pages;
         let (s, e, below, above) = {
-            let mut f = n.free.lock_at(&site::ALLOC_FREE_TREE);
+            let mut f = self.free.lock_at(&site::ALLOC_FREE_TREE);
             runs.iter().find_map(|&(s, e)| {
                 let extra = pages - (e - s);
                 let (b, a) = f.free_around(s, e);
@@ -270,13 +277,13 @@ impl Shared {
                 Some((s, e, below, above))
             })?
         };
-        let mut g = n.nodes[me].lock_at(&site::ALLOC_NODE);
+        let mut g = self.nodes[me].lock_at(&site::ALLOC_NODE);
         let members = g.lazy_list.run_from(s, e);
         let covered: u64 = members.iter().map(|l| l.pages).sum();
         let whole = covered == e - s && members.iter().all(|l| l.start + l.pages <= e);
         if !whole {
             drop(g);
-            let mut f = n.free.lock_at(&site::ALLOC_FREE_TREE);
+            let mut f = self.free.lock_at(&site::ALLOC_FREE_TREE);
             for (rs, re) in [(s - below, s), (e, e + above)] {
                 if rs < re {
                     f.insert_merge(rs, re).expect("growth overlaps free space");
@@ -294,19 +301,19 @@ impl Shared {
         }
         g.lazy_reuses += 1;
         g.lazy_extends += 1;
-        self.counters.extend_pages.fetch_add(pages - (e - s), Relaxed);
-        self.sync_node(&mut g, false);
+        ctx.counters.extend_pages.fetch_add(pages - (e - s), Relaxed);
+        ctx.sync_node(&mut g, false);
         let start = s - below;
         g.joined_guards = inside;
-        self.finish_take(n, g, me, start, area, above > 0);
+        self.finish_take(ctx, g, me, start, area, above > 0);
         // Step Move for the growth: the oldest lazy memory instead of fresh pages, below the
         // run and above it (less the area's guard, which `finish_take` prepared).
         let mut moved = 0;
-        if self.moves.on {
-            moved += self.move_into(n, me, start, below);
-            moved += self.move_into(n, me, e, above.saturating_sub(self.backing.guard_pages()));
+        if ctx.moves.on {
+            moved += self.move_into(ctx, me, start, below);
+            moved += self.move_into(ctx, me, e, above.saturating_sub(ctx.backing.guard_pages()));
         }
-        self.took_fresh(pages - (e - s) - moved);
+        ctx.took_fresh(pages - (e - s) - moved);
         Some(Allocation { start, pages, fresh: false })
     }
 }

@@ -9,9 +9,8 @@
 //! their memory already gone. The purge would have released exactly these areas next: donors
 //! are taken oldest first, as its threshold purge takes them.
 //!
-//! Owns: [`Mosaics`], the areas whose ranges moves split into several mappings, and the count
-//! of mappings those add, under its own mutex (taken with no other lock held, or under the
-//! purge mutex alone).
+//! Owns nothing: the record of split mappings is the context's
+//! [`Mosaics`](super::super::mosaics::Mosaics).
 //!
 //! Locks: each node's lock in turn, to take donors off its lazy list (site `alloc: move`),
 //! never two at once; the free lock to merge the donors (`purge: merge`, `purge: spill`) and,
@@ -24,37 +23,16 @@
 //! [`Mosaics`] until a purge finds that area's whole range free and heals it; moves stop while
 //! the mappings they added pass [`move_max_maps`].
 
-use super::nodes::Nodes;
-use super::shared::Shared;
+use super::Nodes;
+use crate::arena::context::Context;
+use crate::arena::mosaics::{move_max_maps, MOVE_MAX_DONORS, MOVE_MIN_PAGES};
+use crate::arena::release::{claim_spill, merge_batch, merge_into_tree};
+use crate::arena::strategy_ops::StrategyOps;
 use crate::backing::Moved;
 use crate::node::{LazyArea, NodeState};
 use crate::site;
 use crate::sync::Ordering::Relaxed;
-use crate::sync::{AtomicU64, Mutex};
 use vmarena_core::Span;
-
-/// Fewest pages one `mremap` moves (so also the fewest data pages that take moved memory).
-/// Alone, a move costs about as much as faulting in a few fresh pages; with another thread of
-/// the process running it is a TLB shootdown and a wait for the mmap lock, the cost of many
-/// faults (DESIGN.md, section 4, gives both figures and `crates/bench/c/page_cost.c` measures
-/// them), and a small lazy area is the likeliest to be reused in place before a purge would
-/// take it.
-pub const MOVE_MIN_PAGES: u64 = 256;
-
-/// Most donors one allocation takes (bounds its syscalls and node-lock hold time).
-pub const MOVE_MAX_DONORS: usize = 16;
-
-/// Mappings that moves may add to the process before moves stop until purges heal some, at
-/// most: well below the kernel's default limit of 65,530 mappings, which the program shares.
-/// Where the process's limit is lower, moves stop at an eighth of it
-/// ([`vmarena_platform::limits::map_budget`]).
-pub const MOVE_MAX_MAPS: u64 = 8192;
-
-/// Mappings that moves may add in this process: [`MOVE_MAX_MAPS`], or an eighth of
-/// `vm.max_map_count` where that is lower.
-pub fn move_max_maps() -> u64 {
-    vmarena_platform::limits::map_budget(MOVE_MAX_MAPS)
-}
 
 /// A range whose memory moves into the new area.
 #[derive(Clone, Copy, Debug)]
@@ -67,64 +45,30 @@ struct Donor {
     whole: bool,
 }
 
-/// Areas whose ranges moves split into several mappings: `(start, pages, mappings added)`.
-#[derive(Default)]
-pub(crate) struct Mosaics {
-    areas: Mutex<Vec<(u64, u64, u64)>>,
-    maps: AtomicU64,
-}
-
-/// Step Move's part of the arena.
-#[derive(Default)]
-pub(crate) struct Moves {
-    /// Step Move is on: `page_moves`, Nodes, and a backing that can move memory.
-    pub(crate) on: bool,
-    /// Areas whose ranges moves split into several mappings.
-    pub(crate) mosaics: Mosaics,
-}
-
-impl Mosaics {
-    /// Mappings that moves added and no heal has removed yet (an estimate: two per move).
-    pub(crate) fn maps(&self) -> u64 {
-        self.maps.load(Relaxed)
-    }
-
-    /// The list's mutex, for `fork()` (nothing is taken under it).
-    #[cfg(not(loom))]
-    pub(crate) fn lock_for_fork(&self) -> Box<dyn crate::fork::Held + '_> {
-        Box::new(self.areas.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn add(&self, start: u64, pages: u64, maps: u64) {
-        self.areas.lock().unwrap_or_else(|e| e.into_inner()).push((start, pages, maps));
-        self.maps.fetch_add(maps, Relaxed);
-    }
-}
-
-impl Shared {
+impl Nodes {
     /// Step Move for `data` pages at `start` that an area node `me` is handing out took fresh
     /// from the free tree (no lock held): the data pages of an area carved from the tree, or
     /// the growth of a lazy run (step Extend). Fills them, front first, with the memory of the
     /// oldest reusable lazy areas of this node, then of the others. Returns the pages moved in.
-    pub(crate) fn move_into(&self, n: &Nodes, me: usize, start: u64, data: u64) -> u64 {
-        let guard = self.backing.guard_pages();
-        if data < MOVE_MIN_PAGES || self.moves.mosaics.maps() >= move_max_maps() {
+    pub(super) fn move_into(&self, ctx: &Context, me: usize, start: u64, data: u64) -> u64 {
+        let guard = ctx.backing.guard_pages();
+        if data < MOVE_MIN_PAGES || ctx.moves.mosaics.maps() >= move_max_maps() {
             return 0;
         }
         let mut need = data;
         let mut donors: Vec<Donor> = Vec::new();
-        for k in 0..self.nr_nodes {
+        for k in 0..ctx.nr_nodes {
             if need < MOVE_MIN_PAGES || donors.len() >= MOVE_MAX_DONORS {
                 break;
             }
-            let i = (me + k) % self.nr_nodes;
+            let i = (me + k) % ctx.nr_nodes;
             // A node whose lazy list cannot hold one donor is passed over without its lock.
-            if self.lazy.list_pages[i].load(Relaxed) < MOVE_MIN_PAGES + guard {
+            if ctx.lazy.list_pages[i].load(Relaxed) < MOVE_MIN_PAGES + guard {
                 continue;
             }
-            let mut g = n.nodes[i].lock_at(&site::ALLOC_MOVE);
+            let mut g = self.nodes[i].lock_at(&site::ALLOC_MOVE);
             Self::take_donors(&mut g, guard, &mut need, &mut donors);
-            self.sync_node(&mut g, false);
+            ctx.sync_node(&mut g, false);
         }
         if donors.is_empty() {
             return 0;
@@ -138,7 +82,7 @@ impl Shared {
                 m
             })
             .collect();
-        let done = self.backing.move_pages(&moves);
+        let done = ctx.backing.move_pages(&moves);
         let (mut moved, mut maps, mut failed) = (0, 0, 0);
         let (mut whole, mut fronts) = (Vec::new(), Vec::new());
         let (mut keep_whole, mut keep_fronts) = (Vec::new(), Vec::new());
@@ -167,18 +111,18 @@ impl Shared {
         // The donors go to the tree as a purge would send them: what did not move is released,
         // with the free pages sharing a huge page with a donor's ends; guards are retired.
         let all: Vec<Span> = whole.iter().chain(&fronts).copied().collect();
-        let spill = self.claim_spill(&all);
+        let spill = claim_spill(ctx, self, &all);
         let mut calls = moves.len() as u64;
-        calls += self.backing.release(&keep_whole) as u64;
-        calls += self.backing.release_free(&keep_fronts) as u64;
+        calls += ctx.backing.release(&keep_whole) as u64;
+        calls += ctx.backing.release_free(&keep_fronts) as u64;
         if !spill.is_empty() {
-            calls += self.backing.release_free(&spill) as u64;
+            calls += ctx.backing.release_free(&spill) as u64;
         }
-        calls += self.merge_batch(&whole, &fronts, &spill);
+        calls += merge_batch(ctx, self, &whole, &fronts, &spill);
         if maps > 0 {
-            self.moves.mosaics.add(start, data, maps);
+            ctx.moves.mosaics.add(start, data, maps);
         }
-        let c = &self.counters;
+        let c = &ctx.counters;
         c.page_moves.fetch_add(moves.len() as u64, Relaxed);
         c.moved_pages.fetch_add(moved, Relaxed);
         c.move_failures.fetch_add(failed, Relaxed);
@@ -215,9 +159,9 @@ impl Shared {
     /// out of the tree, map it afresh, merge it back. Recorded areas may overlap (a range freed
     /// and carved again took moves twice): overlapping ones are healed together or not at all.
     /// Returns the syscalls made.
-    pub(crate) fn heal_mosaics(&self) -> u64 {
+    pub(super) fn heal(&self, ctx: &Context) -> u64 {
         let mut areas =
-            std::mem::take(&mut *self.moves.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()));
+            std::mem::take(&mut *ctx.moves.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()));
         if areas.is_empty() {
             return 0;
         }
@@ -261,14 +205,14 @@ impl Shared {
                 }
             }
         });
-        self.moves.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()).extend(keep);
+        ctx.moves.mosaics.areas.lock().unwrap_or_else(|e| e.into_inner()).extend(keep);
         if healed.is_empty() {
             return 0;
         }
-        let calls = self.backing.heal(&healed) as u64;
-        self.merge_into_tree(&healed);
-        self.moves.mosaics.maps.fetch_sub(maps, Relaxed);
-        self.counters.heals.fetch_add(healed.len() as u64, Relaxed);
+        let calls = ctx.backing.heal(&healed) as u64;
+        merge_into_tree(ctx, self, &healed);
+        ctx.moves.mosaics.maps.fetch_sub(maps, Relaxed);
+        ctx.counters.heals.fetch_add(healed.len() as u64, Relaxed);
         calls
     }
 }

@@ -7,8 +7,9 @@
 //! from the free tree in its last merge's hold of the tree lock. The order of the steps is
 //! [`Step`]'s.
 
-use super::locks::{with_strategy, StrategyLocks};
 use super::shared::Shared;
+use super::strategy_ops::StrategyOps;
+use super::strategy_state::with_strategy;
 use super::Arena;
 use crate::area::{AllocRequest, Allocation, AreaKind, PurgeKind, Step};
 use crate::error::AllocError;
@@ -39,36 +40,37 @@ impl Shared {
     /// when the backing does not grow, the range is all usable, or the backing refused even
     /// what `r` needs.
     pub(crate) fn grow(&self, r: &Request) -> bool {
-        let Some(step) = self.grow_step else {
+        let Some(step) = self.ctx.grow_step else {
             return false;
         };
-        let _serial = self.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let at = self.grown_hi.load(Relaxed);
-        if at >= self.hi {
+        let _serial = self.ctx.purging.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let at = self.ctx.grown_hi.load(Relaxed);
+        if at >= self.ctx.hi {
             return false;
         }
         // What `r` needs at its worst alignment, less the free pages already at the top, which
         // the growth merges with.
-        let free_top = with_strategy!(&self.locks, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.free_around(at, at).0));
+        let free_top = with_strategy!(&self.state, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.free_around(at, at).0));
         let need =
             r.size_pages.saturating_add(r.align_pages.saturating_sub(1)).saturating_sub(free_top).max(1);
-        let want = need.max(step).max((at - self.lo) / 2).div_ceil(step).saturating_mul(step);
-        let mut end = at.saturating_add(want).min(self.hi);
+        let want = need.max(step).max((at - self.ctx.lo) / 2).div_ceil(step).saturating_mul(step);
+        let mut end = at.saturating_add(want).min(self.ctx.hi);
         let grow = |end: u64| {
-            self.cache.as_ref().map_or(true, |c| c.commit(end - self.lo)) && self.backing.grow(at, end - at)
+            self.ctx.cache.as_ref().map_or(true, |c| c.commit(end - self.ctx.lo))
+                && self.ctx.backing.grow(at, end - at)
         };
         if !grow(end) {
-            let least = at.saturating_add(need).min(self.hi);
+            let least = at.saturating_add(need).min(self.ctx.hi);
             if least >= end || !grow(least) {
                 return false;
             }
             end = least;
         }
-        let merged = with_strategy!(&self.locks, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.insert_merge(at, end)));
+        let merged = with_strategy!(&self.state, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.insert_merge(at, end)));
         debug_assert!(merged.is_ok(), "grown pages [{at:#x}, {end:#x}) overlap the free tree");
-        self.grown_hi.store(end, Relaxed);
-        self.counters.grows.fetch_add(1, Relaxed);
-        self.counters.grown_pages.fetch_add(end - at, Relaxed);
+        self.ctx.grown_hi.store(end, Relaxed);
+        self.ctx.counters.grows.fetch_add(1, Relaxed);
+        self.ctx.counters.grown_pages.fetch_add(end - at, Relaxed);
         true
     }
 
@@ -77,43 +79,43 @@ impl Shared {
     /// step (and never the first step of the range) is taken out of the free tree and given
     /// back to the backing, and the usable part ends there. Returns the pages given back.
     pub(crate) fn shrink_usable(&self) -> u64 {
-        let Some(step) = self.grow_step else {
+        let Some(step) = self.ctx.grow_step else {
             return 0;
         };
-        let top = self.grown_hi.load(Relaxed);
+        let top = self.ctx.grown_hi.load(Relaxed);
         let site = &crate::site::PURGE_MERGE;
         let free_top =
-            with_strategy!(&self.locks, s => s.with_free_tree(site, |t| t.free_around(top, top).0));
+            with_strategy!(&self.state, s => s.with_free_tree(site, |t| t.free_around(top, top).0));
         if free_top < 2 * step {
             return 0;
         }
         // Keep one step free above the highest page in use, on a step boundary.
         let used_end = top - free_top;
-        let new_top =
-            (self.lo + (used_end - self.lo + step).div_ceil(step) * step).clamp(self.lo + step, top);
+        let new_top = (self.ctx.lo + (used_end - self.ctx.lo + step).div_ceil(step) * step)
+            .clamp(self.ctx.lo + step, top);
         if new_top >= top {
             return 0;
         }
-        let taken = with_strategy!(&self.locks, s => s.with_free_tree(site, |t| t.take(new_top, top)));
+        let taken = with_strategy!(&self.state, s => s.with_free_tree(site, |t| t.take(new_top, top)));
         if taken.is_err() {
             return 0;
         }
-        if !self.backing.shrink(new_top, top - new_top) {
+        if !self.ctx.backing.shrink(new_top, top - new_top) {
             let back =
-                with_strategy!(&self.locks, s => s.with_free_tree(site, |t| t.insert_merge(new_top, top)));
+                with_strategy!(&self.state, s => s.with_free_tree(site, |t| t.insert_merge(new_top, top)));
             debug_assert!(back.is_ok());
             return 0;
         }
-        self.grown_hi.store(new_top, Relaxed);
-        self.counters.shrinks.fetch_add(1, Relaxed);
-        self.counters.shrunk_pages.fetch_add(top - new_top, Relaxed);
+        self.ctx.grown_hi.store(new_top, Relaxed);
+        self.ctx.counters.shrinks.fetch_add(1, Relaxed);
+        self.ctx.counters.shrunk_pages.fetch_add(top - new_top, Relaxed);
         top - new_top
     }
 
     /// One pass over the strategy's steps.
     #[inline(always)]
     fn try_alloc(&self, r: &Request, req: &AllocRequest, default_window: bool) -> Option<Allocation> {
-        with_strategy!(&self.locks, s => s.try_alloc(self, r, req, default_window))
+        with_strategy!(&self.state, s => s.try_alloc(&self.ctx, r, req, default_window))
     }
 }
 
@@ -139,16 +141,16 @@ impl Arena {
     /// caller that tried [`Arena::alloc_cached`] already).
     pub fn alloc_uncached(&self, req: &AllocRequest) -> Result<Allocation, AllocError> {
         let sh = &*self.shared;
-        let (lo, hi) = req.window.unwrap_or((sh.lo, sh.hi));
-        if lo < sh.lo || hi > sh.hi {
-            return Err(AllocError::OutOfRange { window: (lo, hi), arena: (sh.lo, sh.hi) });
+        let (lo, hi) = req.window.unwrap_or((sh.ctx.lo, sh.ctx.hi));
+        if lo < sh.ctx.lo || hi > sh.ctx.hi {
+            return Err(AllocError::OutOfRange { window: (lo, hi), arena: (sh.ctx.lo, sh.ctx.hi) });
         }
         let r = Request::new(req.pages, req.align_pages, lo, hi).map_err(AllocError::Invalid)?;
-        let default_window = (lo, hi) == (sh.lo, sh.hi);
+        let default_window = (lo, hi) == (sh.ctx.lo, sh.ctx.hi);
         // A window with no suitably aligned start at all (align_shift's large alignments): no
         // purge can make room, so the request is refused before any search or purge.
         if r.candidate_in(lo, hi).is_none() {
-            sh.counters.alloc_failures.fetch_add(1, Relaxed);
+            sh.ctx.counters.alloc_failures.fetch_add(1, Relaxed);
             return Err(AllocError::NoAlignedStart {
                 pages: req.pages,
                 align_pages: req.align_pages,
@@ -175,7 +177,7 @@ impl Arena {
                 // A request with few possible starts (a large alignment) gets back only what
                 // lies over them; with more, or when that gave nothing back, on to the purges.
                 Step::Reclaim => match r.start_ranges(lo, hi, RECLAIM_MAX_STARTS) {
-                    Some(ranges) => with_strategy!(&sh.locks, s => s.reclaim_ranges(sh, &ranges)) > 0,
+                    Some(ranges) => with_strategy!(&sh.state, s => s.reclaim_ranges(&sh.ctx, &ranges)) > 0,
                     None => false,
                 },
                 // Every lazy area released, every pool and chunk back in the tree, and this
@@ -198,13 +200,13 @@ impl Arena {
                 break;
             }
         }
-        sh.counters.alloc_failures.fetch_add(1, Relaxed);
+        sh.ctx.counters.alloc_failures.fetch_add(1, Relaxed);
         let (free_pages, largest_free) = sh.free_summary();
         let st = sh.stats();
         Err(AllocError::NoSpace {
             live_pages: st.live_pages,
             lazy_pages: st.lazy_pages,
-            arena: sh.name.clone(),
+            arena: sh.ctx.name.clone(),
             pages: req.pages,
             align_pages: req.align_pages,
             window: (lo, hi),
@@ -231,7 +233,7 @@ impl Arena {
         align_pages: u64,
         caller: Option<&'static Location<'static>>,
     ) -> Option<u64> {
-        let c = self.shared.cache.as_ref()?;
+        let c = self.shared.ctx.cache.as_ref()?;
         if pages == 0 || !align_pages.is_power_of_two() || !c.states.tracks(pages, AreaKind::Vmalloc) {
             return None;
         }
@@ -247,7 +249,7 @@ impl Arena {
         pages: u64,
         caller: Option<&'static Location<'static>>,
     ) -> Option<(u64, u64)> {
-        let c = self.shared.cache.as_ref()?;
+        let c = self.shared.ctx.cache.as_ref()?;
         if pages == 0 || !c.states.tracks(pages, AreaKind::Vmalloc) {
             return None;
         }
@@ -259,6 +261,6 @@ impl Arena {
     /// nothing counted (call [`Arena::alloc_cached`] or [`Arena::alloc`] then).
     #[inline(always)]
     pub fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
-        self.shared.cache.as_ref()?.alloc_hit(pages, caller)
+        self.shared.ctx.cache.as_ref()?.alloc_hit(pages, caller)
     }
 }

@@ -1,0 +1,230 @@
+//! `Context`: what an arena is and accounts for apart from its strategy, the part every
+//! strategy is handed with each operation.
+//!
+//! Owns, for one arena: what it is (name, range, options, nodes, backing); the lazy accounting
+//! ([`LazyAccount`]); the purge control ([`PurgeControl`]); the event counters; the thread
+//! caches' state; step Move's record of split mappings ([`Moves`]). Not the strategy's locks
+//! and what is under them: [`Shared`](super::shared::Shared) holds those beside this, so a
+//! strategy cannot reach the operations above it.
+//!
+//! Locks: the purge mutex (taken before the strategy's spin locks, never under them) and the
+//! thread-cache registry mutex (before both). Everything else here is atomics, read and
+//! written without a lock.
+//!
+//! Invariant: `lazy.approx` is within `nodes × lazy.sync_pages` of the exact lazy pages
+//! (Nodes), exact for Global and Split; `lazy.list_pages[i]` is node `i`'s lazy-list pages as
+//! of its last change ([`Context::sync_node`]). `Arena::check` verifies both.
+
+use super::counters::Counters;
+use super::mosaics::Moves;
+use crate::area::{Allocation, AreaTag, UNKNOWN_BYTES};
+use crate::backing::Backing;
+use crate::node::{NodeState, Padded, ZONE_PAGES};
+use crate::options::ArenaOptions;
+use crate::strategy::Strategy;
+use crate::sync::Ordering::Relaxed;
+use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Mutex};
+use crate::thread_caches::ThreadCaches;
+use crate::worker::Worker;
+use vmarena_core::{BusyArea, SizePools};
+
+/// The lazy pages of an arena: how many there are, and when a purge is due.
+pub(crate) struct LazyAccount {
+    /// Lazy pages above which a purge runs (the resolved `lazy_max_pages`).
+    pub(crate) max_pages: u64,
+    /// Lazy pages, arena-wide (exact for Global/Split; within nodes × `sync_pages` for Nodes).
+    /// On lines of its own: the nodes write it, every free through the busy map reads it.
+    pub(crate) approx: Padded<AtomicI64>,
+    /// The step in which a node folds its lazy pages into `approx`.
+    pub(crate) sync_pages: u64,
+    /// Per node (Nodes), the pages on its lazy list as of its last change, each on lines of
+    /// its own: step Move reads them without the node locks to pass over nodes with nothing to
+    /// give.
+    pub(crate) list_pages: Box<[Padded<AtomicU64>]>,
+    /// Lazy pages above which a free starts a purge: `max_pages`, plus, with `lazy_headroom`
+    /// (Nodes), the live pages below their high-water mark as the last purge counted them.
+    /// Written by tree allocations and purges; on lines of its own.
+    pub(crate) limit: Padded<AtomicU64>,
+    /// The most live pages a purge has counted since the last purge that was not a threshold
+    /// purge (Nodes, `lazy_headroom`).
+    pub(crate) live_high: AtomicU64,
+    /// The most lazy pages beyond the limit a free has seen (written only then).
+    pub(crate) over_peak: AtomicU64,
+}
+
+/// Who purges and when.
+pub(crate) struct PurgeControl {
+    /// Serialises purges, step Reclaim and the invariant check.
+    pub(crate) lock: Mutex<()>,
+    /// A free passed the lazy limit and woke the worker; the next purge clears it.
+    pub(crate) requested: AtomicBool,
+    /// The worker was started (for the decay interval) once.
+    pub(crate) worker_started: AtomicBool,
+    pub(crate) worker: Arc<Worker>,
+}
+
+/// See the module documentation.
+pub(crate) struct Context {
+    pub(crate) name: String,
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+    /// The end of the usable part `[lo, grown_hi)`: `hi` unless the backing grows in steps
+    /// (step Grow). Only rises, under the purge mutex.
+    pub(crate) grown_hi: AtomicU64,
+    /// The backing's growth step in pages, `None` when the whole range is usable.
+    pub(crate) grow_step: Option<u64>,
+    pub(crate) opts: ArenaOptions,
+    /// Nodes (1 for Global and Split).
+    pub(crate) nr_nodes: usize,
+    /// `nr_nodes - 1` when it is a power of two (a mask instead of a division).
+    pub(crate) node_mask: Option<usize>,
+    pub(crate) backing: Box<dyn Backing>,
+    /// `backing.zeroes_on_release()`, asked once.
+    pub(crate) zeroes_on_release: bool,
+    pub(crate) lazy: LazyAccount,
+    pub(crate) purging: PurgeControl,
+    pub(crate) counters: Counters,
+    /// Per-thread magazines (Nodes), or why there are none.
+    pub(crate) cache: Option<ThreadCaches>,
+    pub(crate) cache_off: Option<String>,
+    pub(crate) moves: Moves,
+}
+
+impl Context {
+    /// The context of an arena over pages `[lo, hi)` whose part `[lo, usable_hi)` is usable now
+    /// (options checked by the caller).
+    pub(crate) fn new(
+        name: String,
+        lo: u64,
+        hi: u64,
+        usable_hi: u64,
+        opts: ArenaOptions,
+        backing: Box<dyn Backing>,
+    ) -> Context {
+        let nr_nodes = opts.node_count();
+        let (cache, cache_off) = if !opts.thread_cache {
+            (None, Some("switched off (thread_cache)".to_string()))
+        } else if opts.strategy != Strategy::Nodes {
+            // Thread caches sit in front of node pools: the older strategies have none.
+            (None, Some(format!("the {} strategy has none", opts.strategy)))
+        } else {
+            let budget = crate::thread_caches::Budget {
+                base_pages: opts.thread_cache_pages,
+                max_pages: opts.thread_cache_pages_max,
+                slack_percent: opts.lazy_slack_percent,
+            };
+            let cpu_pages = opts.cpu_cache.then_some(opts.cpu_cache_pages);
+            match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget, cpu_pages) {
+                Ok(c) if c.commit(usable_hi - lo) => (Some(c), None),
+                Ok(_) => (None, Some("the state table could not be committed".to_string())),
+                Err(e) => (None, Some(e)),
+            }
+        };
+        let max_pages = opts.lazy_max();
+        let moves = opts.moves_pages() && backing.moves_pages();
+        Context {
+            cache,
+            cache_off,
+            name,
+            lo,
+            hi,
+            grown_hi: AtomicU64::new(usable_hi),
+            grow_step: backing.grow_step_pages(),
+            lazy: LazyAccount {
+                max_pages,
+                approx: Padded(AtomicI64::new(0)),
+                sync_pages: crate::node::lazy_sync_pages(max_pages, nr_nodes),
+                list_pages: (0..nr_nodes).map(|_| Padded(AtomicU64::new(0))).collect(),
+                limit: Padded(AtomicU64::new(max_pages)),
+                live_high: AtomicU64::new(0),
+                over_peak: AtomicU64::new(0),
+            },
+            purging: PurgeControl {
+                lock: Mutex::new(()),
+                requested: AtomicBool::new(false),
+                worker_started: AtomicBool::new(false),
+                worker: Arc::new(Worker::default()),
+            },
+            node_mask: nr_nodes.is_power_of_two().then(|| nr_nodes - 1),
+            nr_nodes,
+            opts,
+            zeroes_on_release: backing.zeroes_on_release(),
+            backing,
+            counters: Counters::default(),
+            moves: Moves { on: moves, ..Default::default() },
+        }
+    }
+
+    #[inline]
+    pub(crate) fn node_index(&self, x: usize) -> usize {
+        match self.node_mask {
+            Some(m) => x & m,
+            None => x % self.nr_nodes,
+        }
+    }
+
+    /// Busy shard of an area: `(start / zone) % nodes`.
+    #[inline]
+    pub(crate) fn shard_of(&self, start: u64) -> usize {
+        self.node_index((start / ZONE_PAGES) as usize)
+    }
+
+    /// An area of `pages` at `start` carved from the free tree: counted, prepared.
+    #[inline]
+    pub(crate) fn carved(&self, start: u64, pages: u64) -> Allocation {
+        self.counters.tree_allocs.fetch_add(1, Relaxed);
+        self.counters.tree_pages.fetch_add(pages, Relaxed);
+        self.backing.prepare(start, pages);
+        Allocation { start, pages, fresh: self.zeroes_on_release }
+    }
+
+    /// True when areas of `pages` go to the size pools (`pool_max_pages`).
+    #[inline]
+    pub(crate) fn poolable(&self, pages: u64) -> bool {
+        pages <= self.opts.pool_max_pages && SizePools::class_of(pages).is_some()
+    }
+
+    /// After a change to node `g`'s lazy pages: fold it into `lazy.approx` in steps (at once
+    /// with `force`) and publish its lazy-list pages.
+    #[inline]
+    pub(crate) fn sync_node(&self, g: &mut NodeState, force: bool) {
+        g.sync(&self.lazy.approx, self.lazy.sync_pages, force);
+        let pages = g.lazy_list.pages();
+        if pages != g.list_published {
+            g.list_published = pages;
+            self.lazy.list_pages[g.index].store(pages, Relaxed);
+        }
+    }
+
+    /// Fresh pages went live: the headroom above `lazy_max` shrinks by as many, so that live
+    /// and lazy pages together stay near the high-water mark plus `lazy_max` until the next
+    /// purge counts the live pages again.
+    #[inline]
+    pub(crate) fn took_fresh(&self, pages: u64) {
+        if self.opts.lazy_headroom {
+            let floor = self.lazy.max_pages;
+            let _ = self
+                .lazy
+                .limit
+                .fetch_update(Relaxed, Relaxed, |l| (l > floor).then(|| l.saturating_sub(pages).max(floor)));
+        }
+    }
+
+    /// Fix up a busy record from the state words: false when the area sits in a thread cache
+    /// (free for its user); otherwise the latest caller, and an unknown requested size when
+    /// the area went through a cache.
+    pub(crate) fn patch_cached(&self, start: u64, a: &mut BusyArea<AreaTag>) -> bool {
+        let Some(c) = &self.cache else { return true };
+        match c.states.get(start) {
+            Some(w) if w.cached => false,
+            Some(w) => {
+                if w.reused {
+                    a.tag.caller = w.caller;
+                    a.tag.requested_bytes = UNKNOWN_BYTES;
+                }
+                true
+            }
+            None => true,
+        }
+    }
+}
