@@ -33,8 +33,8 @@
 //! the owner of a slot (its holder, or the reclaim that took it) reads or writes its generation
 //! and its memory.
 
-use crate::node::Padded;
 use crate::stats_table;
+use crate::sync::padded::Padded;
 use crate::sync::{
     current_cpu, store_load_fence, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex, Ordering,
 };
@@ -141,9 +141,9 @@ pub struct FixedCache {
 }
 
 #[cfg(not(loom))]
-impl crate::fork::ForkLocks for FixedCache {
+impl crate::sync::fork::ForkLocks for FixedCache {
     /// The reclaim mutex, then the list mutex (the order of `fork`).
-    fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
+    fn lock_for_fork(&self) -> Vec<Box<dyn crate::sync::fork::Held + '_>> {
         let r = self.reclaim_lock.lock().unwrap_or_else(|p| p.into_inner());
         let l = self.list.lock().unwrap_or_else(|p| p.into_inner());
         vec![Box::new(r), Box::new(l)]

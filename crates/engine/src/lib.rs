@@ -7,59 +7,47 @@
 //! freeing, batched purging with pool decay, the shrinker and lock statistics are common to all
 //! three.
 //!
-//! The engine never touches memory: a [`Backing`] says what pages stand for. This crate holds
-//! no `unsafe` except the lock primitive in [`lock`], the caller packed into the thread
-//! caches' state words (`area_state`) and the lifetime of the process-wide fork guard
-//! ([`fork`]).
+//! The engine never touches memory: a [`Backing`] says what pages stand for.
+//!
+//! Folders, one subsystem each: [`arena`] (the arena, its strategies and nodes, the purge and
+//! its worker), [`caches`] (thread caches, magazines, per-CPU stacks, state words, hit paths),
+//! [`frames`] (the buddy frame allocator with per-CPU page lists and batch queues), [`sync`]
+//! (the primitives, the spin lock apart from its ranks and statistics, `fork()` handling);
+//! beside them the fixed cache ([`fixed_cache`]), the low-memory event ([`pressure`]), the
+//! vocabulary the layers share ([`area`], [`error`]) and the declaration macros of the options
+//! and statistics tables ([`table`]).
+//!
+//! `unsafe` is allowed only in the spin lock ([`sync::lock`]), the caller packed into the thread
+//! caches' state words (`caches/area_state.rs`), the hit paths' raw copies of an arena's
+//! addresses ([`caches::hit_path`]), the thread caches' reach into the thread's magazine and
+//! the lifetime of the process-wide fork guard ([`sync::fork`]).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod area;
-mod area_state;
 pub mod arena;
-pub mod backing;
-mod cache_interface;
-#[cfg(not(loom))]
-mod cpu_cache;
+pub mod caches;
 pub mod error;
 pub mod fixed_cache;
-#[cfg(not(loom))]
-pub mod fork;
-pub mod frame_allocator;
-pub mod frame_options;
-pub mod handshake;
-pub mod hit_path;
-pub mod lock;
-#[cfg(not(loom))]
-mod magazine;
-mod node;
-pub mod options;
+pub mod frames;
 pub mod pressure;
-pub mod site;
-pub mod stats;
-pub mod strategy;
 pub mod sync;
 pub mod table;
-#[cfg(not(loom))]
-mod thread_caches;
-#[cfg(loom)]
-#[path = "thread_caches_loom.rs"]
-mod thread_caches;
-mod worker;
 
+pub use arena::backing::{Backing, Moved, NoBacking};
+pub use arena::nodes::node::ZONE_PAGES;
+pub use arena::options::ArenaOptions;
+pub use arena::stats::ArenaStats;
+pub use arena::strategy::Strategy;
+pub use arena::worker::{set_idle_hook, set_start_hook};
 pub use arena::{
     AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport,
     SmallArea, Step, NO_NODE, UNKNOWN_BYTES,
 };
-pub use backing::{Backing, Moved, NoBacking};
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
+pub use frames::options::{FrameOptions, FrameStats};
+pub use frames::{FrameAllocator, FrameError};
 #[cfg(not(loom))]
-pub use fork::{ForkLocks, ProcessForkGuard};
-pub use frame_allocator::{FrameAllocator, FrameError};
-pub use frame_options::{FrameOptions, FrameStats};
-pub use lock::{LockStats, StatLock};
-pub use node::ZONE_PAGES;
-pub use options::ArenaOptions;
-pub use stats::ArenaStats;
-pub use strategy::Strategy;
-pub use worker::{set_idle_hook, set_start_hook};
+pub use sync::fork::{ForkLocks, ProcessForkGuard};
+pub use sync::lock::StatLock;
+pub use sync::lock_stats::LockStats;

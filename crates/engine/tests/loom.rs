@@ -214,14 +214,14 @@ fn fixed_cache_reclaim_races_get_and_put() {
     });
 }
 
-/// The thread caches' owner/drainer handshake (src/handshake.rs, with `SeqCst` fences standing
+/// The thread caches' owner/drainer handshake (src/caches/handshake.rs, with `SeqCst` fences standing
 /// in for the compiler fence and `membarrier`): an owner doing two operations on its magazine
 /// and a drainer emptying it never touch the magazine at the same time (loom's cell checks
 /// every access for a happens-before edge), and no entry is lost or duplicated.
 #[test]
 fn thread_cache_handshake_keeps_owner_and_drainer_apart() {
     use loom::cell::UnsafeCell;
-    use vmarena_engine::handshake::{heavy_fence, Enter, Handshake};
+    use vmarena_engine::caches::handshake::{heavy_fence, Enter, Handshake};
 
     struct Magazine {
         hs: Handshake,

@@ -116,15 +116,94 @@ fn child_modules(code: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// `code` with the contents of string and character literals blanked (their braces would
+/// otherwise count as blocks), lengths kept.
+fn blank_literals(code: &str) -> String {
+    let b = code.as_bytes();
+    let mut out = b.to_vec();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                // A raw string's opening `r#"` needs its `"#` to close.
+                let mut hashes = 0;
+                let mut j = i;
+                while j > 0 && b[j - 1] == b'#' {
+                    hashes += 1;
+                    j -= 1;
+                }
+                let raw = j > 0 && b[j - 1] == b'r';
+                i += 1;
+                while i < b.len() {
+                    if !raw && b[i] == b'\\' {
+                        out[i] = b' ';
+                        if i + 1 < b.len() {
+                            out[i + 1] = b' ';
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    if b[i] == b'"'
+                        && b[i + 1..].iter().take(hashes).filter(|&&c| c == b'#').count() == hashes
+                    {
+                        break;
+                    }
+                    if b[i].is_ascii() {
+                        out[i] = b' ';
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'\'' => {
+                // A character literal ('x', '\n', '\''), not a lifetime ('a).
+                let len = if b.get(i + 1) == Some(&b'\\') { 4 } else { 3 };
+                if b.get(i + len - 1) == Some(&b'\'') && b[i + 1..i + len - 1].iter().all(|c| c.is_ascii()) {
+                    for c in out.iter_mut().skip(i + 1).take(len - 2) {
+                        *c = b' ';
+                    }
+                    i += len;
+                } else {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
 /// Every path in `code` (of the file of module `here`) that names an item of the crate, made
 /// absolute: paths that start with `crate::`, `$crate::`, `super::`, `self::` or a child module
-/// of the file.
+/// of the file. Inside an inline `mod name { ... }` block, `super::` and `self::` are relative
+/// to that block's module.
 fn crate_paths(code: &str, here: &ModPath) -> Vec<ModPath> {
     let children = child_modules(code);
+    let text = blank_literals(code);
+    let code = text.as_str();
     let mut out = Vec::new();
     let bytes = code.as_bytes();
+    // Inline modules open at the current position, with the brace depth inside each.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
     let mut i = 0;
     while i < code.len() {
+        match bytes[i] {
+            b'{' => {
+                depth += 1;
+                i += 1;
+                continue;
+            }
+            b'}' => {
+                if inline.last().is_some_and(|&(_, d)| d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
         let at_word =
             i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':');
         let id = ident_at(&code[i..]);
@@ -135,10 +214,20 @@ fn crate_paths(code: &str, here: &ModPath) -> Vec<ModPath> {
             }
             continue;
         }
+        if id == "mod" {
+            let rest = &code[i + 3..];
+            let name = ident_at(rest.trim_start());
+            let after = rest.trim_start()[name.len()..].trim_start();
+            if !name.is_empty() && after.starts_with('{') {
+                inline.push((name.to_string(), depth + 1));
+            }
+        }
         let starts = matches!(id, "crate" | "super" | "self") || children.contains(id);
         if starts && code[i + id.len()..].starts_with("::") {
+            let mut module: ModPath = here.clone();
+            module.extend(inline.iter().map(|(n, _)| n.clone()));
             for segs in path_tree(&code[i..]) {
-                let mut base: ModPath = here.clone();
+                let mut base = module.clone();
                 let mut k = 0;
                 if segs[0] == "crate" {
                     base.clear();

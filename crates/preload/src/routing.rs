@@ -2,7 +2,7 @@
 //! bounds that send most calls to the next allocator with one compare.
 //!
 //! Owns: the atomics below, written once each at start-up (the threshold and the pass-through
-//! when the next allocator is known, `next.rs`; the space's bounds when it is built, [`space`])
+//! when the next allocator is known, `next.rs`; the space's bounds when it is built, `space`)
 //! and read on every interposed call without a lock, so a fork at any moment leaves nothing
 //! held.
 

@@ -167,7 +167,7 @@ extern "C" fn print_at_exit() {
         }
         // Lock figures by call site (process-wide) for the sites that show any: contended
         // acquisitions and wait always, acquisitions and hold time only with `lock_timing`.
-        let sites = vmarena_engine::site::snapshot();
+        let sites = vmarena_engine::arena::site::snapshot();
         for (site, l) in sites.iter().filter(|(_, l)| l.acquisitions > 0 || l.contended > 0) {
             out.push_str(&format!(
                 "vmarena preload: lock {site:<18} acquired {} contended {} wait_us {} hold_us {}\n",

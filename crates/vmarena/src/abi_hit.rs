@@ -17,7 +17,7 @@
 use crate::space::VmSpace;
 use std::panic::Location;
 use std::ptr::NonNull;
-use vmarena_engine::hit_path::{HitFree, HitPath};
+use vmarena_engine::caches::hit_path::{HitFree, HitPath};
 use vmarena_platform::fork_once::ForkOnce;
 
 /// See the module documentation.

@@ -110,7 +110,7 @@ impl Inner {
 }
 
 impl vmarena_engine::ForkLocks for Inner {
-    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
+    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::sync::fork::Held + '_>> {
         vmarena_engine::ForkLocks::lock_for_fork(&self.cache)
     }
 }
@@ -186,7 +186,10 @@ impl<'s> FixedPool<'s> {
         let r: Arc<dyn vmarena_engine::pressure::Reclaim> = inner.clone();
         vmarena_engine::pressure::register(Arc::downgrade(&r));
         let f: Arc<dyn vmarena_engine::ForkLocks> = inner.clone();
-        vmarena_engine::fork::register(vmarena_engine::fork::Rank::FixedCache, Arc::downgrade(&f));
+        vmarena_engine::sync::fork::register(
+            vmarena_engine::sync::fork::Rank::FixedCache,
+            Arc::downgrade(&f),
+        );
         crate::pressure::start_monitor();
         Ok(FixedPool { space, inner })
     }

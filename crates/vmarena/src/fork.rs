@@ -26,7 +26,7 @@
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use vmarena_engine::fork::{lock_everything_for_fork, ProcessForkGuard};
+use vmarena_engine::sync::fork::{lock_everything_for_fork, ProcessForkGuard};
 use vmarena_platform::reentry::{self, Inside};
 
 struct Slot(UnsafeCell<Option<(ProcessForkGuard, Inside)>>);
@@ -56,7 +56,7 @@ extern "C" fn release() {
 extern "C" fn child() {
     release();
     let _inside = reentry::enter();
-    let _ = std::panic::catch_unwind(vmarena_engine::fork::after_fork_in_child);
+    let _ = std::panic::catch_unwind(vmarena_engine::sync::fork::after_fork_in_child);
 }
 
 /// Register the handlers, once per process (later calls return at once).

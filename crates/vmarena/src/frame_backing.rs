@@ -41,7 +41,7 @@ impl FrameBacking {
     }
 
     /// The block map's mutex, for `fork()` (held alone everywhere else).
-    pub(crate) fn lock_for_fork(&self) -> Box<dyn vmarena_engine::fork::Held + '_> {
+    pub(crate) fn lock_for_fork(&self) -> Box<dyn vmarena_engine::sync::fork::Held + '_> {
         Box::new(self.table())
     }
 

@@ -16,7 +16,7 @@ pub(crate) struct FrameMap {
 
 impl FrameMap {
     /// The map's mutex, for `fork()` (held alone everywhere else).
-    pub(crate) fn lock_for_fork(&self) -> Box<dyn vmarena_engine::fork::Held + '_> {
+    pub(crate) fn lock_for_fork(&self) -> Box<dyn vmarena_engine::sync::fork::Held + '_> {
         Box::new(self.runs.lock().unwrap_or_else(|e| e.into_inner()))
     }
 

@@ -58,7 +58,7 @@ pub struct FramePool {
 }
 
 impl vmarena_engine::ForkLocks for Inner {
-    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
+    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::sync::fork::Held + '_>> {
         vmarena_engine::ForkLocks::lock_for_fork(&self.alloc)
     }
 }
@@ -76,7 +76,7 @@ impl FramePool {
         let r: Arc<dyn vmarena_engine::pressure::Reclaim> = inner.clone();
         vmarena_engine::pressure::register(Arc::downgrade(&r));
         let f: Arc<dyn vmarena_engine::ForkLocks> = inner.clone();
-        vmarena_engine::fork::register(vmarena_engine::fork::Rank::Frames, Arc::downgrade(&f));
+        vmarena_engine::sync::fork::register(vmarena_engine::sync::fork::Rank::Frames, Arc::downgrade(&f));
         Ok(FramePool { inner })
     }
 

@@ -70,5 +70,5 @@ pub use vmarena_platform::Advice;
 
 /// Switch lock hold-time measurement on or off for the whole process (the kernel's lockstat).
 pub fn set_lock_timing(on: bool) {
-    vmarena_engine::lock::set_timing(on)
+    vmarena_engine::sync::lock_stats::set_timing(on)
 }

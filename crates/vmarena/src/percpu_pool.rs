@@ -26,7 +26,7 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use vmarena_core::{FreeTree, Request};
-use vmarena_engine::fork::{ForkLocks, Held, Rank};
+use vmarena_engine::sync::fork::{ForkLocks, Held, Rank};
 
 /// Bytes per placement granule inside a unit.
 const GRANULE: usize = 16;
@@ -96,7 +96,7 @@ impl<S: Deref<Target = VmSpace>> PercpuPool<S> {
             chunks: Mutex::new((Vec::new(), PercpuStats::default())),
         });
         let weak: std::sync::Weak<dyn ForkLocks> = Arc::downgrade(&pool) as std::sync::Weak<dyn ForkLocks>;
-        vmarena_engine::fork::register(Rank::PercpuObjects, weak);
+        vmarena_engine::sync::fork::register(Rank::PercpuObjects, weak);
         Ok(pool)
     }
 

@@ -46,7 +46,7 @@ use crate::space::VmSpace;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use vmarena_engine::fork::{ForkLocks, Held, Rank};
+use vmarena_engine::sync::fork::{ForkLocks, Held, Rank};
 
 /// Retirements between two polls.
 pub const POLL_EVERY: usize = 64;
@@ -156,7 +156,7 @@ impl Rcu {
             freed: AtomicU64::new(0),
         });
         let weak: std::sync::Weak<dyn ForkLocks> = Arc::downgrade(&rcu) as std::sync::Weak<dyn ForkLocks>;
-        vmarena_engine::fork::register(Rank::DeferredFree, weak);
+        vmarena_engine::sync::fork::register(Rank::DeferredFree, weak);
         rcu
     }
 

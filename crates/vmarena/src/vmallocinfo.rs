@@ -26,7 +26,8 @@ pub(crate) fn format(arena: &Arena, page_shift: u32, guard_pages: u64) -> String
             let e = ((start + a.pages) as usize) << page_shift;
             let _ = write!(out, "0x{s:016x}-0x{e:016x} {:7}", e - s);
             match a.tag.caller {
-                Some(l) if l.file().ends_with("capi.rs") => out.push_str(" vmarena_c_abi"),
+                // The C layer's files (`src/capi/`): the program's own call site is unknown.
+                Some(l) if l.file().contains("src/capi/") => out.push_str(" vmarena_c_abi"),
                 Some(l) => {
                     let _ = write!(out, " {}:{}:{}", l.file(), l.line(), l.column());
                 }

@@ -265,11 +265,13 @@ impl VmapBlocks {
     /// Every mutex of the blocks, for `fork()`: the free lists, the index shards, then each
     /// block's state (the order of `alloc`, which holds a free list and a block's state; a
     /// shard is held alone everywhere else).
-    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
-        let mut held: Vec<Box<dyn vmarena_engine::fork::Held + '_>> = Vec::new();
-        held.extend(self.free_lists.iter().map(|l| Box::new(lock(l)) as Box<dyn vmarena_engine::fork::Held>));
+    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::sync::fork::Held + '_>> {
+        let mut held: Vec<Box<dyn vmarena_engine::sync::fork::Held + '_>> = Vec::new();
+        held.extend(
+            self.free_lists.iter().map(|l| Box::new(lock(l)) as Box<dyn vmarena_engine::sync::fork::Held>),
+        );
         let shards: Vec<MutexGuard<'_, HashMap<u64, Arc<Block>>>> = self.index.iter().map(lock).collect();
-        let mut states: Vec<Box<dyn vmarena_engine::fork::Held + '_>> = Vec::new();
+        let mut states: Vec<Box<dyn vmarena_engine::sync::fork::Held + '_>> = Vec::new();
         for shard in &shards {
             for b in shard.values() {
                 // SAFETY: the block lives in an `Arc` that this shard's map holds; the shard's
@@ -280,7 +282,7 @@ impl VmapBlocks {
                 states.push(Box::new(lock(&block.state)));
             }
         }
-        held.extend(shards.into_iter().map(|g| Box::new(g) as Box<dyn vmarena_engine::fork::Held>));
+        held.extend(shards.into_iter().map(|g| Box::new(g) as Box<dyn vmarena_engine::sync::fork::Held>));
         held.extend(states);
         held
     }

@@ -50,7 +50,7 @@ impl Shared {
         }
         // What `r` needs at its worst alignment, less the free pages already at the top, which
         // the growth merges with.
-        let free_top = with_strategy!(&self.state, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.free_around(at, at).0));
+        let free_top = with_strategy!(&self.state, s => s.with_free_tree(&crate::arena::site::ALLOC_GROW, |t| t.free_around(at, at).0));
         let need =
             r.size_pages.saturating_add(r.align_pages.saturating_sub(1)).saturating_sub(free_top).max(1);
         let want = need.max(step).max((at - self.ctx.lo) / 2).div_ceil(step).saturating_mul(step);
@@ -66,7 +66,7 @@ impl Shared {
             }
             end = least;
         }
-        let merged = with_strategy!(&self.state, s => s.with_free_tree(&crate::site::ALLOC_GROW, |t| t.insert_merge(at, end)));
+        let merged = with_strategy!(&self.state, s => s.with_free_tree(&crate::arena::site::ALLOC_GROW, |t| t.insert_merge(at, end)));
         debug_assert!(merged.is_ok(), "grown pages [{at:#x}, {end:#x}) overlap the free tree");
         self.ctx.grown_hi.store(end, Relaxed);
         self.ctx.counters.grows.fetch_add(1, Relaxed);
@@ -83,7 +83,7 @@ impl Shared {
             return 0;
         };
         let top = self.ctx.grown_hi.load(Relaxed);
-        let site = &crate::site::PURGE_MERGE;
+        let site = &crate::arena::site::PURGE_MERGE;
         let free_top =
             with_strategy!(&self.state, s => s.with_free_tree(site, |t| t.free_around(top, top).0));
         if free_top < 2 * step {

@@ -2,7 +2,7 @@
 //! structure is internally consistent (DESIGN.md, section 7).
 //!
 //! It holds every lock of the arena at once: the thread-cache registry mutex, the purge mutex,
-//! then the strategy's locks in the lock order (lock.rs, `LockRank`), which the strategy's own
+//! then the strategy's locks in the lock order (sync/lock_rank.rs, `LockRank`), which the strategy's own
 //! check takes and adds its ranges under. Call it when no user thread uses the arena: an area
 //! in flight between two locks would otherwise look lost. The purge worker may run: its purges
 //! hold the purge mutex and its cache drains the registry mutex, both held by the check.

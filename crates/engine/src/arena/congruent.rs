@@ -13,9 +13,9 @@ use super::shared::Shared;
 use super::strategy_ops::StrategyOps;
 use super::strategy_state::with_strategy;
 use crate::area::{AreaTag, PurgeKind};
+use crate::arena::site;
 use crate::arena::Arena;
 use crate::error::AllocError;
-use crate::site;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{FreeTree, Request, RequestError, Span};
 

@@ -18,14 +18,15 @@
 use super::counters::Counters;
 use super::mosaics::Moves;
 use crate::area::{Allocation, AreaTag, UNKNOWN_BYTES};
-use crate::backing::Backing;
-use crate::node::{NodeState, Padded, ZONE_PAGES};
-use crate::options::ArenaOptions;
-use crate::strategy::Strategy;
+use crate::arena::backing::Backing;
+use crate::arena::nodes::node::{NodeState, ZONE_PAGES};
+use crate::arena::options::ArenaOptions;
+use crate::arena::strategy::Strategy;
+use crate::arena::worker::Worker;
+use crate::caches::thread_caches::ThreadCaches;
+use crate::sync::padded::Padded;
 use crate::sync::Ordering::Relaxed;
 use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Mutex};
-use crate::thread_caches::ThreadCaches;
-use crate::worker::Worker;
 use vmarena_core::{BusyArea, SizePools};
 
 /// The lazy pages of an arena: how many there are, and when a purge is due.
@@ -108,7 +109,7 @@ impl Context {
             // Thread caches sit in front of node pools: the older strategies have none.
             (None, Some(format!("the {} strategy has none", opts.strategy)))
         } else {
-            let budget = crate::thread_caches::Budget {
+            let budget = crate::caches::thread_caches::Budget {
                 base_pages: opts.thread_cache_pages,
                 max_pages: opts.thread_cache_pages_max,
                 slack_percent: opts.lazy_slack_percent,
@@ -133,7 +134,7 @@ impl Context {
             lazy: LazyAccount {
                 max_pages,
                 approx: Padded(AtomicI64::new(0)),
-                sync_pages: crate::node::lazy_sync_pages(max_pages, nr_nodes),
+                sync_pages: crate::arena::nodes::node::lazy_sync_pages(max_pages, nr_nodes),
                 list_pages: (0..nr_nodes).map(|_| Padded(AtomicU64::new(0))).collect(),
                 limit: Padded(AtomicU64::new(max_pages)),
                 live_high: AtomicU64::new(0),

@@ -6,7 +6,7 @@
 //! of the statistics table, so a counter the table does not have fails to compile, and
 //! [`Counters::add_to`] is the one copy into a snapshot.
 
-use crate::stats::ArenaStats;
+use crate::arena::stats::ArenaStats;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 

@@ -13,10 +13,10 @@ use super::strategy_ops::StrategyOps;
 use super::strategy_state::with_strategy;
 use super::Arena;
 use crate::area::{AreaKind, AreaTag, PurgeKind, NO_NODE, UNKNOWN_BYTES};
+use crate::caches::thread_caches::FreeFast;
 use crate::error::FreeError;
 use crate::sync::Arc;
 use crate::sync::Ordering::Relaxed;
-use crate::thread_caches::FreeFast;
 use vmarena_core::BusyArea;
 
 /// Lazy pages, as a multiple of the lazy limit, at which a freeing thread purges itself
@@ -35,8 +35,8 @@ impl Arena {
 
     /// The per-CPU stacks' hit paths on copies of their geometry, for a front end that keeps
     /// them beside its own hot fields (`None` without per-CPU stacks). Valid while this arena
-    /// lives: the safety contract of [`crate::hit_path::HitPath`]'s operations.
-    pub fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
+    /// lives: the safety contract of [`crate::caches::hit_path::HitPath`]'s operations.
+    pub fn hit_path(&self) -> Option<crate::caches::hit_path::HitPath> {
         self.shared.ctx.cache.as_ref()?.hit_path()
     }
 
@@ -57,7 +57,7 @@ impl Arena {
         self.finish_cached_free(start, c.free(&self.shared, start))
     }
 
-    /// Finish the free of an area whose word a [`crate::hit_path::HitPath::free`] claimed
+    /// Finish the free of an area whose word a [`crate::caches::hit_path::HitPath::free`] claimed
     /// (`HitFree::Claimed`: this CPU's stack had no room): into this thread's magazine, or
     /// through the busy map.
     #[cold]

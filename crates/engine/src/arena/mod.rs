@@ -4,10 +4,17 @@
 //! of its [`Strategy`]; the purge serialisation; the background purge worker.
 //! Does not own: memory. What pages stand for is the [`Backing`]'s business.
 //!
-//! Files: this one is the [`Arena`] handle and its queries; `shared.rs` the state behind it
-//! (`counters.rs` its event counters); `ladder.rs` allocation and `free.rs` free; `locks.rs`
-//! what each strategy implements, in `global.rs`, `split.rs` and `nodes/`; `purge.rs`,
-//! `check.rs`, `mover.rs` (step Move) and `congruent.rs` the parts common to the strategies.
+//! Files, from the bottom up (each imports only from files below it):
+//!
+//! | layer | files |
+//! |---|---|
+//! | what an arena is apart from its strategy | `context.rs` (with `counters.rs`, `mosaics.rs`; options, statistics, backing, worker) |
+//! | what a strategy is | `strategy_ops.rs` (the interface and its shared helpers), `release.rs` |
+//! | the strategies | `global.rs`, `split.rs`, `nodes/` (node state, reuse, step Move, purge, check) |
+//! | the one dispatch | `strategy_state.rs` |
+//! | the arena's state | `shared.rs` (context + strategy state) |
+//! | the operations | `alloc.rs`, `free.rs`, `purge.rs`, `check.rs`, `congruent.rs` |
+//! | the handle | this file |
 //!
 //! Area life cycle (every page of the arena is in exactly one of these states):
 //!
@@ -43,10 +50,11 @@
 //! Allocation is a ladder of named steps ([`Step`]): pool, lazy reuse, chunk, tree, exact tree
 //! search (an area carved from the tree may take the memory of the oldest lazy areas, moved:
 //! step Move, `mover.rs`), then reclaim or full purge and another pass, then a failure with an
-//! error that names the arena and its limits (`ladder.rs`).
+//! error that names the arena and its limits (`alloc.rs`).
 
-// Bottom to top: each file imports only from files listed above it.
+// Layered as the module documentation's table says; the layout test holds it.
 mod alloc;
+pub mod backing;
 mod check;
 mod congruent;
 mod context;
@@ -54,20 +62,25 @@ mod counters;
 mod free;
 mod global;
 mod mosaics;
-mod nodes;
+pub(crate) mod nodes;
+pub mod options;
 mod purge;
 mod release;
 mod shared;
+pub mod site;
 mod split;
+pub mod stats;
+pub mod strategy;
 mod strategy_ops;
 mod strategy_state;
+pub(crate) mod worker;
 
-use crate::area_state::Claim;
-use crate::backing::Backing;
-use crate::lock::LockStats;
-use crate::options::ArenaOptions;
-use crate::stats::ArenaStats;
-use crate::strategy::Strategy;
+use crate::arena::backing::Backing;
+use crate::arena::options::ArenaOptions;
+use crate::arena::stats::ArenaStats;
+use crate::arena::strategy::Strategy;
+use crate::caches::area_state::Claim;
+use crate::sync::lock_stats::LockStats;
 use crate::sync::Arc;
 use shared::Shared;
 pub use strategy_ops::AreaLists;
@@ -127,8 +140,8 @@ impl Arena {
         {
             let s: Arc<dyn crate::pressure::Reclaim> = shared.clone();
             crate::pressure::register(Arc::downgrade(&s));
-            let f: Arc<dyn crate::fork::ForkLocks> = shared.clone();
-            crate::fork::register(crate::fork::Rank::Arena, Arc::downgrade(&f));
+            let f: Arc<dyn crate::sync::fork::ForkLocks> = shared.clone();
+            crate::sync::fork::register(crate::sync::fork::Rank::Arena, Arc::downgrade(&f));
         }
         Ok(Arena { shared })
     }

@@ -60,7 +60,7 @@ impl Mosaics {
 
     /// The list's mutex, for `fork()` (nothing is taken under it).
     #[cfg(not(loom))]
-    pub(crate) fn lock_for_fork(&self) -> Box<dyn crate::fork::Held + '_> {
+    pub(crate) fn lock_for_fork(&self) -> Box<dyn crate::sync::fork::Held + '_> {
         Box::new(self.areas.lock().unwrap_or_else(|e| e.into_inner()))
     }
 

@@ -6,7 +6,7 @@
 //! their locks, serialised by the arena's purge mutex, taking each spin lock only to detach or
 //! attach lists (DESIGN.md, section 5): the strategy detaches (`detach` of its file), this file
 //! releases and merges, the strategy refills. The background thread that calls it is the
-//! [`worker`](crate::worker).
+//! [`worker`](crate::arena::worker).
 
 use super::release::{merge_batch_claiming, release_batch};
 use super::shared::Shared;
@@ -115,11 +115,11 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
+    use crate::arena::backing::NoBacking;
+    use crate::arena::options::ArenaOptions;
+    use crate::arena::strategy::Strategy;
     use crate::arena::strategy_state::StrategyState;
     use crate::arena::{AllocRequest, Arena};
-    use crate::backing::NoBacking;
-    use crate::options::ArenaOptions;
-    use crate::strategy::Strategy;
 
     /// One node, no worker, no thread cache and no threshold purge: only explicit purges.
     fn explicit_purges_only(strategy: Strategy) -> Arena {

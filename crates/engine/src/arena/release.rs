@@ -9,7 +9,7 @@
 
 use super::context::Context;
 use super::strategy_ops::{tree_alloc, StrategyOps};
-use crate::site;
+use crate::arena::site;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{Request, Span};
 

@@ -6,7 +6,7 @@
 //! context and runs the strategy's part through [`with_strategy!`], handing it the context.
 //! A strategy holds neither `Shared` nor the operations: what it needs is in the context.
 //!
-//! Locks: the strategy's spin locks (ranked in lock.rs, `LockRank`) and the context's mutexes
+//! Locks: the strategy's spin locks (ranked in sync/lock_rank.rs, `LockRank`) and the context's mutexes
 //! (the purge mutex before them, never under them; the thread-cache registry mutex before
 //! both).
 
@@ -14,13 +14,13 @@ use super::context::Context;
 use super::strategy_ops::StrategyOps;
 use super::strategy_state::{with_strategy, StrategyState};
 use crate::area::{AreaTag, PurgeKind};
-use crate::backing::Backing;
-use crate::lock::next_owner;
-use crate::options::ArenaOptions;
-use crate::stats::ArenaStats;
+use crate::arena::backing::Backing;
+use crate::arena::options::ArenaOptions;
+use crate::arena::stats::ArenaStats;
+use crate::caches::thread_caches::{CacheOwner, ThreadCaches};
+use crate::sync::lock_rank::next_owner;
 use crate::sync::Arc;
 use crate::sync::Ordering::Relaxed;
-use crate::thread_caches::{CacheOwner, ThreadCaches};
 use vmarena_core::{BusyMap, Span};
 
 /// See the module documentation.
@@ -42,7 +42,7 @@ impl Shared {
         opts: ArenaOptions,
         backing: Box<dyn Backing>,
     ) -> Shared {
-        // This arena's place in the lock order (lock.rs, `LockRank`).
+        // This arena's place in the lock order (sync/lock_rank.rs, `LockRank`).
         let owner = next_owner();
         let state = StrategyState::new(opts.strategy, owner, lo, usable_hi, opts.node_count());
         Shared { ctx: Context::new(name, lo, hi, usable_hi, opts, backing), state }
@@ -98,11 +98,11 @@ impl Shared {
     }
 }
 
-/// `fork()` takes every lock of the arena, in the order of lock.rs's `LockRank`.
+/// `fork()` takes every lock of the arena, in the order of `LockRank` (sync/lock_rank.rs).
 #[cfg(not(loom))]
-impl crate::fork::ForkLocks for Shared {
-    fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
-        let mut held: Vec<Box<dyn crate::fork::Held + '_>> = Vec::with_capacity(8 + self.ctx.nr_nodes);
+impl crate::sync::fork::ForkLocks for Shared {
+    fn lock_for_fork(&self) -> Vec<Box<dyn crate::sync::fork::Held + '_>> {
+        let mut held: Vec<Box<dyn crate::sync::fork::Held + '_>> = Vec::with_capacity(8 + self.ctx.nr_nodes);
         if let Some(c) = &self.ctx.cache {
             held.extend(c.lock_for_fork());
         }
@@ -136,7 +136,7 @@ impl CacheOwner for Shared {
 }
 
 /// What the purge worker sees of its arena.
-impl crate::worker::Purged for Shared {
+impl crate::arena::worker::Purged for Shared {
     fn decay_interval_ms(&self) -> u64 {
         self.ctx.opts.decay_interval_ms
     }

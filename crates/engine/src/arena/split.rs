@@ -10,11 +10,13 @@ use super::context::Context;
 use super::global::BusyLazy;
 use super::strategy_ops::{check_free_tree, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag};
+use crate::arena::site;
+use crate::arena::stats::ArenaStats;
 use crate::error::FreeError;
-use crate::lock::{LockRank, LockSite, LockStats, StatLock};
-use crate::node::Padded;
-use crate::site;
-use crate::stats::ArenaStats;
+use crate::sync::lock::StatLock;
+use crate::sync::lock_rank::LockRank;
+use crate::sync::lock_stats::{LockSite, LockStats};
+use crate::sync::padded::Padded;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, Span};
 
@@ -104,7 +106,7 @@ impl StrategyOps for Split {
     }
 
     #[cfg(not(loom))]
-    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::fork::Held + 'a>>) {
+    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::sync::fork::Held + 'a>>) {
         held.push(Box::new(self.free.lock()));
         held.push(Box::new(self.busy.lock()));
     }

@@ -13,11 +13,11 @@
 use super::context::Context;
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind};
 use crate::error::FreeError;
-use crate::lock::{LockSite, LockStats};
+use crate::sync::lock_stats::{LockSite, LockStats};
 use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, Span};
 
 /// Live areas by busy shard (each in address order, as `(start, record)`) and lazy areas: what
-/// [`Arena::areas`] returns.
+/// [`Arena::areas`](super::Arena::areas) returns.
 pub type AreaLists = (Vec<Vec<(u64, BusyArea<AreaTag>)>>, Vec<Span>);
 
 /// One purge's lists, filled by the strategy's `detach`.
@@ -148,7 +148,7 @@ pub(crate) trait StrategyOps {
     fn free_summary(&self) -> (u64, u64);
 
     /// Add the strategy's figures (live, lazy, free, pools) to `s`.
-    fn add_stats(&self, ctx: &Context, s: &mut crate::stats::ArenaStats);
+    fn add_stats(&self, ctx: &Context, s: &mut crate::arena::stats::ArenaStats);
 
     /// Lock figures by lock class.
     fn lock_stats(&self) -> Vec<(&'static str, LockStats)>;
@@ -158,7 +158,7 @@ pub(crate) trait StrategyOps {
 
     /// Every lock of the strategy, taken in the lock order, for `fork()`.
     #[cfg(not(loom))]
-    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::fork::Held + 'a>>);
+    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::sync::fork::Held + 'a>>);
 
     /// Check the strategy's structures and add every range they hold to `all` as `(start,
     /// pages, what)`. `cached` lists the starts that sit in thread caches (sorted).

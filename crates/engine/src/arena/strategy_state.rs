@@ -8,7 +8,7 @@
 //! above this file and reach a strategy only through the macro. Dispatch is a `match`, so
 //! every call is static and inlined.
 
-use crate::strategy::Strategy;
+use crate::arena::strategy::Strategy;
 
 /// The arena's strategy state. One per arena, so the variants' sizes do not matter; boxing the
 /// larger ones would add a pointer chase to every lock acquisition.
@@ -34,7 +34,7 @@ pub(crate) use with_strategy;
 
 impl StrategyState {
     /// The state of `strategy` over pages `[lo, hi)`, its locks ranked for arena `owner`
-    /// (lock.rs, `LockRank`).
+    /// (sync/lock_rank.rs, `LockRank`).
     pub(crate) fn new(strategy: Strategy, owner: u64, lo: u64, hi: u64, nr_nodes: usize) -> StrategyState {
         match strategy {
             Strategy::Global => StrategyState::Global(super::global::Global::new(owner, lo, hi)),

@@ -108,7 +108,7 @@ pub fn case_order(p: &Params, seed: u64, rng: &mut Rng) -> Vec<usize> {
 /// Run the masked cases on `c` with `p`, workers started together.
 pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResult {
     let before = c.lock_stats();
-    let sites_before = vmarena_engine::site::snapshot();
+    let sites_before = vmarena_engine::arena::site::snapshot();
     let barrier = Arc::new(Barrier::new(p.nr_threads + 1));
     let step = p.lockstep.then(|| Arc::new(Barrier::new(p.nr_threads)));
     let done = Arc::new(AtomicU64::new(0));
@@ -166,7 +166,7 @@ pub fn run(c: Arc<dyn Contender>, p: &Params, seed: u64, cpus: usize) -> RunResu
         .into_iter()
         .map(|(n, a)| line(n, a.since(&before.iter().find(|x| x.0 == n).map(|x| x.1).unwrap_or_default())))
         .collect();
-    let sites = vmarena_engine::site::snapshot()
+    let sites = vmarena_engine::arena::site::snapshot()
         .into_iter()
         .zip(sites_before)
         .map(|((n, a), (_, b))| line(n, a.since(&b)))

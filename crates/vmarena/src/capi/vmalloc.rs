@@ -2,7 +2,7 @@
 //! `vmarena_vzalloc`, the aligned and huge forms, `vmarena_vrealloc`, `vmarena_vfree`,
 //! `vmarena_size`, `vmarena_purge`). The two hot calls try this CPU's stack and this thread's
 //! magazine first without a call that could panic; the rest runs out of line under
-//! [`guarded`].
+//! `ffi::guarded`.
 #![allow(unsafe_code)]
 
 use super::ffi::{guarded, no_space, ptr_or_errno, status};
@@ -11,7 +11,7 @@ use crate::default_space::{default_space, existing_default_space};
 use crate::space::VmError;
 use std::panic::Location;
 use std::ptr::{null_mut, NonNull};
-use vmarena_engine::hit_path::HitFree;
+use vmarena_engine::caches::hit_path::HitFree;
 
 /// `void *vmarena_vmalloc(size_t size);`
 #[no_mangle]

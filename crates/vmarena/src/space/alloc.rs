@@ -301,7 +301,7 @@ impl VmSpace {
     /// one huge page (2 MiB on x86-64) is rounded up to whole huge pages, aligned to one, and
     /// advised for transparent huge pages (`MADV_HUGEPAGE` on the area), so that its faults map
     /// huge pages where the system allows; a smaller request gets base pages, as in the kernel.
-    /// [`SpaceStats`] counts the areas advised, the small ones and those whose advice the kernel
+    /// [`SpaceStats`](super::SpaceStats) counts the areas advised, the small ones and those whose advice the kernel
     /// refused (THP switched off or missing), which fall back to base pages. The advice stays
     /// on the range after the area is freed (the kernel has no advice that undoes it without
     /// setting another flag); a later area there may fault huge pages too.
@@ -326,7 +326,7 @@ impl VmSpace {
     /// asks for them and the system has them reserved (`/proc/sys/vm/nr_hugepages`): whole
     /// huge pages, aligned to one, mapped over the area's data pages and taken from the reserve
     /// now, so they never fault in base pages. When the reserve cannot cover the request, the
-    /// area comes from `vmalloc_huge` instead (counted in [`SpaceStats`] as `hugetlb_refused`).
+    /// area comes from `vmalloc_huge` instead (counted in [`SpaceStats`](super::SpaceStats) as `hugetlb_refused`).
     /// `vfree` puts base pages back over the area before it goes; `vrealloc` refuses it.
     #[track_caller]
     pub fn vmalloc_hugetlb(&self, bytes: usize) -> Result<NonNull<u8>, VmError> {

@@ -45,7 +45,7 @@ struct SpaceMaps {
 }
 
 impl vmarena_engine::ForkLocks for SpaceMaps {
-    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::fork::Held + '_>> {
+    fn lock_for_fork(&self) -> Vec<Box<dyn vmarena_engine::sync::fork::Held + '_>> {
         let mut held = self.blocks.lock_for_fork();
         held.push(self.frame_map.lock_for_fork());
         if let Some(f) = &self.frames {
@@ -227,7 +227,7 @@ impl VmSpace {
         });
         let weak: std::sync::Weak<dyn vmarena_engine::ForkLocks> =
             Arc::downgrade(&fork_maps) as std::sync::Weak<dyn vmarena_engine::ForkLocks>;
-        vmarena_engine::fork::register(vmarena_engine::fork::Rank::SpaceMaps, weak);
+        vmarena_engine::sync::fork::register(vmarena_engine::sync::fork::Rank::SpaceMaps, weak);
         Ok(VmSpace {
             name: name.to_string(),
             arena,

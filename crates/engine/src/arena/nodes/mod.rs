@@ -3,7 +3,7 @@
 //! misses only.
 //!
 //! Owns: [`Nodes`], the node array and the free lock (lock order: node locks in index order,
-//! then the free lock; lock.rs, `LockRank`). A node's contents are described in node.rs.
+//! then the free lock; sync/lock_rank.rs, `LockRank`). A node's contents are described in node.rs.
 //!
 //! One pass of the ladder (the steps of [`Step`](crate::area::Step), in order): Pool and
 //! LazyReuse on the allocating node (`reuse.rs`), Steal (`reuse.rs`), Chunk, Extend
@@ -14,6 +14,7 @@
 
 mod check;
 mod mover;
+pub(crate) mod node;
 mod purge;
 mod reuse;
 
@@ -21,11 +22,14 @@ use super::context::Context;
 use super::release::release_now;
 use super::strategy_ops::{remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, NO_NODE};
+use crate::arena::nodes::node::{new_node, LazyArea, Node, NodeState, ZONE_PAGES};
+use crate::arena::site;
+use crate::arena::stats::ArenaStats;
 use crate::error::FreeError;
-use crate::lock::{LockRank, LockSite, LockStats, StatLock};
-use crate::node::{new_node, LazyArea, Node, NodeState, Padded, ZONE_PAGES};
-use crate::site;
-use crate::stats::ArenaStats;
+use crate::sync::lock::StatLock;
+use crate::sync::lock_rank::LockRank;
+use crate::sync::lock_stats::{LockSite, LockStats};
+use crate::sync::padded::Padded;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{BusyArea, BusyMap, FreeTree, PoolSide, Request, Span};
 
@@ -275,7 +279,7 @@ impl StrategyOps for Nodes {
     }
 
     #[cfg(not(loom))]
-    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::fork::Held + 'a>>) {
+    fn lock_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::sync::fork::Held + 'a>>) {
         for n in self.nodes.iter() {
             held.push(Box::new(n.lock()));
         }

@@ -24,13 +24,13 @@
 //! the mappings they added pass [`move_max_maps`].
 
 use super::Nodes;
+use crate::arena::backing::Moved;
 use crate::arena::context::Context;
 use crate::arena::mosaics::{move_max_maps, MOVE_MAX_DONORS, MOVE_MIN_PAGES};
+use crate::arena::nodes::node::{LazyArea, NodeState};
 use crate::arena::release::{claim_spill, merge_batch, merge_into_tree};
+use crate::arena::site;
 use crate::arena::strategy_ops::StrategyOps;
-use crate::backing::Moved;
-use crate::node::{LazyArea, NodeState};
-use crate::site;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::Span;
 

@@ -7,10 +7,10 @@
 use super::Nodes;
 use crate::area::PurgeKind;
 use crate::arena::context::Context;
+use crate::arena::nodes::node::{LazyArea, NodeState};
 use crate::arena::release::{merge_batch, release_batch};
+use crate::arena::site;
 use crate::arena::strategy_ops::PurgeBatch;
-use crate::node::{LazyArea, NodeState};
-use crate::site;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{PoolSide, Span};
 

@@ -8,9 +8,9 @@
 use super::Nodes;
 use crate::area::{Allocation, AreaTag};
 use crate::arena::context::Context;
-use crate::lock::StatGuard;
-use crate::node::NodeState;
-use crate::site;
+use crate::arena::nodes::node::NodeState;
+use crate::arena::site;
+use crate::sync::lock::StatGuard;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{BusyArea, LazyArea, PoolSide, Request, Span};
 

@@ -49,11 +49,11 @@
 //! borrow flag and the destructor-state check of the thread-local that owns the magazines.
 #![allow(unsafe_code)]
 
-use crate::area_state::{AreaStates, Claim};
-pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
-use crate::cpu_cache::CpuCache;
-use crate::handshake::Enter;
-use crate::magazine::{bump, Magazine, Spill};
+use crate::caches::area_state::{AreaStates, Claim};
+pub(crate) use crate::caches::cache_interface::{Budget, CacheFigures, FreeFast};
+use crate::caches::cpu_cache::CpuCache;
+use crate::caches::handshake::Enter;
+use crate::caches::magazine::{bump, Magazine, Spill};
 use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
@@ -200,8 +200,8 @@ impl ThreadCaches {
 
     /// The per-CPU stacks' hit paths on copies of their geometry and the state table's place
     /// (`None` without stacks).
-    pub(crate) fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
-        Some(crate::hit_path::HitPath::new(self.cpu.as_ref()?.geometry(), self.states.place()))
+    pub(crate) fn hit_path(&self) -> Option<crate::caches::hit_path::HitPath> {
+        Some(crate::caches::hit_path::HitPath::new(self.cpu.as_ref()?.geometry(), self.states.place()))
     }
 
     /// Why this arena's caches have no per-CPU stacks (`None`: they have them).
@@ -364,7 +364,7 @@ impl ThreadCaches {
         &self,
         start: u64,
         pages: u64,
-        seen: &crate::area_state::Seen<'_>,
+        seen: &crate::caches::area_state::Seen<'_>,
     ) -> Option<(u64, Option<&'static Location<'static>>)> {
         if self.fill_front(start, pages) {
             return Some((pages, seen.caller()));

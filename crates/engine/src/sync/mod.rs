@@ -6,6 +6,13 @@
 //! (models run with `purge_thread = false` and purge inline or from a model thread).
 
 #[cfg(not(loom))]
+pub mod fork;
+pub mod lock;
+pub mod lock_rank;
+pub mod lock_stats;
+pub(crate) mod padded;
+
+#[cfg(not(loom))]
 mod imp {
     pub use std::hint::spin_loop;
     pub use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};

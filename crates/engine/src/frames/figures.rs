@@ -2,11 +2,11 @@
 //! blocks, lock figures, the statistics snapshot and the invariant check.
 //!
 //! Owns nothing: each query takes the locks it reads under (the zone lock, each CPU's list
-//! and queue lock) in the order of the module documentation of `frame_allocator`.
+//! and queue lock) in the order of the module documentation of `frames`.
 
 use super::{queued, FrameAllocator, TAIL, USER};
-use crate::frame_options::FrameStats;
-use crate::lock::LockStats;
+use crate::frames::options::FrameStats;
+use crate::sync::lock_stats::LockStats;
 use std::sync::atomic::Ordering::Relaxed;
 
 impl FrameAllocator {

@@ -235,7 +235,7 @@ impl AreaStates {
         self.table.words().get(word_index(self.lo, start) as usize)
     }
 
-    /// Where the words are, for [`crate::hit_path::HitPath`]: the table's first word, its
+    /// Where the words are, for [`crate::caches::hit_path::HitPath`]: the table's first word, its
     /// length and the arena's first page.
     pub(crate) fn place(&self) -> (*const AtomicU64, u64, u64) {
         let words = self.table.words();

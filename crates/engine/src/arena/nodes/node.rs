@@ -22,7 +22,9 @@
 //! Lazy pages of the node are counted exactly under the lock and folded into the arena-wide
 //! approximate counter in steps of [`lazy_sync_pages`], as a kernel `percpu_counter` does.
 
-use crate::lock::{LockRank, StatLock};
+use crate::sync::lock::StatLock;
+use crate::sync::lock_rank::LockRank;
+use crate::sync::padded::Padded;
 use crate::AreaTag;
 pub(crate) use vmarena_core::lazy_list::{LazyArea, LazyList};
 use vmarena_core::{BusyMap, SizePools};
@@ -101,18 +103,6 @@ impl NodeState {
             self.chunk.0 = s + pages;
             s
         })
-    }
-}
-
-/// Keeps a value on cache lines of its own (two 64-byte lines, for the adjacent-line
-/// prefetcher), so locks of different nodes never share a line.
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
     }
 }
 

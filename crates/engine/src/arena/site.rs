@@ -4,7 +4,7 @@
 //! Paths not listed here (statistics, `vmallocinfo`, the checker) take their locks without a
 //! site; they are not on any hot path.
 
-use crate::lock::LockSite;
+use crate::sync::lock_stats::LockSite;
 
 /// Global: the one lock, in alloc.
 pub static ALLOC_GLOBAL: LockSite = LockSite::new("alloc: global");
@@ -66,6 +66,6 @@ pub static ALL: [&LockSite; 17] = [
 ];
 
 /// `(site, figures)` for every site, process-wide.
-pub fn snapshot() -> Vec<(&'static str, crate::lock::LockStats)> {
+pub fn snapshot() -> Vec<(&'static str, crate::sync::lock_stats::LockStats)> {
     ALL.iter().map(|s| (s.name, s.stats())).collect()
 }

@@ -21,7 +21,7 @@
 //!    it makes a chunk in an arena;
 //! 4. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry and
 //!    the figures of given-back magazines, the purge mutex, the `StatLock`s in their rank order
-//!    (lock.rs, `LockRank`), the worker's state mutex, the list of areas that moves split;
+//!    (sync/lock_rank.rs, `LockRank`), the worker's state mutex, the list of areas that moves split;
 //! 5. spaces' own mutexes ([`Rank::SpaceMaps`]): vmap free lists, index shards and blocks,
 //!    then the frame maps;
 //! 6. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;

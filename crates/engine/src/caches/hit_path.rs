@@ -17,7 +17,7 @@
 // Under loom the thread caches are never built, so nothing makes a path.
 #![cfg_attr(loom, allow(dead_code))]
 
-use crate::area_state::{caller_bits, claim_value, live_pages, reuse_word_bits, word_index};
+use crate::caches::area_state::{caller_bits, claim_value, live_pages, reuse_word_bits, word_index};
 use crate::sync::AtomicU64;
 use std::panic::Location;
 use std::sync::atomic::Ordering::Acquire;

@@ -1,7 +1,7 @@
 //! Arena options: one table (see [`crate::table`]).
 
+use crate::arena::strategy::Strategy;
 use crate::options_table;
-use crate::strategy::Strategy;
 
 options_table! {
     /// How an [`Arena`](crate::Arena) is built. `ArenaOptions::default().with_env()` applies the

@@ -150,7 +150,7 @@ mod thread {
         }
 
         /// The state mutex, held (for a `fork()`: see `fork`).
-        pub fn lock_for_fork(&self) -> Box<dyn crate::fork::Held + '_> {
+        pub fn lock_for_fork(&self) -> Box<dyn crate::sync::fork::Held + '_> {
             Box::new(self.state.lock().unwrap_or_else(|e| e.into_inner()))
         }
 

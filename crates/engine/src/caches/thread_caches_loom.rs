@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-use crate::area_state::AreaStates;
-pub(crate) use crate::cache_interface::{Budget, CacheFigures, FreeFast};
+use crate::caches::area_state::AreaStates;
+pub(crate) use crate::caches::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::sync::Arc;
 use std::panic::Location;
 
@@ -64,7 +64,7 @@ impl ThreadCaches {
     pub(crate) fn commit(&self, _: u64) -> bool {
         true
     }
-    pub(crate) fn hit_path(&self) -> Option<crate::hit_path::HitPath> {
+    pub(crate) fn hit_path(&self) -> Option<crate::caches::hit_path::HitPath> {
         None
     }
     pub(crate) fn alloc_hit(&self, _: u64, _: Option<&'static Location<'static>>) -> Option<u64> {

@@ -10,8 +10,8 @@
 //! Invariant: the pages held never exceed the budget, and each size's stack holds at most its
 //! cap under the present budget (`Arena::check` verifies both, through [`Magazine::entries`]).
 
-use crate::cache_interface::{Budget, CacheFigures};
-use crate::handshake::Handshake;
+use crate::caches::cache_interface::{Budget, CacheFigures};
+use crate::caches::handshake::Handshake;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use vmarena_core::Span;

@@ -17,7 +17,7 @@
 //!
 //! Statistics: `acquisitions` is incremented by the holder with a plain load and store (the
 //! lock orders those), `contended` and `wait_ns` on the slow path only, `hold_ns` only while
-//! [`set_timing`] is on (it costs two clock reads per acquisition). All are read with relaxed
+//! [`set_timing`](super::lock_stats::set_timing) is on (it costs two clock reads per acquisition). All are read with relaxed
 //! loads, so a snapshot taken while threads run is approximate.
 //!
 //! Call sites: [`StatLock::lock_at`] names the code path that takes the lock ([`LockSite`], a
@@ -28,170 +28,19 @@
 //!
 //! Lock order: every `StatLock` has a [`LockRank`], and a thread takes a lock (other than with
 //! `try_lock`, which cannot wait) only while every `StatLock` it holds ranks below it. The
-//! order itself is written once, on [`LockRank`]; debug builds (the test suite) assert it on
-//! every acquisition and panic on an inversion.
+//! order itself is written once, on [`LockRank`] (`lock_rank.rs`); debug builds (the test
+//! suite) assert it on every acquisition and panic on an inversion. The figures are
+//! `lock_stats.rs`'s.
 #![allow(unsafe_code)]
 
+use crate::sync::lock_rank::LockRank;
+#[cfg(all(debug_assertions, not(loom)))]
+use crate::sync::lock_rank::{note_acquired, note_released};
+use crate::sync::lock_stats::{timing, LockSite, LockStats};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::AtomicBool;
 use vmarena_platform::process::monotonic_ns;
-
-/// Process-wide switch; a plain std atomic (a setting, not part of any protocol).
-static TIMING: AtomicBool = AtomicBool::new(false);
-
-/// Switch hold-time measurement on or off for every `StatLock` in the process.
-pub fn set_timing(on: bool) {
-    TIMING.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// True while hold times are measured.
-pub fn timing() -> bool {
-    TIMING.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Where a `StatLock` stands in the one lock order of the engine. Ranks compare field by
-/// field; a thread may block on a lock only while every `StatLock` it holds ranks lower:
-///
-/// | field | order |
-/// |---|---|
-/// | owner kind | arenas, then frame allocators (the order in which `fork()` takes them) |
-/// | owner | creation order ([`next_owner`]) |
-/// | class | arena: `global` or `node`, then `free`, then Split's `busy`; frame allocator: `pcp`, then `queue`, then `zone` |
-/// | group | among the locks of one class, a node's or a CPU's index, in index order |
-///
-/// So an arena's invariant checker and `fork()` take node locks in index order and then the
-/// free lock (Split: free, then busy); a frame allocator nests a CPU's list or queue lock over
-/// its zone lock, as the kernel nests the pcp lock over the zone lock, and `fork()` takes every
-/// CPU's list, every CPU's queue, then the zone; `fork()` takes arena after arena, then frame
-/// allocator after frame allocator. Fast paths hold one at a time. Unranked locks (outside
-/// the engine's structures) may not be held with any other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LockRank {
-    owner_kind: u8,
-    owner: u64,
-    class: u8,
-    group: u32,
-}
-
-const OWNER_ARENA: u8 = 1;
-const OWNER_FRAMES: u8 = 2;
-
-/// A creation number for an owner of ranked locks (an arena or a frame allocator): later
-/// owners rank higher.
-pub fn next_owner() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-impl LockRank {
-    /// A lock outside the engine's structures: never held with another `StatLock`.
-    pub const UNRANKED: LockRank = LockRank { owner_kind: 0, owner: 0, class: 0, group: 0 };
-
-    /// The Global strategy's one lock of arena `owner`.
-    pub fn arena_global(owner: u64) -> LockRank {
-        LockRank { owner_kind: OWNER_ARENA, owner, class: 0, group: 0 }
-    }
-
-    /// Node `index`'s lock of arena `owner`.
-    pub fn arena_node(owner: u64, index: usize) -> LockRank {
-        LockRank { owner_kind: OWNER_ARENA, owner, class: 0, group: index as u32 }
-    }
-
-    /// The free-tree lock of arena `owner` (Split and Nodes).
-    pub fn arena_free(owner: u64) -> LockRank {
-        LockRank { owner_kind: OWNER_ARENA, owner, class: 1, group: 0 }
-    }
-
-    /// The Split strategy's busy-and-lazy lock of arena `owner`.
-    pub fn arena_busy(owner: u64) -> LockRank {
-        LockRank { owner_kind: OWNER_ARENA, owner, class: 2, group: 0 }
-    }
-
-    /// CPU `cpu`'s page-list lock of frame allocator `owner`.
-    pub fn frames_pcp(owner: u64, cpu: usize) -> LockRank {
-        LockRank { owner_kind: OWNER_FRAMES, owner, class: 0, group: cpu as u32 }
-    }
-
-    /// CPU `cpu`'s batch-queue lock of frame allocator `owner`.
-    pub fn frames_queue(owner: u64, cpu: usize) -> LockRank {
-        LockRank { owner_kind: OWNER_FRAMES, owner, class: 1, group: cpu as u32 }
-    }
-
-    /// The zone (buddy) lock of frame allocator `owner`.
-    pub fn frames_zone(owner: u64) -> LockRank {
-        LockRank { owner_kind: OWNER_FRAMES, owner, class: 2, group: 0 }
-    }
-}
-
-/// A snapshot of one lock's figures (or the sum over a class of locks).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LockStats {
-    /// Times the lock was taken.
-    pub acquisitions: u64,
-    /// Times the first attempt found it taken.
-    pub contended: u64,
-    /// Nanoseconds spent waiting on contended acquisitions.
-    pub wait_ns: u64,
-    /// Nanoseconds the lock was held (only while timing is on).
-    pub hold_ns: u64,
-}
-
-impl LockStats {
-    /// The figures accumulated since the snapshot `before` of the same lock (or class).
-    pub fn since(&self, before: &LockStats) -> LockStats {
-        LockStats {
-            acquisitions: self.acquisitions - before.acquisitions,
-            contended: self.contended - before.contended,
-            wait_ns: self.wait_ns - before.wait_ns,
-            hold_ns: self.hold_ns - before.hold_ns,
-        }
-    }
-
-    /// Add another lock's figures (for classes of locks such as "busy" over all nodes).
-    pub fn merge(&mut self, o: &LockStats) {
-        self.acquisitions += o.acquisitions;
-        self.contended += o.contended;
-        self.wait_ns += o.wait_ns;
-        self.hold_ns += o.hold_ns;
-    }
-}
-
-/// A code path that takes engine locks, with its own lock figures (see the module doc).
-pub struct LockSite {
-    /// What the path does, e.g. `"alloc: node"`.
-    pub name: &'static str,
-    acquisitions: std::sync::atomic::AtomicU64,
-    contended: std::sync::atomic::AtomicU64,
-    wait_ns: std::sync::atomic::AtomicU64,
-    hold_ns: std::sync::atomic::AtomicU64,
-}
-
-impl LockSite {
-    /// A site named `name` with zeroed figures.
-    pub const fn new(name: &'static str) -> Self {
-        use std::sync::atomic::AtomicU64 as A;
-        LockSite {
-            name,
-            acquisitions: A::new(0),
-            contended: A::new(0),
-            wait_ns: A::new(0),
-            hold_ns: A::new(0),
-        }
-    }
-
-    /// The site's figures so far (acquisitions and hold time count only while timing is on).
-    pub fn stats(&self) -> LockStats {
-        use std::sync::atomic::Ordering::Relaxed as R;
-        LockStats {
-            acquisitions: self.acquisitions.load(R),
-            contended: self.contended.load(R),
-            wait_ns: self.wait_ns.load(R),
-            hold_ns: self.hold_ns.load(R),
-        }
-    }
-}
 
 /// A spin lock around `T` with built-in statistics. See the module documentation.
 pub struct StatLock<T> {
@@ -212,39 +61,6 @@ pub struct StatLock<T> {
 unsafe impl<T: Send> Sync for StatLock<T> {}
 // SAFETY: as above; the lock owns `T`.
 unsafe impl<T: Send> Send for StatLock<T> {}
-
-#[cfg(all(debug_assertions, not(loom)))]
-thread_local! {
-    /// The ranks of the `StatLock`s this thread holds, in acquisition order.
-    static HELD: std::cell::RefCell<Vec<LockRank>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Debug builds: record that this thread took a lock of rank `rank`; when `blocking`, first
-/// assert the order (every held lock ranks below, and unranked locks are held alone).
-#[cfg(all(debug_assertions, not(loom)))]
-fn note_acquired(rank: LockRank, blocking: bool) {
-    let _ = HELD.try_with(|h| {
-        let mut h = h.borrow_mut();
-        if blocking {
-            if let Some(worst) =
-                h.iter().find(|&&r| r >= rank || r == LockRank::UNRANKED || rank == LockRank::UNRANKED)
-            {
-                panic!("lock order: taking {rank:?} while holding {worst:?} (LockRank documents the order)");
-            }
-        }
-        h.push(rank);
-    });
-}
-
-#[cfg(all(debug_assertions, not(loom)))]
-fn note_released(rank: LockRank) {
-    let _ = HELD.try_with(|h| {
-        let mut h = h.borrow_mut();
-        if let Some(i) = h.iter().rposition(|&r| r == rank) {
-            h.remove(i);
-        }
-    });
-}
 
 impl<T> StatLock<T> {
     /// A new unlocked lock around `value`, never held with another `StatLock`.
@@ -407,6 +223,8 @@ impl<T> Drop for StatGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::lock_rank::next_owner;
+    use crate::sync::lock_stats::set_timing;
     use std::sync::Arc;
 
     #[test]

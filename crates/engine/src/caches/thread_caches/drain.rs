@@ -7,8 +7,8 @@
 //! areas (node locks), which take nothing of the thread caches.
 
 use super::{CacheFigures, CacheOwner, ThreadCaches};
-use crate::handshake::heavy_fence;
-use crate::magazine::Magazine;
+use crate::caches::handshake::heavy_fence;
+use crate::caches::magazine::Magazine;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vmarena_core::Span;
@@ -119,8 +119,8 @@ impl ThreadCaches {
     /// then the figures of given-back magazines (taken last on every path, with nothing taken
     /// under it), for `fork()`.
     #[cfg(not(loom))]
-    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
-        let mut held: Vec<Box<dyn crate::fork::Held + '_>> =
+    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn crate::sync::fork::Held + '_>> {
+        let mut held: Vec<Box<dyn crate::sync::fork::Held + '_>> =
             vec![Box::new(self.registry.lock().unwrap_or_else(|e| e.into_inner()))];
         if let Some(c) = &self.cpu {
             held.push(Box::new(c.lock_for_fork()));

@@ -29,11 +29,14 @@
 //! when it drains to the zone; a list hit then skips the preparation (the seed's experiment).
 
 mod figures;
+pub mod options;
 
 pub use crate::error::FrameError;
-use crate::frame_options::FrameOptions;
-use crate::lock::{next_owner, LockRank, LockSite, StatGuard, StatLock};
-use crate::node::Padded;
+use crate::frames::options::FrameOptions;
+use crate::sync::lock::{StatGuard, StatLock};
+use crate::sync::lock_rank::{next_owner, LockRank};
+use crate::sync::lock_stats::LockSite;
+use crate::sync::padded::Padded;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use vmarena_core::pcp::pindex;
@@ -149,10 +152,11 @@ pub struct FrameAllocator {
 }
 
 #[cfg(not(loom))]
-impl crate::fork::ForkLocks for FrameAllocator {
+impl crate::sync::fork::ForkLocks for FrameAllocator {
     /// Every CPU's page list, every CPU's batch queue, then the zone (the order of `fork`).
-    fn lock_for_fork(&self) -> Vec<Box<dyn crate::fork::Held + '_>> {
-        let mut held: Vec<Box<dyn crate::fork::Held + '_>> = Vec::with_capacity(2 * self.cpus.len() + 1);
+    fn lock_for_fork(&self) -> Vec<Box<dyn crate::sync::fork::Held + '_>> {
+        let mut held: Vec<Box<dyn crate::sync::fork::Held + '_>> =
+            Vec::with_capacity(2 * self.cpus.len() + 1);
         for c in self.cpus.iter() {
             held.push(Box::new(c.pcp.lock()));
         }
@@ -531,7 +535,7 @@ impl FrameAllocator {
     }
 
     fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
-        if !crate::lock::timing() {
+        if !crate::sync::lock_stats::timing() {
             return f();
         }
         let t0 = monotonic_ns();
