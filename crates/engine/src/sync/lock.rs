@@ -223,6 +223,7 @@ impl<T> Drop for StatGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(debug_assertions)]
     use crate::sync::lock_rank::next_owner;
     use crate::sync::lock_stats::set_timing;
     use std::sync::Arc;
