@@ -1,7 +1,7 @@
 /* What the shim's C++ pass-through costs: a loop of new[] (16-76 bytes), new, delete and
  * delete[] of small blocks, one of 64 arrays kept alive at a time. Under callgrind the
  * difference between 200,000 and 100,000 loops is the loop's instructions, start-up cancelled
- * (DESIGN.md, section 14, `cpp_operators`):
+ * (docs/bench-log/design-notes.md, section 14, `cpp_operators`):
  *
  *   g++ -O2 -o /tmp/new_delete crates/bench/c/new_delete.cpp
  *   for n in 100000 200000; do valgrind --tool=callgrind /tmp/new_delete $n; done

@@ -18,7 +18,7 @@
 //! decay, explicit purges, the shrinker), as the lazy list's address maps do.
 //! Slots are stored in 64-byte-aligned lines, so the table of one node never shares a cache
 //! line with another allocation (two nodes' tables side by side cost the Nodes strategy its
-//! two-thread scaling when they did: see DESIGN.md).
+//! two-thread scaling when they did: see `docs/bench-log/design-notes.md`).
 //!
 //! Invariants (checked by [`BusyMap::check`]): every key sits in the probe run that starts at
 //! its home slot (no empty slot between home and key); `len` counts the keys; `pages` sums

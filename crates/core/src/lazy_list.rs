@@ -22,8 +22,9 @@
 //!   of its run). The address order that joins and extensions want is a walk along a run, from
 //!   one area's end to the next one's start.
 //!
-//! Why a list and two maps rather than ordered trees: DESIGN.md, section 4 ("Shared lazy list"
-//! and "The lazy list's address indexes") records the instruction counts that decided it.
+//! Why a list and two maps rather than ordered trees: docs/bench-log/design-notes.md, section 4
+//! ("Shared lazy list" and "The lazy list's address indexes") records the instruction counts that
+//! decided it.
 //!
 //! Invariants (checked by [`LazyList::check`]):
 //! - the free-order list holds every area once, stamps rising from head to tail;

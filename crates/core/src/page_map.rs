@@ -17,17 +17,16 @@
 //! adjacent areas, goes from one area's end to the next area's start. A B-tree paid for an
 //! order nothing needed on every free and every reuse: under callgrind its inserts and
 //! removals were a fifth of the instructions of the shim's large allocations and frees on xthread
-//! (DESIGN.md, section 4, "The lazy list's address indexes").
+//! (docs/bench-log/design-notes.md, section 4, "The lazy list's address indexes").
 //!
-//! Why not the busy map's table (`vmarena_core::busy::BusyMap`), the same kind of table: it
-//! keeps a value of an area record beside each key in cache-line-aligned blocks and sums pages;
-//! and it then halved its table on removal below an eighth full (it is now compacted by the
-//! same purges as this map), while a lazy list's length swings with every purge, so it resized
-//! all the time, and each operation cost more. Under the
-//! callgrind command of DESIGN.md the whole run took 95.4 M instructions with two busy maps,
-//! 93.2 M with two that never shrink, 88.5-89.8 M with the B-tree and 83.6-85.8 M with this
-//! map (single runs, and ranges of three or four: the run varies by about 1 M with the
-//! threads' interleaving under valgrind).
+//! Why not the busy map's table (`vmarena_core::busy::BusyMap`), the same kind of table: it keeps a
+//! value of an area record beside each key in cache-line-aligned blocks and sums pages; and it then
+//! halved its table on removal below an eighth full (it is now compacted by the same purges as this
+//! map), while a lazy list's length swings with every purge, so it resized all the time, and each
+//! operation cost more. Under the callgrind command of `docs/bench-log/design-notes.md` the whole
+//! run took 95.4 M instructions with two busy maps, 93.2 M with two that never shrink, 88.5-89.8 M
+//! with the B-tree and 83.6-85.8 M with this map (single runs, and ranges of three or four: the run
+//! varies by about 1 M with the threads' interleaving under valgrind).
 //!
 //! Invariants (checked by [`PageMap::check`]): every key sits in the probe sequence from its
 //! home entry with no empty entry before it; `len` is the number of keys; the table is empty

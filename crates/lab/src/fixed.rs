@@ -1,4 +1,5 @@
-//! `vmarena fixed`: the shape of FreeBSD's exec-args experiment (seeds/004).
+//! `vmarena fixed`: the shape of FreeBSD's exec-args experiment ("Opportunistically cache KVA
+//! for execve arguments").
 //!
 //! N workers (N = CPUs x each factor of `--workers`) repeatedly take a buffer of one fixed size,
 //! write part of it, sometimes sleep while holding it (a sleep point, as execve has), and give

@@ -1,4 +1,5 @@
-//! `vmarena frames`: the page layer's experiments (seeds/001 and seeds/003) on a frame pool.
+//! `vmarena frames`: the page layer's experiments (Linux's per-CPU page lists, FreeBSD's batch
+//! queues) on a frame pool.
 //!
 //! Workloads, per thread, on one shared pool:
 //! - `fault`: will-it-scale page_fault1's shape: take 256 blocks one at a time (as page faults

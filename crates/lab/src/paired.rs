@@ -1,6 +1,6 @@
 //! Paired ratios: two contenders' times compared round by round, where round `i` of each ran
 //! back to back (the lab alternates contenders within a round). The host's load moves every
-//! contender's time by up to 2x between rounds on the test machine (DESIGN.md, section 9); a
+//! contender's time by up to 2x between rounds on the test machine (BENCHMARKS.md); a
 //! pair measured within milliseconds of each other shares most of that drift, so the median
 //! of the rounds' ratios moves less between runs of a command than the ratio of two medians.
 

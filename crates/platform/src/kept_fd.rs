@@ -32,14 +32,14 @@ pub fn floor() -> i32 {
     (soft / 2).clamp(3, 512) as i32
 }
 
-/// Grow the process's descriptor table up to [`floor`] now. The kernel grows the table the
-/// first time a number beyond it is used, and in a process with several threads (sharing the
-/// table) it waits for an RCU grace period to free the old one, milliseconds on the first
-/// `F_DUPFD_CLOEXEC` of a default space built from a second thread (DESIGN.md, section 16,
-/// "When the process registers", has the figure).
-/// Called from the library's constructor, while a program usually has one thread, it costs a
-/// few microseconds, and the table never shrinks. Uses a duplicate of the first open standard
-/// descriptor, or of `/dev/null` when all three are closed; does nothing when neither exists.
+/// Grow the process's descriptor table up to [`floor`] now. The kernel grows the table the first
+/// time a number beyond it is used, and in a process with several threads (sharing the table) it
+/// waits for an RCU grace period to free the old one, milliseconds on the first `F_DUPFD_CLOEXEC`
+/// of a default space built from a second thread (docs/bench-log/design-notes.md, section 16, "When
+/// the process registers", has the figure). Called from the library's constructor, while a program
+/// usually has one thread, it costs a few microseconds, and the table never shrinks. Uses a
+/// duplicate of the first open standard descriptor, or of `/dev/null` when all three are closed;
+/// does nothing when neither exists.
 pub fn grow_table() {
     let floor = floor();
     // SAFETY: fcntl duplicates a descriptor (or fails with EBADF); each duplicate made here is

@@ -1,24 +1,23 @@
 //! glibc's dynamic thresholds, moved as glibc would move them had it served the large blocks.
 //!
-//! glibc maps every block at or above its mmap threshold (128 KiB at start) separately, and
-//! when the program frees such a block of S bytes (S up to 32 MiB) it raises the mmap
-//! threshold to S and its trim threshold to 2 S: a program that frees large blocks will ask
-//! for them again, so glibc serves them from its heaps from then on and stops giving the tops
-//! of its heaps back to the kernel every time they pass 128 KiB. Under the shim glibc never
-//! sees those blocks, so it keeps trimming at 128 KiB, each time holding the lock of the arena
-//! that the other thread's frees are waiting for (DESIGN.md, section 14, "glibc's thresholds",
-//! has the counts).
+//! glibc maps every block at or above its mmap threshold (128 KiB at start) separately, and when
+//! the program frees such a block of S bytes (S up to 32 MiB) it raises the mmap threshold to S and
+//! its trim threshold to 2 S: a program that frees large blocks will ask for them again, so glibc
+//! serves them from its heaps from then on and stops giving the tops of its heaps back to the
+//! kernel every time they pass 128 KiB. Under the shim glibc never sees those blocks, so it keeps
+//! trimming at 128 KiB, each time holding the lock of the arena that the other thread's frees are
+//! waiting for (docs/bench-log/design-notes.md, section 14, "glibc's thresholds", has the counts).
 //!
-//! So each large free the shim serves goes through glibc's rule: a freed area of S usable
-//! bytes, more than any before and at most 32 MiB, sets glibc's mmap threshold to S and its
-//! trim threshold to 2 S with glibc's own `mallopt`, the trim threshold at most eight times
-//! the shim's threshold ([`TRIM_CAP_THRESHOLDS`]; 512 KiB at the default 64 KiB). The cap is
-//! where the rule stops fitting the shim: glibc keeps up to the trim threshold free at the top
-//! of each arena so that the next block of that size needs no new pages, but under the shim no
-//! block it holds reaches the shim's threshold, so a top of 2 S (8 MiB on xthread) is memory
-//! none of its blocks can use at once, and which stays after the program stops: `malloc_trim`
-//! gives back the main arena's top, not a thread arena's, which only glibc's own free trims
-//! (DESIGN.md, section 14, "glibc's thresholds", has the measurements that set eight).
+//! So each large free the shim serves goes through glibc's rule: a freed area of S usable bytes,
+//! more than any before and at most 32 MiB, sets glibc's mmap threshold to S and its trim threshold
+//! to 2 S with glibc's own `mallopt`, the trim threshold at most eight times the shim's threshold
+//! ([`TRIM_CAP_THRESHOLDS`]; 512 KiB at the default 64 KiB). The cap is where the rule stops
+//! fitting the shim: glibc keeps up to the trim threshold free at the top of each arena so that the
+//! next block of that size needs no new pages, but under the shim no block it holds reaches the
+//! shim's threshold, so a top of 2 S (8 MiB on xthread) is memory none of its blocks can use at
+//! once, and which stays after the program stops: `malloc_trim` gives back the main arena's top,
+//! not a thread arena's, which only glibc's own free trims (docs/bench-log/design-notes.md, section
+//! 14, "glibc's thresholds", has the measurements that set eight).
 //!
 //! S is what `malloc_usable_size` said: the request rounded up to its size class, or up to half
 //! more where a lazy area was handed out whole, so the mmap threshold can end up that much

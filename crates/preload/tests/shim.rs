@@ -249,7 +249,7 @@ fn the_options_page_lists_the_shims_options_as_declared() {
     // The shim is a cdylib the lab cannot link (its malloc would interpose the lab's own), so
     // `vmarena options` cannot print this table; the declarations are checked against the page.
     let decl = std::fs::read_to_string(root().join("crates/preload/src/stats.rs")).unwrap();
-    let readme = std::fs::read_to_string(root().join("docs/options.md")).unwrap();
+    let page = std::fs::read_to_string(root().join("docs/options.md")).unwrap();
     let mut seen = 0;
     let lines: Vec<&str> = decl.lines().collect();
     for (i, l) in lines.iter().enumerate() {
@@ -266,7 +266,7 @@ fn the_options_page_lists_the_shims_options_as_declared() {
         let doc = lines[i - 1].trim().trim_start_matches("///").trim();
         let note = if experiment { "Experiment (read only with `VMARENA_EXPERIMENTS=1`). " } else { "" };
         let row = format!("| `{name}` | {unit} | `{default}` | `{env}` | {note}{doc} |");
-        assert!(readme.contains(&row), "docs/options.md lacks the row\n{row}");
+        assert!(page.contains(&row), "docs/options.md lacks the row\n{row}");
         seen += 1;
     }
     assert_eq!(seen, 5, "every option of PreloadOptions was found in stats.rs");

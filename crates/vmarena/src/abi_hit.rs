@@ -1,11 +1,12 @@
 //! `AbiHit`: the default space's per-CPU hit paths, published in a static of their own for the
 //! C ABI's `vmarena_vmalloc` and `vmarena_vfree`.
 //!
-//! Reaching the default space's stacks through the space (its once-cell's state, its result,
-//! the arena's shared state) costs loads and checks on every call, and enough live values that
-//! the compiler saves registers on the stack, stores which a free's compare-and-swap must then
-//! wait for. Everything the two hits read is here instead, in one static: one check that it
-//! is published, then fields at fixed addresses (DESIGN.md section 16, "The C ABI's hit path").
+//! Reaching the default space's stacks through the space (its once-cell's state, its result, the
+//! arena's shared state) costs loads and checks on every call, and enough live values that the
+//! compiler saves registers on the stack, stores which a free's compare-and-swap must then wait
+//! for. Everything the two hits read is here instead, in one static: one check that it is
+//! published, then fields at fixed addresses (docs/bench-log/design-notes.md, section 16, "The C
+//! ABI's hit path").
 //!
 //! Owns: the static, written once (the first `vmarena_vmalloc` that reaches the slow path
 //! publishes it, after the default space is built) and never changed; a `ForkOnce`, so a fork

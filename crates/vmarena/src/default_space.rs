@@ -5,7 +5,7 @@
 //! `VMARENA_STRATEGY`). A malformed variable is reported once on stderr and the default used.
 //!
 //! Four arena defaults differ from [`ArenaOptions::default`], and one space default from
-//! [`SpaceOptions::default`] (DESIGN.md, section 14); the environment overrides each:
+//! [`SpaceOptions::default`] (`docs/options.md` lists them); the environment overrides each:
 //!
 //! - no transparent huge pages (`huge_pages`, [`default_space_space_options`]);
 //! - the size pools stop at [`DEFAULT_SPACE_POOL_MAX_PAGES`] (64 KiB). The default space serves
@@ -164,11 +164,11 @@ pub const DEFAULT_SPACE_DIFFERENCES: &[(&str, &str)] = &[
 ];
 
 /// The default space's space options: [`SpaceOptions::default`] without huge pages, then the
-/// environment (`VMARENA_HUGE_PAGES=1` asks for them). Every huge page the shim's areas made
-/// was split again within the run (by partial purges, moves and the guard pages of areas that
-/// end inside one), so they bought no lasting TLB reach, while their first touch zeroes 2 MiB
-/// at once, which on a virtual machine whose host takes free memory back costs 4.3-5.5 ms
-/// against 0.78-1.23 ms for the same memory in 4 KiB faults (DESIGN.md, section 14).
+/// environment (`VMARENA_HUGE_PAGES=1` asks for them). Every huge page the shim's areas made was
+/// split again within the run (by partial purges, moves and the guard pages of areas that end
+/// inside one), so they bought no lasting TLB reach, while their first touch zeroes 2 MiB at once,
+/// which on a virtual machine whose host takes free memory back costs 4.3-5.5 ms against 0.78-1.23
+/// ms for the same memory in 4 KiB faults (docs/bench-log/design-notes.md, section 14).
 pub fn default_space_space_options() -> SpaceOptions {
     default_space_space_defaults().with_env_or_report()
 }

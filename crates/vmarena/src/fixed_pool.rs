@@ -1,5 +1,5 @@
 //! `FixedPool`: preallocated ranges of one fixed size with a per-CPU cache (FreeBSD's exec-args
-//! KVA cache, seeds/004).
+//! KVA cache, "Opportunistically cache KVA for execve arguments").
 //!
 //! Owns: `slots` areas of `slot_bytes` each, allocated from a [`VmSpace`] when the pool is made
 //! and returned to it only when the pool is dropped; the [`FixedCache`] that hands them out;

@@ -10,14 +10,14 @@
 //!
 //! Why here: both the `membarrier` registration and the growth of a descriptor table shared by
 //! several threads wait for an RCU grace period in the kernel, and a default space built on the
-//! first call of a worker thread paid both (DESIGN.md, section 16, "When the process
-//! registers", has the figures). For `membarrier`: the default space's thread caches need the
-//! process registered for private expedited barriers (`vmarena_platform::membarrier`), and the
-//! kernel makes the registration wait for an RCU grace period once the process has several
-//! threads: milliseconds from a worker thread, against a fraction of that at load, when a
-//! program has one thread (the same section). A library opened later with `dlopen` in a
-//! threaded process pays the wait once, in `dlopen`, and not in a request. A kernel without the call (or a seccomp filter) fails the registration; the
-//! failure is remembered, and the caches are built without barriers.
+//! first call of a worker thread paid both (docs/bench-log/design-notes.md, section 16, "When the
+//! process registers", has the figures). For `membarrier`: the default space's thread caches need
+//! the process registered for private expedited barriers (`vmarena_platform::membarrier`), and the
+//! kernel makes the registration wait for an RCU grace period once the process has several threads:
+//! milliseconds from a worker thread, against a fraction of that at load, when a program has one
+//! thread (the same section). A library opened later with `dlopen` in a threaded process pays the
+//! wait once, in `dlopen`, and not in a request. A kernel without the call (or a seccomp filter)
+//! fails the registration; the failure is remembered, and the caches are built without barriers.
 //!
 //! Unsafe (in the lint's sense): the constructor's placement in `.init_array`, a static with a
 //! link section, which holds a plain function pointer and nothing else.

@@ -1,6 +1,6 @@
 //! Size classes for the malloc-style front ends (the preload shim and [`VmAlloc`](crate::VmAlloc)).
 //!
-//! The pools reuse a freed area only for a request of exactly its size (DESIGN.md, section 2).
+//! The pools reuse a freed area only for a request of exactly its size (DESIGN.md, section 3).
 //! A program that asks for many different large sizes, as `malloc` callers do, would leave
 //! freed areas of as many sizes behind, most of which no later request matches: their memory
 //! is released by a purge and the next requests fault fresh pages. Rounding each request up to
@@ -17,10 +17,10 @@
 pub const SIZE_CLASS_EXACT_PAGES: usize = 8;
 
 /// Requests of more than this many pages (4 MiB of 4 KiB pages) are not rounded either. A
-/// freed area that large is reused by splitting, joining and growing (DESIGN.md, section 2),
+/// freed area that large is reused by splitting, joining and growing (DESIGN.md, section 3),
 /// which serve any size, while a rounded area reused for a smaller request keeps its tail
 /// pages resident: on malloc-large through the shim, rounding these sizes cost 25-30 MiB of
-/// peak RSS and no time (DESIGN.md, section 14, "Size classes", has the runs).
+/// peak RSS and no time (`docs/decisions/005-size-classes.md` has the runs).
 pub const SIZE_CLASS_MAX_PAGES: usize = 1024;
 
 /// The size a malloc-style front end asks the space for when the program asks for `bytes`:

@@ -1,8 +1,9 @@
 //! Small `malloc`/`free` calls, with a `realloc` and a `calloc` every 256: what a program whose
-//! allocations all stay below the shim's threshold asks of the allocator. The shim serves
-//! none of them, so under `valgrind --tool=callgrind` the difference in instructions with and
-//! without `LD_PRELOAD=libvmarena_preload.so` is what passing them through costs (DESIGN.md,
-//! section 14). Sizes 16 to 1015 bytes, 64 live blocks, replaced in turn.
+//! allocations all stay below the shim's threshold asks of the allocator. The shim serves none of
+//! them, so under `valgrind --tool=callgrind` the difference in instructions with and without
+//! `LD_PRELOAD=libvmarena_preload.so` is what passing them through costs
+//! (docs/bench-log/design-notes.md, section 14). Sizes 16 to 1015 bytes, 64 live blocks, replaced
+//! in turn.
 //!
 //! `vmarena-small-calls [--calls 1000000]`
 

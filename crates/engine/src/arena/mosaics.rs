@@ -13,12 +13,12 @@
 use crate::sync::Ordering::Relaxed;
 use crate::sync::{AtomicU64, Mutex};
 
-/// Fewest pages one `mremap` moves (so also the fewest data pages that take moved memory).
-/// Alone, a move costs about as much as faulting in a few fresh pages; with another thread of
-/// the process running it is a TLB shootdown and a wait for the mmap lock, the cost of many
-/// faults (DESIGN.md, section 4, gives both figures and `crates/bench/c/page_cost.c` measures
-/// them), and a small lazy area is the likeliest to be reused in place before a purge would
-/// take it.
+/// Fewest pages one `mremap` moves (so also the fewest data pages that take moved memory). Alone, a
+/// move costs about as much as faulting in a few fresh pages; with another thread of the process
+/// running it is a TLB shootdown and a wait for the mmap lock, the cost of many faults
+/// (docs/bench-log/design-notes.md, section 4, gives both figures and `crates/bench/c/page_cost.c`
+/// measures them), and a small lazy area is the likeliest to be reused in place before a purge
+/// would take it.
 pub const MOVE_MIN_PAGES: u64 = 256;
 
 /// Most donors one allocation takes (bounds its syscalls and node-lock hold time).

@@ -4,7 +4,7 @@
 //!
 //! Owns: [`PurgeBatch`], one purge's lists in flight. It works on the arena's lists under
 //! their locks, serialised by the arena's purge mutex, taking each spin lock only to detach or
-//! attach lists (DESIGN.md, section 5): the strategy detaches (`detach` of its file), this file
+//! attach lists (DESIGN.md, section 6): the strategy detaches (`detach` of its file), this file
 //! releases and merges, the strategy refills. The background thread that calls it is the
 //! [`worker`](crate::arena::worker).
 

@@ -19,8 +19,8 @@
 //!
 //! Global and Split follow the older kernels: a freed area waits on the lazy list until a purge
 //! releases its memory and merges it into the free tree; it is not reused before. Nodes is the
-//! 6.9 design with the user-space twist of DESIGN.md: a freed area goes straight back to the
-//! pool of the node that allocated it, memory still resident, and can be reused at once.
+//! 6.9 design with the user-space twist of DESIGN.md, section 3: a freed area goes straight back
+//! to the pool of the node that allocated it, memory still resident, and can be reused at once.
 
 use std::fmt;
 use std::str::FromStr;

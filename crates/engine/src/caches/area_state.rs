@@ -15,7 +15,7 @@
 //!  +-----------------------------------+---------------+----+
 //! ```
 //!
-//! Transitions and who makes them (the thread cache's invariants, DESIGN.md section 16):
+//! Transitions and who makes them (the thread cache's invariants, DESIGN.md section 8):
 //!
 //! - none → live: the allocating thread, under the area's busy-shard lock, when the area enters
 //!   the busy map ([`AreaStates::track`]);

@@ -4,7 +4,7 @@
 //! from restartable sequences ([`vmarena_platform::cpu_stack::CpuStacks`]). A free pushes the
 //! area on the stack of its size of the CPU it runs on, an allocation pops the same stack: no
 //! lock, no handshake with a drainer, no thread-local lookup, and the area is reused by the
-//! next allocation of its size on that CPU whichever thread makes it (DESIGN.md section 16).
+//! next allocation of its size on that CPU whichever thread makes it (DESIGN.md, section 4).
 //!
 //! Owns: one stack per size of 1 to [`SIZES`] pages (guard included) per possible CPU, and what
 //! each holds. A held area is still in the busy map with its state word `cached`: the free

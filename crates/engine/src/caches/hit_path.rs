@@ -1,12 +1,12 @@
 //! `HitPath`: the per-CPU stacks' hit paths on copies of what they read, for a front end that
 //! keeps them beside its own hot fields (the C ABI's default space keeps them in a static).
 //!
-//! A hit through [`crate::Arena::alloc_hit`] reaches the stacks and the state words through
-//! the arena's shared state, one load more on every step of the chain; and its callers' paths
-//! carry enough live values that the compiler saves registers on the stack, stores which the
-//! free's compare-and-swap must then wait for. A `HitPath` is a copy of the stacks' geometry
-//! and of the state table's place, read from wherever the caller keeps it, and its two
-//! operations need few registers (DESIGN.md section 16, "The C ABI's hit path").
+//! A hit through [`crate::Arena::alloc_hit`] reaches the stacks and the state words through the
+//! arena's shared state, one load more on every step of the chain; and its callers' paths carry
+//! enough live values that the compiler saves registers on the stack, stores which the free's
+//! compare-and-swap must then wait for. A `HitPath` is a copy of the stacks' geometry and of the
+//! state table's place, read from wherever the caller keeps it, and its two operations need few
+//! registers (docs/bench-log/design-notes.md, section 16, "The C ABI's hit path").
 //!
 //! Owns nothing: raw copies of addresses the arena owns (its per-CPU stacks and its state
 //! table), valid while that arena lives; that is the safety contract of [`HitPath::alloc`] and

@@ -1,5 +1,6 @@
 //! `FrameAllocator`: the buddy zone with per-CPU page lists and per-CPU batch queues in front,
-//! as Linux runs its page allocator (seeds/001) and FreeBSD its page-queue batches (seeds/003).
+//! as Linux runs its page allocator (per-CPU page lists) and FreeBSD its page-queue batches
+//! ("vm: reduce lock contention when processing vm batchqueues").
 //!
 //! Owns: one zone (a [`Buddy`] under the zone lock), one [`Pcp`] per CPU under that CPU's list
 //! lock, one [`BatchQueue`] of frees per CPU under that CPU's queue lock, and one 64-byte frame

@@ -1,6 +1,6 @@
 /* A model of per-CPU magazines, for `vmarena user-path --contenders rseq-model`: not vmarena,
  * and not for use by programs. It sizes what a per-CPU cache front end could give the C ABI's
- * hit paths (DESIGN.md, section 16), keeping the promise that costs most:
+ * hit paths (docs/bench-log/design-notes.md, section 16), keeping the promise that costs most:
  *
  *  - each CPU has a stack of freed areas per size (1 to 8 pages, a guard page's worth of
  *    address space after each), pushed and popped inside restartable sequences (rseq): the

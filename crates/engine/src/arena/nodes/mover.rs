@@ -3,11 +3,11 @@
 //! pages, and the mappings those moves split are healed once their ranges are free again.
 //!
 //! A large area freed between live ones often cannot be reused in place: the next requests are
-//! larger than the gaps (DESIGN.md, section 11). Its memory can still serve them. The backing
-//! moves the page-table entries (`mremap`), which costs a small fraction of faulting the same
-//! pages in fresh, and the donors' ranges go to the free tree as a purge would send them, with
-//! their memory already gone. The purge would have released exactly these areas next: donors
-//! are taken oldest first, as its threshold purge takes them.
+//! larger than the gaps (docs/bench-log/design-notes.md, section 11). Its memory can still serve
+//! them. The backing moves the page-table entries (`mremap`), which costs a small fraction of
+//! faulting the same pages in fresh, and the donors' ranges go to the free tree as a purge would
+//! send them, with their memory already gone. The purge would have released exactly these areas
+//! next: donors are taken oldest first, as its threshold purge takes them.
 //!
 //! Owns nothing: the record of split mappings is the context's
 //! [`Mosaics`](super::super::mosaics::Mosaics).

@@ -17,7 +17,8 @@
 //! most one zone; a zone start of its stripe for larger poolable areas), so the node that pops
 //! an area from its pool is also the area's busy home. One acquisition then covers pop and
 //! insert, and one covers remove and push; the lines are touched by one CPU in the steady
-//! state. DESIGN.md records the measurement that led here.
+//! state. `docs/bench-log/design-notes.md`, section 3, records the measurement that
+//! led here.
 //!
 //! Lazy pages of the node are counted exactly under the lock and folded into the arena-wide
 //! approximate counter in steps of [`lazy_sync_pages`], as a kernel `percpu_counter` does.

@@ -158,8 +158,8 @@ impl Nodes {
     /// True when a lazy area of `area_pages` may serve a request of `pages` whole: it is that
     /// size, or at most `lazy_slack_percent` larger, or at most `lazy_slack_pages` and at most
     /// `SMALL_SLACK_FACTOR` times the request larger. Splitting it would install a guard page
-    /// inside resident memory, which costs a TLB shootdown while other threads run (DESIGN.md,
-    /// sections 2 and 14).
+    /// inside resident memory, which costs a TLB shootdown while other threads run
+    /// (docs/bench-log/design-notes.md, sections 2 and 14).
     #[inline]
     fn within_slack(&self, ctx: &Context, pages: u64, area_pages: u64) -> bool {
         if area_pages < pages {

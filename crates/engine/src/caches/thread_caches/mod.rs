@@ -10,7 +10,7 @@
 //! are still in the busy map with their state word `cached`; from the engine's point of view
 //! they are live, from the user's they are free.
 //!
-//! Paths (DESIGN.md section 16):
+//! Paths (DESIGN.md, sections 4 and 5):
 //!
 //! - alloc hit: pop this CPU's stack of the size, else this thread's magazine, store the word
 //!   `live` (no locked instruction);
