@@ -14,7 +14,7 @@ mod lock_model;
 mod machine;
 mod median;
 mod pair;
-mod paired;
+mod paired_ratio;
 mod percpu_counter;
 mod preload;
 mod python_tests;

@@ -27,7 +27,7 @@
 use crate::libs;
 use crate::machine::{write_output, Machine};
 use crate::median::median;
-use crate::paired::paired;
+use crate::paired_ratio::paired;
 use crate::preload::run_child;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -29,7 +29,7 @@
 //! their own.
 
 use crate::machine::{write_output, Machine};
-use crate::paired::paired;
+use crate::paired_ratio::paired;
 use crate::preload::run_child;
 use crate::{cc, libs};
 use serde::Serialize;

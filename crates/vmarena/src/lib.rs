@@ -23,7 +23,7 @@
 
 mod abi_hit;
 #[cfg(feature = "allocator-api2")]
-mod allocator;
+mod allocator_trait;
 mod backing;
 pub mod capi;
 mod default_space;
@@ -32,9 +32,8 @@ mod error;
 mod exhaustion;
 pub mod fixed_pool;
 pub mod fork;
-mod frame_backing;
-mod frame_map;
-pub mod frame_pool;
+pub mod frames;
+mod global_alloc;
 pub mod load;
 pub mod options;
 pub mod percpu_pool;
@@ -42,10 +41,7 @@ pub mod pressure;
 pub mod rcu;
 pub mod size_class;
 pub mod space;
-mod vm_alloc;
 mod vmallocinfo;
-pub mod vmap;
-mod vmap_blocks;
 
 pub use default_space::{
     default_space, default_space_options, default_space_space_options, existing_default_space,
@@ -53,14 +49,14 @@ pub use default_space::{
     DEFAULT_SPACE_LAZY_SLACK_PERCENT, DEFAULT_SPACE_POOL_MAX_PAGES, DEFAULT_SPACE_THREAD_CACHE_MAX_PAGES,
 };
 pub use fixed_pool::{FixedOptions, FixedPool, FixedPoolStats, PutRelease};
-pub use frame_pool::FramePool;
+pub use frames::pool::FramePool;
+pub use frames::vmap::{VMAP_BLOCK_PAGES, VMAP_MAX_ALLOC_PAGES};
+pub use global_alloc::{VmAlloc, DEFAULT_THRESHOLD_BYTES};
 pub use options::{ReleaseAdvice, SpaceOptions};
 pub use percpu_pool::{PercpuPool, PercpuStats};
 pub use pressure::{pressure, MonitorStatus, PressureOptions};
 pub use size_class::size_class_bytes;
 pub use space::{SpaceStats, VmError, VmSpace};
-pub use vm_alloc::{VmAlloc, DEFAULT_THRESHOLD_BYTES};
-pub use vmap::{VMAP_BLOCK_PAGES, VMAP_MAX_ALLOC_PAGES};
 pub use vmarena_engine::pressure::PressureReport;
 pub use vmarena_engine::table::{OptionDoc, StatDoc};
 pub use vmarena_engine::{

@@ -244,7 +244,7 @@ impl VmSpace {
     /// (after one purge to get frames back) the area is freed and the error names the pool.
     pub(super) fn back_with_frames(
         &self,
-        fb: &crate::frame_backing::FrameBacking,
+        fb: &crate::frames::backing::FrameBacking,
         start: u64,
         data_pages: u64,
     ) -> Result<(), VmError> {

@@ -39,9 +39,9 @@ use vmarena_platform::{guard, reentry, Reservation};
 /// `fork()`: each is held alone, or (vmap) in the order `lock_for_fork` takes them, and none is
 /// held while an arena lock is taken.
 struct SpaceMaps {
-    blocks: Arc<crate::vmap_blocks::VmapBlocks>,
-    frame_map: Arc<crate::frame_map::FrameMap>,
-    frames: Option<Arc<crate::frame_backing::FrameBacking>>,
+    blocks: Arc<crate::frames::vmap_blocks::VmapBlocks>,
+    frame_map: Arc<crate::frames::map::FrameMap>,
+    frames: Option<Arc<crate::frames::backing::FrameBacking>>,
 }
 
 impl vmarena_engine::ForkLocks for SpaceMaps {
@@ -70,9 +70,9 @@ pub struct VmSpace {
     opts: SpaceOptions,
     memsets: AtomicU64,
     guard_calls: Arc<AtomicU64>,
-    pub(crate) frame_map: Arc<crate::frame_map::FrameMap>,
-    frames: Option<Arc<crate::frame_backing::FrameBacking>>,
-    pub(crate) blocks: Arc<crate::vmap_blocks::VmapBlocks>,
+    pub(crate) frame_map: Arc<crate::frames::map::FrameMap>,
+    frames: Option<Arc<crate::frames::backing::FrameBacking>>,
+    pub(crate) blocks: Arc<crate::frames::vmap_blocks::VmapBlocks>,
     /// The space's own mutexes, registered with the fork handlers while the space lives.
     _fork_maps: Arc<SpaceMaps>,
     /// Live areas that hold caller's frames (vmap, vm_map_ram, blocks).
@@ -194,18 +194,18 @@ impl VmSpace {
         let guard_calls = backing.guard_calls.clone();
         let lo = (reservation.base() >> page_shift) as u64;
         let hi = lo + (reservation.len_bytes() >> page_shift) as u64;
-        let frame_map = Arc::new(crate::frame_map::FrameMap::default());
+        let frame_map = Arc::new(crate::frames::map::FrameMap::default());
         let (frames, backing): (_, Box<dyn vmarena_engine::Backing>) = match pool {
             None => (None, backing),
             Some(pool) => {
-                let fb = Arc::new(crate::frame_backing::FrameBacking {
+                let fb = Arc::new(crate::frames::backing::FrameBacking {
                     memory: *backing,
                     pool,
                     map: frame_map.clone(),
                     blocks: Default::default(),
                     page_shift,
                 });
-                (Some(fb.clone()), Box::new(crate::frame_backing::SharedFrameBacking(fb)))
+                (Some(fb.clone()), Box::new(crate::frames::backing::SharedFrameBacking(fb)))
             }
         };
         // The pressure monitor starts on the thread of the arena's purge worker when it has one
@@ -219,7 +219,7 @@ impl VmSpace {
             crate::pressure::start_monitor();
         }
         let lingering_max = opts.map_ram_lazy_max;
-        let blocks = Arc::new(crate::vmap_blocks::VmapBlocks::new(lingering_max));
+        let blocks = Arc::new(crate::frames::vmap_blocks::VmapBlocks::new(lingering_max));
         let fork_maps = Arc::new(SpaceMaps {
             blocks: blocks.clone(),
             frame_map: frame_map.clone(),

@@ -16,7 +16,7 @@
 #![allow(unsafe_code)]
 
 use crate::backing::MemoryBacking;
-use crate::frame_map::FrameMap;
+use crate::frames::map::FrameMap;
 use crate::FramePool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
 //! The per-CPU vmap blocks that small `vm_map_ram` requests (up to
-//! [`VMAP_MAX_ALLOC_PAGES`](crate::vmap::VMAP_MAX_ALLOC_PAGES) pages) are carved from, as the
+//! [`VMAP_MAX_ALLOC_PAGES`](crate::frames::vmap::VMAP_MAX_ALLOC_PAGES) pages) are carved from, as the
 //! kernel's `vb_alloc`/`vb_free` do:
 //!
 //! ```text

@@ -22,9 +22,9 @@
 //! Unsafe: mapping a frame pool's memory file over a range of the reservation.
 #![allow(unsafe_code)]
 
-use crate::frame_map::{run_count, runs};
+use crate::frames::map::{run_count, runs};
+use crate::frames::vmap_blocks::BlockSpace;
 use crate::space::{VmError, VmSpace};
-use crate::vmap_blocks::BlockSpace;
 use crate::FramePool;
 use std::panic::Location;
 use std::ptr::NonNull;
@@ -34,7 +34,7 @@ use vmarena_platform::{memfd, reentry};
 
 /// Largest `vm_map_ram` served from per-CPU blocks (the kernel's `VMAP_MAX_ALLOC`).
 pub const VMAP_MAX_ALLOC_PAGES: usize = 64;
-pub use crate::vmap_blocks::VMAP_BLOCK_PAGES;
+pub use crate::frames::vmap_blocks::VMAP_BLOCK_PAGES;
 
 /// The space as the vmap blocks see it.
 impl BlockSpace for VmSpace {
