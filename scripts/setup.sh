@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what vmarena needs on a fresh Debian machine with the Rust toolchain: C and C++
 # compilers (for the C ABI and shim tests and the peers' allocators), strace (for the lab's
-# --syscalls), valgrind (a test runs the C ABI under it),
+# --syscalls), valgrind and the C compiler's AddressSanitizer and ThreadSanitizer runtimes (the
+# debugging-tool tests run the C ABI under each),
 # xz and python3 (real programs run under the shim in its tests), Debian's jemalloc, mimalloc and
 # tcmalloc shared libraries (preloaded by `vmarena preload`) and the rustfmt/clippy components. Safe to
 # run again.
@@ -12,6 +13,15 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v strace >/dev/null 2>&1 || need+=(strace)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+# The sanitizer runtimes come with gcc on Debian; a compiler that lacks them gets them here.
+for s in address:libasan8 thread:libtsan2; do
+  probe=$(mktemp -d)
+  echo 'int main(void) { return 0; }' > "$probe/p.c"
+  if command -v cc >/dev/null 2>&1 && ! cc -fsanitize="${s%%:*}" -o "$probe/p" "$probe/p.c" >/dev/null 2>&1; then
+    need+=("${s##*:}")
+  fi
+  rm -rf "$probe"
+done
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need+=(libjemalloc2)

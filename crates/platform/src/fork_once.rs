@@ -61,6 +61,11 @@ impl<T> ForkOnce<T> {
     #[inline]
     pub fn get(&self) -> Option<&T> {
         if self.state.load(Ordering::Acquire) == DONE {
+            if crate::debug_tools::present() & crate::debug_tools::TSAN != 0 {
+                // ThreadSanitizer cannot see the state word: what the computing thread wrote
+                // happens before this thread reads the value.
+                crate::debug_tools::tsan_acquire(self as *const Self as usize);
+            }
             // SAFETY: DONE is published after the value was written (see `Sync`).
             Some(unsafe { (*self.value.get()).assume_init_ref() })
         } else {
@@ -104,6 +109,9 @@ impl<T> ForkOnce<T> {
                 // SAFETY: this thread owns the computation (the word says running here, and
                 // only this thread moved it there); nobody reads the value before DONE.
                 unsafe { (*self.value.get()).write(v) };
+                // (ThreadSanitizer: the computation happens before every `get`'s acquire; the
+                // tools are known once the value is, the default space finding them.)
+                crate::debug_tools::tsan_release(self as *const Self as usize);
                 self.state.store(DONE, Ordering::Release);
                 return self.get().expect("DONE");
             }

@@ -19,6 +19,7 @@
 
 pub mod cpu;
 pub mod cpu_stack;
+pub mod debug_tools;
 pub mod early;
 pub mod fork_once;
 pub mod guard;

@@ -56,6 +56,10 @@ pub fn default_space() -> Result<&'static VmSpace, &'static str> {
         .map_err(|e| e.as_str())
 }
 
+/// The default space's size when ThreadSanitizer is in the process (unless
+/// `VMARENA_SPACE_BYTES` says otherwise): small enough to lie inside the range it checks.
+const TSAN_SPACE_BYTES: u64 = 64 << 30;
+
 /// The default space: with `VMARENA_SPACE_BYTES` set, that size or nothing; otherwise
 /// [`DEFAULT_SPACE_BYTES`] fitted to the process, halved while the kernel (or valgrind's
 /// address-space manager) refuses it, down to [`DEFAULT_SPACE_MIN_BYTES`].
@@ -66,6 +70,12 @@ fn build() -> Result<VmSpace, String> {
         return VmSpace::new("vmalloc", opts, arena);
     }
     let mut bytes = fit_to_process(opts.space_bytes).max(DEFAULT_SPACE_MIN_BYTES);
+    if vmarena_platform::debug_tools::detect() & vmarena_platform::debug_tools::TSAN != 0 {
+        // ThreadSanitizer watches only the top 1.5 TiB of the address space below the stack
+        // (x86-64): a 1 TiB reservation placed under the program's mappings reaches below it,
+        // where accesses go unchecked.
+        bytes = bytes.min(TSAN_SPACE_BYTES);
+    }
     let mut first_error = None;
     loop {
         match VmSpace::new("vmalloc", SpaceOptions { space_bytes: bytes, ..opts.clone() }, arena.clone()) {

@@ -36,7 +36,7 @@
 use crate::sync::lock_rank::LockRank;
 #[cfg(all(debug_assertions, not(loom)))]
 use crate::sync::lock_rank::{note_acquired, note_released};
-use crate::sync::lock_stats::{timing, LockSite, LockStats};
+use crate::sync::lock_stats::{hooks, LockSite, LockStats, HOOK_TIMING, HOOK_TSAN};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -123,10 +123,17 @@ impl<T> StatLock<T> {
     fn acquired(&self, site: Option<&'static LockSite>) -> StatGuard<'_, T> {
         // Only the holder writes these; the lock orders the writes.
         self.acquisitions.store(self.acquisitions.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        if timing() {
-            self.held_since.store(monotonic_ns(), Ordering::Relaxed);
-            if let Some(s) = site {
-                s.acquisitions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let h = hooks();
+        if h != 0 {
+            if h & HOOK_TIMING != 0 {
+                self.held_since.store(monotonic_ns(), Ordering::Relaxed);
+                if let Some(s) = site {
+                    s.acquisitions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            if h & HOOK_TSAN != 0 {
+                // ThreadSanitizer cannot see this lock's atomics: tell it what the lock orders.
+                vmarena_platform::debug_tools::tsan_acquire(self as *const Self as usize);
             }
         }
         StatGuard { lock: self, site }
@@ -203,7 +210,11 @@ impl<T> DerefMut for StatGuard<'_, T> {
 impl<T> Drop for StatGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        if timing() {
+        let h = hooks();
+        if h & HOOK_TSAN != 0 {
+            vmarena_platform::debug_tools::tsan_release(self.lock as *const StatLock<T> as usize);
+        }
+        if h & HOOK_TIMING != 0 {
             let since = self.lock.held_since.load(Ordering::Relaxed);
             if since != 0 {
                 let held = monotonic_ns().saturating_sub(since);

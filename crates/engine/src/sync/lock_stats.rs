@@ -15,6 +15,19 @@ pub fn set_timing(on: bool) {
     TIMING.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// [`hooks`]: hold times are measured.
+pub(crate) const HOOK_TIMING: u8 = 1;
+/// [`hooks`]: ThreadSanitizer is in the process (told what each lock orders).
+pub(crate) const HOOK_TSAN: u8 = vmarena_platform::debug_tools::TSAN;
+
+/// What a lock does besides locking, read once per acquisition and once per release: 0 (one
+/// predictable branch) unless hold times are measured or ThreadSanitizer is present.
+#[inline(always)]
+pub(crate) fn hooks() -> u8 {
+    TIMING.load(std::sync::atomic::Ordering::Relaxed) as u8
+        | (vmarena_platform::debug_tools::TOOLS.load(std::sync::atomic::Ordering::Relaxed) & HOOK_TSAN)
+}
+
 /// True while hold times are measured.
 pub fn timing() -> bool {
     TIMING.load(std::sync::atomic::Ordering::Relaxed)

@@ -118,13 +118,19 @@ impl VmSpace {
             .arena
             .alloc_congruent(&pages, self.align_pages_for(align_bytes), tag)
             .map_err(|e| self.map_alloc_error(e, total))?;
-        Ok(pages
+        let areas: Vec<NonNull<u8>> = pages
             .iter()
             .map(|p| {
                 NonNull::new((((base + p.start) as usize) << self.page_shift) as *mut u8)
                     .expect("inside the reservation")
             })
-            .collect())
+            .collect();
+        if self.tools_on() {
+            for a in &areas {
+                self.announce_alloc(a.as_ptr() as usize, false);
+            }
+        }
+        Ok(areas)
     }
 
     #[inline(always)]
@@ -140,6 +146,9 @@ impl VmSpace {
         // A small area from this thread's cache: no lock, no allocation (so no re-entry flag).
         if kind == AreaKind::Vmalloc && align_bytes.is_power_of_two() {
             if let Some((p, pages)) = self.alloc_cached(bytes, align_bytes, caller) {
+                if self.tools_on() {
+                    self.announce_alloc(p.as_ptr() as usize, false);
+                }
                 if zeroed {
                     // A cached area is dirty; clearing a few pages costs less than faulting
                     // fresh ones.
@@ -177,8 +186,9 @@ impl VmSpace {
         bytes: usize,
         caller: &'static Location<'static>,
     ) -> Option<NonNull<u8>> {
-        // Size 0 and sizes that overflow are refused by `vmalloc`.
-        if bytes == 0 {
+        // Size 0 and sizes that overflow are refused by `vmalloc`; with a debugging tool
+        // present every area goes through `vmalloc`, which announces it.
+        if bytes == 0 || self.tools_on() {
             return None;
         }
         let data = (bytes.checked_add(self.page_bytes - 1)? >> self.page_shift) as u64;
@@ -233,6 +243,9 @@ impl VmSpace {
             if let Some(fb) = &self.frames {
                 self.back_with_frames(fb, a.start, a.pages - self.guard_pages)?;
             }
+        }
+        if self.tools_on() && matches!(kind, AreaKind::Vmalloc | AreaKind::HugeTlb) {
+            self.announce_alloc(addr, a.fresh);
         }
         if zeroed && !a.fresh {
             self.clear_data(addr, a.pages);
@@ -348,6 +361,9 @@ impl VmSpace {
                 // Base pages back over the range, then the area goes, and the request falls
                 // back to transparent huge pages.
                 let start = (p.as_ptr() as usize >> self.page_shift) as u64;
+                if self.tools_on() {
+                    self.announce_free(p.as_ptr() as usize);
+                }
                 self.unmap_pages(start, rounded >> self.page_shift);
                 let _inside = reentry::enter();
                 self.arena.free_uncached_of(start, AreaKind::HugeTlb).expect("the area allocated above");

@@ -52,6 +52,9 @@ impl VmSpace {
             return Ok(0);
         }
         let start = self.start_page(p as usize)?;
+        if self.tools_on() {
+            self.announce_free(p as usize);
+        }
         // A small area into this thread's cache (only areas of the space's own memory have
         // a state word, so the kind needs no check).
         let pages = match self.arena.free_cached(start) {
@@ -79,7 +82,10 @@ impl VmSpace {
         let addr = p as usize;
         // A page outside the reservation has no state word, or one that stays zero: the
         // arena's free hit refuses it without a range check here.
-        addr & (self.page_bytes - 1) == 0 && self.arena.free_hit((addr >> self.page_shift) as u64)
+        // With a debugging tool present every free goes through `vfree`, which announces it.
+        addr & (self.page_bytes - 1) == 0
+            && !self.tools_on()
+            && self.arena.free_hit((addr >> self.page_shift) as u64)
     }
 
     /// A slot for a fixed pool: an area of the space's memory that only [`VmSpace::free_fixed_slot`]

@@ -26,6 +26,7 @@
 use crate::backing::MemoryBacking;
 mod alloc;
 mod free;
+mod tools;
 
 pub use crate::error::VmError;
 use crate::options::SpaceOptions;
@@ -87,6 +88,9 @@ pub struct VmSpace {
     hugetlb_refused: AtomicU64,
     /// The first failure for lack of room is reported on stderr (the default space).
     reports_exhaustion: std::sync::atomic::AtomicBool,
+    /// The debugging tools found when the space was built (`vmarena_platform::debug_tools`;
+    /// `tools.rs` announces areas to them).
+    tools: u8,
 }
 
 /// Figures of a space: the arena's table plus the space's own.
@@ -253,6 +257,7 @@ impl VmSpace {
             hugetlb_mapped: AtomicU64::new(0),
             hugetlb_refused: AtomicU64::new(0),
             reports_exhaustion: Default::default(),
+            tools: vmarena_platform::debug_tools::detect(),
         })
     }
 
