@@ -61,11 +61,6 @@ impl<T> ForkOnce<T> {
     #[inline]
     pub fn get(&self) -> Option<&T> {
         if self.state.load(Ordering::Acquire) == DONE {
-            if crate::debug_tools::present() & crate::debug_tools::TSAN != 0 {
-                // ThreadSanitizer cannot see the state word: what the computing thread wrote
-                // happens before this thread reads the value.
-                crate::debug_tools::tsan_acquire(self as *const Self as usize);
-            }
             // SAFETY: DONE is published after the value was written (see `Sync`).
             Some(unsafe { (*self.value.get()).assume_init_ref() })
         } else {
@@ -78,7 +73,15 @@ impl<T> ForkOnce<T> {
     #[inline]
     pub fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
         match self.get() {
-            Some(v) => v,
+            Some(v) => {
+                if crate::debug_tools::present() & crate::debug_tools::TSAN != 0 {
+                    // ThreadSanitizer cannot see the state word: what the computing thread
+                    // wrote happens before this thread goes on (`get`, used on fast paths,
+                    // leaves this to the slow paths, which reach the value through here).
+                    crate::debug_tools::tsan_acquire(self as *const Self as usize);
+                }
+                v
+            }
             None => self.init_slow(f),
         }
     }

@@ -45,9 +45,7 @@ impl AbiHit {
     /// Publish the default space's hit paths, recording `caller` as the caller of the areas
     /// they hand out (nothing when the space has no per-CPU stacks, or they are published).
     pub(crate) fn publish(space: &'static VmSpace, caller: &'static Location<'static>) {
-        // With a debugging tool present the space announces every area; the hit paths, which
-        // bypass it, stay unpublished.
-        if HIT.get().is_some() || space.tools_on() {
+        if HIT.get().is_some() {
             return;
         }
         let Some(path) = space.arena().hit_path() else { return };

@@ -5,7 +5,7 @@
 //! Owns: the switch, a plain std atomic (a setting, not part of any protocol), and each site's
 //! counters, process-wide std atomics even under loom.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU8};
 
 /// Process-wide switch; a plain std atomic (a setting, not part of any protocol).
 static TIMING: AtomicBool = AtomicBool::new(false);
@@ -13,19 +13,31 @@ static TIMING: AtomicBool = AtomicBool::new(false);
 /// Switch hold-time measurement on or off for every `StatLock` in the process.
 pub fn set_timing(on: bool) {
     TIMING.store(on, std::sync::atomic::Ordering::Relaxed);
+    if on {
+        HOOKS.fetch_or(HOOK_TIMING, std::sync::atomic::Ordering::Relaxed);
+    } else {
+        HOOKS.fetch_and(!HOOK_TIMING, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// [`hooks`]: hold times are measured.
 pub(crate) const HOOK_TIMING: u8 = 1;
 /// [`hooks`]: ThreadSanitizer is in the process (told what each lock orders).
-pub(crate) const HOOK_TSAN: u8 = vmarena_platform::debug_tools::TSAN;
+pub(crate) const HOOK_TSAN: u8 = 2;
 
-/// What a lock does besides locking, read once per acquisition and once per release: 0 (one
-/// predictable branch) unless hold times are measured or ThreadSanitizer is present.
+/// What a lock does besides locking ([`HOOK_TIMING`], [`HOOK_TSAN`]), read once per
+/// acquisition and once per release: 0 (one predictable branch) unless one is on.
+static HOOKS: AtomicU8 = AtomicU8::new(0);
+
 #[inline(always)]
 pub(crate) fn hooks() -> u8 {
-    TIMING.load(std::sync::atomic::Ordering::Relaxed) as u8
-        | (vmarena_platform::debug_tools::TOOLS.load(std::sync::atomic::Ordering::Relaxed) & HOOK_TSAN)
+    HOOKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// ThreadSanitizer is in the process (`vmarena_platform::debug_tools`): from now on every lock
+/// tells it what it orders.
+pub fn tell_thread_sanitizer() {
+    HOOKS.fetch_or(HOOK_TSAN, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// True while hold times are measured.

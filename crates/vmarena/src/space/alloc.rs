@@ -146,9 +146,6 @@ impl VmSpace {
         // A small area from this thread's cache: no lock, no allocation (so no re-entry flag).
         if kind == AreaKind::Vmalloc && align_bytes.is_power_of_two() {
             if let Some((p, pages)) = self.alloc_cached(bytes, align_bytes, caller) {
-                if self.tools_on() {
-                    self.announce_alloc(p.as_ptr() as usize, false);
-                }
                 if zeroed {
                     // A cached area is dirty; clearing a few pages costs less than faulting
                     // fresh ones.
@@ -186,9 +183,8 @@ impl VmSpace {
         bytes: usize,
         caller: &'static Location<'static>,
     ) -> Option<NonNull<u8>> {
-        // Size 0 and sizes that overflow are refused by `vmalloc`; with a debugging tool
-        // present every area goes through `vmalloc`, which announces it.
-        if bytes == 0 || self.tools_on() {
+        // Size 0 and sizes that overflow are refused by `vmalloc`.
+        if bytes == 0 {
             return None;
         }
         let data = (bytes.checked_add(self.page_bytes - 1)? >> self.page_shift) as u64;

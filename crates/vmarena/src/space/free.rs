@@ -82,10 +82,7 @@ impl VmSpace {
         let addr = p as usize;
         // A page outside the reservation has no state word, or one that stays zero: the
         // arena's free hit refuses it without a range check here.
-        // With a debugging tool present every free goes through `vfree`, which announces it.
-        addr & (self.page_bytes - 1) == 0
-            && !self.tools_on()
-            && self.arena.free_hit((addr >> self.page_shift) as u64)
+        addr & (self.page_bytes - 1) == 0 && self.arena.free_hit((addr >> self.page_shift) as u64)
     }
 
     /// A slot for a fixed pool: an area of the space's memory that only [`VmSpace::free_fixed_slot`]

@@ -154,6 +154,17 @@ impl VmSpace {
     ) -> Result<VmSpace, String> {
         crate::fork::register();
         let _inside = reentry::enter();
+        // With a debugging tool present every area passes the space's announcements
+        // (`tools.rs`): no thread caches, whose hits bypass the space.
+        let tools = vmarena_platform::debug_tools::detect();
+        let arena_opts = if tools != 0 {
+            if tools & vmarena_platform::debug_tools::TSAN != 0 {
+                vmarena_engine::sync::lock_stats::tell_thread_sanitizer();
+            }
+            ArenaOptions { thread_cache: false, cpu_cache: false, ..arena_opts }
+        } else {
+            arena_opts
+        };
         let page_bytes = vmarena_platform::page_size();
         let page_shift = page_bytes.trailing_zeros();
         let bytes = usize::try_from(opts.space_bytes).map_err(|_| "space_bytes does not fit in usize")?;
@@ -257,7 +268,7 @@ impl VmSpace {
             hugetlb_mapped: AtomicU64::new(0),
             hugetlb_refused: AtomicU64::new(0),
             reports_exhaustion: Default::default(),
-            tools: vmarena_platform::debug_tools::detect(),
+            tools,
         })
     }
 
