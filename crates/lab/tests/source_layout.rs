@@ -497,3 +497,26 @@ fn the_strategy_is_dispatched_in_one_place() {
     }
     assert!(outside.is_empty(), "files that match on the strategy state: {outside:?}");
 }
+
+/// No library file uses std's one-time cells (`OnceLock`, `Once`, `LazyLock`): a `fork()` while
+/// another thread is inside their initialisation leaves the child's copy running for ever, and
+/// the child's first use waits for it (the worker's hooks did, about once in 5,000 forks of
+/// `tests/c/hostile.c`'s `fork_first_use`). `vmarena_platform::fork_once::ForkOnce` is the one
+/// to use.
+#[test]
+fn no_library_file_uses_a_one_time_cell_a_fork_can_leave_half_set() {
+    let mut files = Vec::new();
+    for c in PRODUCT_CRATES {
+        rust_files(&crates_dir().join(c).join("src"), &mut files);
+    }
+    let mut found = Vec::new();
+    for f in files {
+        let code = code_of(&fs::read_to_string(&f).unwrap());
+        for cell in ["OnceLock", "LazyLock", "sync::Once;", "sync::Once::", "OnceCell"] {
+            if code.contains(cell) {
+                found.push(format!("{} ({cell})", f.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "std one-time cells in library code: {found:?}");
+}

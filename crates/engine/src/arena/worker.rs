@@ -19,7 +19,7 @@
 //! much never has one. After a `fork()` the child has no worker thread; the next wake-up in the
 //! child starts a new one.
 
-use std::sync::OnceLock;
+use vmarena_platform::fork_once::ForkOnce;
 
 /// What the worker needs of the arena it purges for (under loom, where no worker runs, nothing
 /// calls it).
@@ -37,7 +37,20 @@ pub(crate) trait Purged: Send + Sync {
 }
 
 /// What a worker calls after it purged the memory of an idle program (see [`set_idle_hook`]).
-static IDLE_HOOK: OnceLock<fn()> = OnceLock::new();
+/// A `ForkOnce`, not std's `OnceLock`: a child forked while another thread of its parent was
+/// setting a hook would otherwise wait for ever in its own first `set` (`tests/c/hostile.c`,
+/// `fork_first_use`, about once in 5,000 forks).
+static IDLE_HOOK: ForkOnce<fn()> = ForkOnce::new();
+
+/// Set `cell` to `hook` if no hook is set: true when this call set it.
+fn set_once(cell: &ForkOnce<fn()>, hook: fn()) -> bool {
+    let mut set = false;
+    cell.get_or_init(|| {
+        set = true;
+        hook
+    });
+    set
+}
 
 /// Have every purge worker call `hook` after a purge at the end of an idle interval that found
 /// lazy memory (the decay purge: no large free for `decay_interval_ms`), on the worker's thread
@@ -45,11 +58,12 @@ static IDLE_HOOK: OnceLock<fn()> = OnceLock::new();
 /// shim sets glibc's `malloc_trim` here, so that the next allocator's free memory of an idle
 /// program falls with vmarena's.
 pub fn set_idle_hook(hook: fn()) -> bool {
-    IDLE_HOOK.set(hook).is_ok()
+    set_once(&IDLE_HOOK, hook)
 }
 
-/// What a worker calls first, on its own thread (see [`set_start_hook`]).
-static START_HOOK: OnceLock<fn()> = OnceLock::new();
+/// What a worker calls first, on its own thread (see [`set_start_hook`]; a `ForkOnce` as
+/// [`IDLE_HOOK`] is).
+static START_HOOK: ForkOnce<fn()> = ForkOnce::new();
 
 /// Have every purge worker call `hook` when its thread starts, with no lock held. Set once per
 /// process; false when a hook was set already. The `vmarena` crate starts its memory-pressure
@@ -58,7 +72,7 @@ static START_HOOK: OnceLock<fn()> = OnceLock::new();
 /// there when there is something to give back, and its thread's start is not paid by the
 /// call that started the worker.
 pub fn set_start_hook(hook: fn()) -> bool {
-    START_HOOK.set(hook).is_ok()
+    set_once(&START_HOOK, hook)
 }
 
 #[cfg(loom)]
