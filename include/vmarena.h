@@ -263,6 +263,84 @@ size_t vmarena_percpu_stride(void);
 /* Free a per-CPU object. 0; NULL is a no-op; -EINVAL for anything but a live handle. */
 int vmarena_percpu_free(void *handle);
 
+/* ---- Statistics ----------------------------------------------------------------------------- */
+
+/* The default space's statistics: its arena's table (docs/options.md, "Arena statistics"), in
+ * that order, each a uint64_t. Set `size` to sizeof(struct vmarena_stats) before the call: the
+ * library fills at most that many bytes (a program built against an older header gets the
+ * fields it knows) and sets `size` to the bytes it filled. Every figure is 0 before the default
+ * space exists. */
+struct vmarena_stats {
+    uint64_t size;
+    uint64_t live_areas;
+    uint64_t live_pages;
+    uint64_t lazy_pages;
+    uint64_t lazy_limit;
+    uint64_t lazy_over_limit_peak;
+    uint64_t pooled_areas;
+    uint64_t pooled_pages;
+    uint64_t free_pages;
+    uint64_t free_ranges;
+    uint64_t pool_hits;
+    uint64_t clean_hit_pages;
+    uint64_t pool_misses;
+    uint64_t lazy_reuses;
+    uint64_t lazy_splits;
+    uint64_t lazy_joins;
+    uint64_t lazy_extends;
+    uint64_t extend_pages;
+    uint64_t slack_pages;
+    uint64_t node_steals;
+    uint64_t cached_areas;
+    uint64_t cached_pages;
+    uint64_t cache_hits;
+    uint64_t cache_cpu_hits;
+    uint64_t cache_slack_hits;
+    uint64_t cache_misses;
+    uint64_t cache_flushes;
+    uint64_t cache_drained;
+    uint64_t cache_grows;
+    uint64_t cache_budget_pages;
+    uint64_t tree_allocs;
+    uint64_t tree_pages;
+    uint64_t page_moves;
+    uint64_t moved_pages;
+    uint64_t move_failures;
+    uint64_t moved_maps;
+    uint64_t heals;
+    uint64_t chunk_allocs;
+    uint64_t chunk_pages;
+    uint64_t frees;
+    uint64_t purges;
+    uint64_t full_purges;
+    uint64_t range_reclaims;
+    uint64_t areas_released;
+    uint64_t pages_released;
+    uint64_t release_calls;
+    uint64_t released_on_free;
+    uint64_t alloc_failures;
+    uint64_t grows;
+    uint64_t grown_pages;
+    uint64_t shrinks;
+    uint64_t shrunk_pages;
+    uint64_t bad_frees;
+};
+
+/* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */
+int vmarena_stats(struct vmarena_stats *out);
+
+/* The statistics as one line of JSON: the arena's table, the space's own figures and the lock
+ * figures by lock class. Like snprintf: writes at most `len` bytes, NUL included, and returns
+ * the length of the whole text (a NULL `buf` asks for the length only). */
+size_t vmarena_stats_json(char *buf, size_t len);
+
+/* The default space's live and lazily freed areas in /proc/vmallocinfo's format, as
+ * vmarena_stats_json writes its text (empty before the space exists). */
+size_t vmarena_vmallocinfo(char *buf, size_t len);
+
+/* With VMARENA_STATS=1 in the environment when the library is loaded, the statistics are
+ * printed on stderr at exit, as one line "vmarena stats: <JSON>". */
+
 /* ---- Version ------------------------------------------------------------------------------ */
 
 /* The library's version, (major << 16) | (minor << 8) | patch. */

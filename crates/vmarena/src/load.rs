@@ -1,7 +1,8 @@
 //! What the library does when the loader loads it, before the program's first call: register
 //! the `fork()` handlers ([`crate::fork`]) and the process's `membarrier` registrations (and
 //! read the possible CPU count: `vmarena_platform::early::prepare`), and grow the descriptor
-//! table to where vmarena keeps its descriptors (`vmarena_platform::kept_fd::grow_table`).
+//! table to where vmarena keeps its descriptors (`vmarena_platform::kept_fd::grow_table`); with
+//! `VMARENA_STATS=1`, have the statistics printed at exit (`capi/stats.rs`).
 //!
 //! Owns: one constructor in `.init_array`, which every form of the library carries
 //! (`libvmarena.so`, `libvmarena.a` and the preload shim; a Rust program linking the crate gets
@@ -27,6 +28,7 @@ extern "C" fn at_load() {
     crate::fork::register();
     vmarena_platform::early::prepare();
     vmarena_platform::kept_fd::grow_table();
+    crate::capi::stats::at_load();
 }
 
 /// The constructor: the loader calls it when the library is loaded.

@@ -41,6 +41,8 @@ fn c_type(rust: &str) -> String {
         "FramesHandle" => "vmarena_frames",
         "FixedStatsC" => "struct vmarena_fixed_stats",
         "FrameStatsC" => "struct vmarena_frame_stats",
+        "StatsC" => "struct vmarena_stats",
+        "c_char" => "char",
         other => panic!("no C spelling for the Rust type '{other}': extend c_type"),
     };
     c.to_string()
@@ -271,4 +273,17 @@ int main() {
     assert!(status.success(), "the C++ compiler refused the header");
     let out = Command::new(&bin).env("VMARENA_SPACE_BYTES", "4G").output().unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"), "{out:?}");
+}
+
+/// `struct vmarena_stats` lists the arena's statistics table, in its order, after `size`.
+#[test]
+fn the_stats_struct_lists_the_statistics_table_in_order() {
+    let text = header_text();
+    let start = text.find("struct vmarena_stats {").expect("the header declares struct vmarena_stats");
+    let body = &text[start..start + text[start..].find("};").expect("the struct ends")];
+    let fields: Vec<&str> =
+        body.lines().skip(1).filter_map(|l| l.trim().strip_prefix("uint64_t ")?.strip_suffix(';')).collect();
+    let table: Vec<&str> = vmarena::ArenaStats::TABLE.iter().map(|d| d.name).collect();
+    assert_eq!(fields.first(), Some(&"size"));
+    assert_eq!(&fields[1..], &table[..], "the header's struct vmarena_stats is stale");
 }

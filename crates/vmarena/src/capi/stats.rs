@@ -1,0 +1,187 @@
+//! Statistics from C: the default space's figures as a struct (`vmarena_stats`), as JSON
+//! (`vmarena_stats_json`) and as `/proc/vmallocinfo` text (`vmarena_vmallocinfo`), and
+//! `VMARENA_STATS=1`, which prints the JSON on stderr when the program exits.
+//!
+//! Before the default space exists every figure is 0, the JSON says so and the vmallocinfo text
+//! is empty: nothing here builds the space. The text functions follow `snprintf`: they write at
+//! most `len` bytes, NUL included, and return the length of the whole text.
+#![allow(unsafe_code)]
+
+use super::ffi::guarded;
+use crate::default_space::existing_default_space;
+use std::fmt::Write;
+use vmarena_engine::ArenaStats;
+use vmarena_platform::set_errno;
+
+/// Statistics in `struct vmarena_stats` after its `size`.
+const STATS: usize = ArenaStats::TABLE.len();
+
+/// `struct vmarena_stats` of the header: its size in bytes, then the arena's statistics in the
+/// table's order (`docs/options.md`, "Arena statistics"), each a `uint64_t`.
+#[repr(C)]
+pub struct StatsC {
+    /// Set by the caller to the bytes it has room for; set by the library to the bytes filled.
+    pub size: u64,
+    /// The statistics, in table order.
+    pub values: [u64; STATS],
+}
+
+/// The default space's arena statistics, every one 0 before the space exists.
+fn arena_values() -> Vec<(&'static str, u64)> {
+    match existing_default_space() {
+        Some(s) => s.stats(false).arena.values(),
+        None => ArenaStats::default().values(),
+    }
+}
+
+/// `int vmarena_stats(struct vmarena_stats *out);` 0; -EINVAL (errno EINVAL) for NULL or a
+/// `size` below 8 (nothing written).
+///
+/// # Safety
+/// `out` is NULL or points to `out->size` writable bytes whose first 8 hold that size.
+#[no_mangle]
+pub unsafe extern "C" fn vmarena_stats(out: *mut StatsC) -> libc::c_int {
+    guarded(-libc::EFAULT, || {
+        if out.is_null() {
+            set_errno(libc::EINVAL);
+            return -libc::EINVAL;
+        }
+        // SAFETY: the header requires the first 8 bytes to hold the caller's size.
+        let room = unsafe { std::ptr::read_unaligned(out.cast::<u64>()) };
+        if room < 8 {
+            set_errno(libc::EINVAL);
+            return -libc::EINVAL;
+        }
+        let mut words = vec![0u64; 1 + STATS];
+        for (w, (_, v)) in words[1..].iter_mut().zip(arena_values()) {
+            *w = v;
+        }
+        // Whole words only, as many as both sides know.
+        let filled = room.min(8 * words.len() as u64) / 8;
+        words[0] = filled * 8;
+        // SAFETY: `filled` words fit in the caller's `size` bytes (contract above); the source
+        // is this vector.
+        unsafe {
+            std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), out.cast::<u8>(), filled as usize * 8)
+        };
+        0
+    })
+}
+
+/// The default space's figures as one line of JSON: its name, the arena's statistics, the
+/// space's own figures and the lock figures by lock class.
+pub(crate) fn stats_json() -> String {
+    let mut out = String::from("{");
+    match existing_default_space() {
+        None => out.push_str("\"space\":null,\"arena\":{"),
+        Some(s) => {
+            let _ = write!(out, "\"space\":\"{}\",\"arena\":{{", s.name());
+        }
+    }
+    for (i, (name, v)) in arena_values().into_iter().enumerate() {
+        let _ = write!(out, "{}\"{name}\":{v}", if i > 0 { "," } else { "" });
+    }
+    out.push('}');
+    if let Some(s) = existing_default_space() {
+        let st = s.stats(false);
+        let _ = write!(
+            out,
+            ",\"space_figures\":{{\"vzalloc_memsets\":{},\"guard_calls\":{},\"map_calls\":{},\
+             \"mapped_areas\":{},\"vmap_blocks\":{},\"map_ram_lingering\":{},\"huge_advised\":{},\
+             \"huge_small\":{},\"huge_refused\":{},\"hugetlb_mapped\":{},\"hugetlb_refused\":{},\
+             \"committed_bytes\":{}}}",
+            st.vzalloc_memsets,
+            st.guard_calls,
+            st.map_calls,
+            st.mapped_areas,
+            st.vmap_blocks,
+            st.map_ram_lingering,
+            st.huge_advised,
+            st.huge_small,
+            st.huge_refused,
+            st.hugetlb_mapped,
+            st.hugetlb_refused,
+            s.committed_bytes()
+        );
+        out.push_str(",\"locks\":{");
+        for (i, (class, l)) in s.lock_stats().into_iter().enumerate() {
+            let _ = write!(
+                out,
+                "{}\"{class}\":{{\"acquisitions\":{},\"contended\":{},\"wait_ns\":{},\"hold_ns\":{}}}",
+                if i > 0 { "," } else { "" },
+                l.acquisitions,
+                l.contended,
+                l.wait_ns,
+                l.hold_ns
+            );
+        }
+        out.push('}');
+    }
+    out.push('}');
+    out
+}
+
+/// Copy `text` into `buf` as `snprintf` would: at most `len` bytes, NUL included; the length of
+/// the whole text.
+fn copy_out(text: &str, buf: *mut libc::c_char, len: usize) -> usize {
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: the header requires `buf` to hold `len` writable bytes; `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    text.len()
+}
+
+/// `size_t vmarena_stats_json(char *buf, size_t len);` the figures as JSON (see
+/// `stats_json`), `snprintf`-like; 0 after a caught panic.
+///
+/// # Safety
+/// `buf` is NULL (with any `len`: only the length is returned) or holds `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vmarena_stats_json(buf: *mut libc::c_char, len: usize) -> usize {
+    guarded(0, || copy_out(&stats_json(), buf, len))
+}
+
+/// `size_t vmarena_vmallocinfo(char *buf, size_t len);` the default space's areas in
+/// `/proc/vmallocinfo`'s format, `snprintf`-like (empty before the space exists).
+///
+/// # Safety
+/// As [`vmarena_stats_json`].
+#[no_mangle]
+pub unsafe extern "C" fn vmarena_vmallocinfo(buf: *mut libc::c_char, len: usize) -> usize {
+    guarded(0, || {
+        let text = existing_default_space().map(|s| s.vmallocinfo()).unwrap_or_default();
+        copy_out(&text, buf, len)
+    })
+}
+
+/// At load: with `VMARENA_STATS=1`, print the figures when the program exits. `getenv` and
+/// `atexit` allocate nothing here.
+pub(crate) fn at_load() {
+    // SAFETY: a NUL-terminated name; the value is read before any thread of the program runs.
+    let v = unsafe { libc::getenv(c"VMARENA_STATS".as_ptr()) };
+    // SAFETY: `v` is NULL or a NUL-terminated string of the environment.
+    if !v.is_null() && unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes() == b"1" {
+        // SAFETY: registers a plain function that takes no argument.
+        unsafe { libc::atexit(print_at_exit) };
+    }
+}
+
+/// Print `vmarena stats: <JSON>` on stderr (fd 2, if it is open).
+extern "C" fn print_at_exit() {
+    guarded((), || {
+        let line = format!("vmarena stats: {}\n", stats_json());
+        let mut rest = line.as_bytes();
+        while !rest.is_empty() {
+            // SAFETY: writes bytes of `line` to fd 2; a closed stderr fails harmlessly.
+            let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+            if n <= 0 {
+                break;
+            }
+            rest = &rest[n as usize..];
+        }
+    })
+}
