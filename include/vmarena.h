@@ -66,6 +66,64 @@ size_t vmarena_size(const void *p);
 /* Release cached memory now (the memory of every lazily freed area). Returns 0. */
 int vmarena_purge(void);
 
+/* ---- Spaces of one's own ------------------------------------------------------------------- */
+
+/* A space: one reservation of address space and the arena that hands out its pages, with its
+ * own limits, statistics and purges, apart from the default space. */
+typedef struct vmarena_space vmarena_space;
+struct vmarena_stats; /* (the statistics section declares it) */
+
+/* How a space is built. Every field 0 means its default; set `size` to sizeof the struct (a
+ * program built against an older header passes a smaller one, and the fields it lacks take
+ * their defaults). */
+struct vmarena_space_options {
+    uint64_t size;
+    uint64_t space_bytes;    /* the reservation; 0: 64 GiB (address space only until used) */
+    uint64_t guard_pages;    /* guard pages after each area; 0: one, the kernel's */
+    uint64_t strategy;       /* VMARENA_STRATEGY_NODES (0), _SPLIT or _GLOBAL */
+    uint64_t lazy_max_pages; /* lazy pages above which a purge runs; 0: the kernel's threshold */
+    uint64_t flags;          /* VMARENA_SPACE_NO_GUARDS, VMARENA_SPACE_NO_HUGE_PAGES */
+};
+#define VMARENA_STRATEGY_NODES 0
+#define VMARENA_STRATEGY_SPLIT 1
+#define VMARENA_STRATEGY_GLOBAL 2
+#define VMARENA_SPACE_NO_GUARDS 1
+#define VMARENA_SPACE_NO_HUGE_PAGES 2
+
+/* Build a space called `name` (NULL: "space") with `opts` (NULL: every default). NULL and errno
+ * EINVAL for bad options or an empty name, ENOMEM when the reservation is refused. */
+vmarena_space *vmarena_space_create(const char *name, const struct vmarena_space_options *opts);
+
+/* A handle of the default space (the one the functions above use); NULL and ENOMEM when it
+ * cannot be built. */
+vmarena_space *vmarena_space_default(void);
+
+/* The vmalloc family on a space, as above. A NULL or foreign handle gets EINVAL (NULL, 0 or
+ * -EINVAL), and nothing changes. */
+void *vmarena_space_vmalloc(vmarena_space *space, size_t size);
+void *vmarena_space_vzalloc(vmarena_space *space, size_t size);
+void *vmarena_space_vmalloc_aligned(vmarena_space *space, size_t size, size_t align);
+void *vmarena_space_vrealloc(vmarena_space *space, void *p, size_t size);
+int vmarena_space_vfree(vmarena_space *space, void *p);
+size_t vmarena_space_size(vmarena_space *space, const void *p);
+
+/* 1 when p lies in the space's reservation, 0 otherwise. */
+int vmarena_space_contains(vmarena_space *space, const void *p);
+
+/* Release the memory of every lazily freed area now. 0. */
+int vmarena_space_purge(vmarena_space *space);
+
+/* The shrinker: every lazy area released and every pool drained. The pages released. */
+int64_t vmarena_space_shrink(vmarena_space *space);
+
+/* The space's statistics, as vmarena_stats gives the default space's. */
+int vmarena_space_stats(vmarena_space *space, struct vmarena_stats *out);
+
+/* Free the space and its reservation. 0 (NULL is a no-op); -EBUSY while any area of it is live
+ * (nothing changes). A handle of the default space is freed and the space stays. No other
+ * thread may use the space during or after the call. */
+int vmarena_space_destroy(vmarena_space *space);
+
 /* ---- Fixed pools: preallocated slots of one size with a per-CPU cache ------------------- */
 
 /* A pool of `slot_count` slots of `slot_size` bytes (rounded up to pages), allocated from the

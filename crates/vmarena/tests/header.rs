@@ -42,6 +42,8 @@ fn c_type(rust: &str) -> String {
         "FixedStatsC" => "struct vmarena_fixed_stats",
         "FrameStatsC" => "struct vmarena_frame_stats",
         "StatsC" => "struct vmarena_stats",
+        "SpaceHandle" => "vmarena_space",
+        "SpaceOptionsC" => "struct vmarena_space_options",
         "c_char" => "char",
         other => panic!("no C spelling for the Rust type '{other}': extend c_type"),
     };

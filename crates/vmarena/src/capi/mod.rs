@@ -6,7 +6,7 @@
 //! size overflows, EAGAIN never for these calls.
 //!
 //! One file per section of the header: `vmalloc.rs`, `fixed.rs`, `frames.rs`, `rcu.rs`,
-//! `percpu.rs`, `pressure.rs`, `stats.rs`, `version.rs`; `ffi.rs` holds the failure rules they share. This
+//! `percpu.rs`, `pressure.rs`, `space.rs`, `stats.rs`, `version.rs`; `ffi.rs` holds the failure rules they share. This
 //! file only gathers them, so that `vmarena::capi::vmarena_vmalloc` names every function.
 
 mod ffi;
@@ -15,6 +15,7 @@ pub mod frames;
 pub mod percpu;
 pub mod pressure;
 pub mod rcu;
+pub mod space;
 pub mod stats;
 pub mod version;
 pub mod vmalloc;
@@ -24,6 +25,7 @@ pub use frames::*;
 pub use percpu::*;
 pub use pressure::*;
 pub use rcu::*;
+pub use space::*;
 pub use stats::*;
 pub use version::*;
 pub use vmalloc::*;

@@ -42,30 +42,37 @@ fn arena_values() -> Vec<(&'static str, u64)> {
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_stats(out: *mut StatsC) -> libc::c_int {
     guarded(-libc::EFAULT, || {
-        if out.is_null() {
-            set_errno(libc::EINVAL);
-            return -libc::EINVAL;
-        }
-        // SAFETY: the header requires the first 8 bytes to hold the caller's size.
-        let room = unsafe { std::ptr::read_unaligned(out.cast::<u64>()) };
-        if room < 8 {
-            set_errno(libc::EINVAL);
-            return -libc::EINVAL;
-        }
-        let mut words = vec![0u64; 1 + STATS];
-        for (w, (_, v)) in words[1..].iter_mut().zip(arena_values()) {
-            *w = v;
-        }
-        // Whole words only, as many as both sides know.
-        let filled = room.min(8 * words.len() as u64) / 8;
-        words[0] = filled * 8;
-        // SAFETY: `filled` words fit in the caller's `size` bytes (contract above); the source
-        // is this vector.
-        unsafe {
-            std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), out.cast::<u8>(), filled as usize * 8)
-        };
-        0
+        let values: Vec<u64> = arena_values().into_iter().map(|(_, v)| v).collect();
+        fill_stats(out, &values)
     })
+}
+
+/// Write `values` (the statistics in table order) into the caller's `out` as `vmarena_stats`
+/// does: 0, or -EINVAL with errno for NULL or a `size` below 8.
+pub(super) fn fill_stats(out: *mut StatsC, values: &[u64]) -> libc::c_int {
+    if out.is_null() {
+        set_errno(libc::EINVAL);
+        return -libc::EINVAL;
+    }
+    // SAFETY: the header requires the first 8 bytes to hold the caller's size.
+    let room = unsafe { std::ptr::read_unaligned(out.cast::<u64>()) };
+    if room < 8 {
+        set_errno(libc::EINVAL);
+        return -libc::EINVAL;
+    }
+    let mut words = vec![0u64; 1 + STATS];
+    for (w, v) in words[1..].iter_mut().zip(values) {
+        *w = *v;
+    }
+    // Whole words only, as many as both sides know.
+    let filled = room.min(8 * words.len() as u64) / 8;
+    words[0] = filled * 8;
+    // SAFETY: `filled` words fit in the caller's `size` bytes (the header's contract); the
+    // source is this vector.
+    unsafe {
+        std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), out.cast::<u8>(), filled as usize * 8)
+    };
+    0
 }
 
 /// The default space's figures as one line of JSON: its name, the arena's statistics, the
