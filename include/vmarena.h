@@ -71,7 +71,8 @@ int vmarena_purge(void);
 /* A space: one reservation of address space and the arena that hands out its pages, with its
  * own limits, statistics and purges, apart from the default space. */
 typedef struct vmarena_space vmarena_space;
-struct vmarena_stats; /* (the statistics section declares it) */
+struct vmarena_stats;      /* (the statistics section declares these) */
+struct vmarena_lock_stats;
 
 /* How a space is built. Every field 0 means its default; set `size` to sizeof the struct (a
  * program built against an older header passes a smaller one, and the fields it lacks take
@@ -116,8 +117,10 @@ int vmarena_space_purge(vmarena_space *space);
 /* The shrinker: every lazy area released and every pool drained. The pages released. */
 int64_t vmarena_space_shrink(vmarena_space *space);
 
-/* The space's statistics, as vmarena_stats gives the default space's. */
+/* The space's statistics and lock figures, as vmarena_stats and vmarena_lock_stats give the
+ * default space's. */
 int vmarena_space_stats(vmarena_space *space, struct vmarena_stats *out);
+int vmarena_space_lock_stats(vmarena_space *space, struct vmarena_lock_stats *out);
 
 /* Free the space and its reservation. 0 (NULL is a no-op); -EBUSY while any area of it is live
  * (nothing changes). A handle of the default space is freed and the space stays. No other
@@ -386,6 +389,29 @@ struct vmarena_stats {
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */
 int vmarena_stats(struct vmarena_stats *out);
+
+/* One lock class's figures; hold times are measured only while lock timing is on. */
+struct vmarena_lock_class {
+    uint64_t acquisitions;
+    uint64_t contended;  /* acquisitions whose first attempt found the lock taken */
+    uint64_t wait_ns;    /* time spent waiting on those */
+    uint64_t hold_ns;
+};
+
+/* The lock figures by class: `size` as in struct vmarena_stats, then the classes of the three
+ * strategies (those a space's strategy lacks stay 0): Global's one lock; the free tree's lock
+ * (Split, Nodes); Split's busy lock; the node locks of Nodes, summed. */
+struct vmarena_lock_stats {
+    uint64_t size;
+    struct vmarena_lock_class global;
+    struct vmarena_lock_class free;
+    struct vmarena_lock_class busy;
+    struct vmarena_lock_class node;
+};
+
+/* Fill *out with the default space's lock figures (zeros before it exists). 0; -EINVAL for NULL
+ * or a size below 8. */
+int vmarena_lock_stats(struct vmarena_lock_stats *out);
 
 /* The statistics as one line of JSON: the arena's table, the space's own figures and the lock
  * figures by lock class. Like snprintf: writes at most `len` bytes, NUL included, and returns

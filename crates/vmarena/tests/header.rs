@@ -42,6 +42,7 @@ fn c_type(rust: &str) -> String {
         "FixedStatsC" => "struct vmarena_fixed_stats",
         "FrameStatsC" => "struct vmarena_frame_stats",
         "StatsC" => "struct vmarena_stats",
+        "LockStatsC" => "struct vmarena_lock_stats",
         "SpaceHandle" => "vmarena_space",
         "SpaceOptionsC" => "struct vmarena_space_options",
         "c_char" => "char",

@@ -11,7 +11,7 @@
 #![allow(unsafe_code)]
 
 use super::ffi::{destroy, guarded, ptr_or_errno, status};
-use super::stats::{fill_stats, StatsC};
+use super::stats::{fill_lock_stats, fill_stats, LockStatsC, StatsC};
 use crate::default_space::default_space;
 use crate::{ArenaOptions, SpaceOptions, Strategy, VmSpace};
 use std::ffi::CStr;
@@ -299,6 +299,19 @@ pub unsafe extern "C" fn vmarena_space_stats(space: *mut SpaceHandle, out: *mut 
             fill_stats(out, &values)
         })
     })
+}
+
+/// `int vmarena_space_lock_stats(vmarena_space *space, struct vmarena_lock_stats *out);` as
+/// `vmarena_lock_stats`, for this space.
+///
+/// # Safety
+/// As [`vmarena_space_vmalloc`]; `out` as `vmarena_lock_stats` requires.
+#[no_mangle]
+pub unsafe extern "C" fn vmarena_space_lock_stats(
+    space: *mut SpaceHandle,
+    out: *mut LockStatsC,
+) -> libc::c_int {
+    guarded(-libc::EFAULT, || with_space(space, -libc::EINVAL, |s| fill_lock_stats(out, Some(s))))
 }
 
 /// `int vmarena_space_destroy(vmarena_space *space);` free the space and its reservation. 0

@@ -75,6 +75,91 @@ pub(super) fn fill_stats(out: *mut StatsC, values: &[u64]) -> libc::c_int {
     0
 }
 
+/// `struct vmarena_lock_class` of the header: one lock class's figures.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct LockClassC {
+    /// Times a lock of the class was taken.
+    pub acquisitions: u64,
+    /// Times the first attempt found it taken.
+    pub contended: u64,
+    /// Nanoseconds spent waiting on contended acquisitions.
+    pub wait_ns: u64,
+    /// Nanoseconds held (measured only while lock timing is on).
+    pub hold_ns: u64,
+}
+
+/// `struct vmarena_lock_stats` of the header: `size`, then the classes of the three strategies
+/// (the ones a space's strategy lacks stay 0).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct LockStatsC {
+    /// As `struct vmarena_stats`' size.
+    pub size: u64,
+    /// Global: the one lock.
+    pub global: LockClassC,
+    /// Split and Nodes: the free tree's lock.
+    pub free: LockClassC,
+    /// Split: the busy map's lock.
+    pub busy: LockClassC,
+    /// Nodes: the node locks, summed.
+    pub node: LockClassC,
+}
+
+/// Fill the caller's `out` with the lock figures of `space` (zeros for none), as
+/// [`fill_stats`] fills statistics: 0, or -EINVAL with errno for NULL or a `size` below 8.
+pub(super) fn fill_lock_stats(out: *mut LockStatsC, space: Option<&crate::VmSpace>) -> libc::c_int {
+    if out.is_null() {
+        set_errno(libc::EINVAL);
+        return -libc::EINVAL;
+    }
+    // SAFETY: the header requires the first 8 bytes to hold the caller's size.
+    let room = unsafe { std::ptr::read_unaligned(out.cast::<u64>()) };
+    if room < 8 {
+        set_errno(libc::EINVAL);
+        return -libc::EINVAL;
+    }
+    let mut all = LockStatsC::default();
+    for (class, l) in space.map(|s| s.lock_stats()).unwrap_or_default() {
+        let c = LockClassC {
+            acquisitions: l.acquisitions,
+            contended: l.contended,
+            wait_ns: l.wait_ns,
+            hold_ns: l.hold_ns,
+        };
+        match class {
+            "global" => all.global = c,
+            "free" => all.free = c,
+            "busy" => all.busy = c,
+            "node" => all.node = c,
+            _ => {}
+        }
+    }
+    let total = std::mem::size_of::<LockStatsC>() as u64;
+    let filled = room.min(total) / 8 * 8;
+    all.size = filled;
+    // SAFETY: `filled` bytes fit in the caller's `size` (the header's contract); the source is
+    // `all`, of `total` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (&all as *const LockStatsC).cast::<u8>(),
+            out.cast::<u8>(),
+            filled as usize,
+        )
+    };
+    0
+}
+
+/// `int vmarena_lock_stats(struct vmarena_lock_stats *out);` the default space's lock figures
+/// by class (zeros before it exists); 0, or -EINVAL for NULL or a `size` below 8.
+///
+/// # Safety
+/// As [`vmarena_stats`].
+#[no_mangle]
+pub unsafe extern "C" fn vmarena_lock_stats(out: *mut LockStatsC) -> libc::c_int {
+    guarded(-libc::EFAULT, || fill_lock_stats(out, existing_default_space()))
+}
+
 /// The default space's figures as one line of JSON: its name, the arena's statistics, the
 /// space's own figures and the lock figures by lock class.
 pub(crate) fn stats_json() -> String {

@@ -56,6 +56,10 @@ int main(void) {
     CHECK(c != NULL);
     char *q = vmarena_space_vmalloc(c, 8192);
     CHECK(q && vmarena_space_contains(c, q) == 1 && vmarena_space_contains(a, q) == 0);
+    struct vmarena_lock_stats ls = { .size = sizeof ls };
+    CHECK(vmarena_space_lock_stats(c, &ls) == 0 && ls.free.acquisitions > 0 && ls.busy.acquisitions > 0 &&
+          ls.node.acquisitions == 0 && ls.global.acquisitions == 0);
+    CHECK(vmarena_space_lock_stats(NULL, &ls) == -EINVAL && vmarena_space_lock_stats(c, NULL) == -EINVAL);
 
     /* Areas belong to their space: another space refuses them, and so does the default one. */
     CHECK(vmarena_space_vfree(a, q) == -EINVAL && vmarena_space_size(a, q) == 0);
