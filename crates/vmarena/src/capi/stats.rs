@@ -47,19 +47,29 @@ pub unsafe extern "C" fn vmarena_stats(out: *mut StatsC) -> libc::c_int {
     })
 }
 
+/// The bytes a caller's struct has room for, from its leading `size` field; `-EINVAL` (errno
+/// set) for NULL or a size below 8.
+fn caller_room(out: *const u64) -> Result<u64, libc::c_int> {
+    if out.is_null() {
+        set_errno(libc::EINVAL);
+        return Err(-libc::EINVAL);
+    }
+    // SAFETY: the header requires the first 8 bytes of the caller's struct to hold its size.
+    let room = unsafe { std::ptr::read_unaligned(out) };
+    if room < 8 {
+        set_errno(libc::EINVAL);
+        return Err(-libc::EINVAL);
+    }
+    Ok(room)
+}
+
 /// Write `values` (the statistics in table order) into the caller's `out` as `vmarena_stats`
 /// does: 0, or -EINVAL with errno for NULL or a `size` below 8.
 pub(super) fn fill_stats(out: *mut StatsC, values: &[u64]) -> libc::c_int {
-    if out.is_null() {
-        set_errno(libc::EINVAL);
-        return -libc::EINVAL;
-    }
-    // SAFETY: the header requires the first 8 bytes to hold the caller's size.
-    let room = unsafe { std::ptr::read_unaligned(out.cast::<u64>()) };
-    if room < 8 {
-        set_errno(libc::EINVAL);
-        return -libc::EINVAL;
-    }
+    let room = match caller_room(out.cast()) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
     let mut words = vec![0u64; 1 + STATS];
     for (w, v) in words[1..].iter_mut().zip(values) {
         *w = *v;
@@ -109,16 +119,10 @@ pub struct LockStatsC {
 /// Fill the caller's `out` with the lock figures of `space` (zeros for none), as
 /// [`fill_stats`] fills statistics: 0, or -EINVAL with errno for NULL or a `size` below 8.
 pub(super) fn fill_lock_stats(out: *mut LockStatsC, space: Option<&crate::VmSpace>) -> libc::c_int {
-    if out.is_null() {
-        set_errno(libc::EINVAL);
-        return -libc::EINVAL;
-    }
-    // SAFETY: the header requires the first 8 bytes to hold the caller's size.
-    let room = unsafe { std::ptr::read_unaligned(out.cast::<u64>()) };
-    if room < 8 {
-        set_errno(libc::EINVAL);
-        return -libc::EINVAL;
-    }
+    let room = match caller_room(out.cast()) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
     let mut all = LockStatsC::default();
     for (class, l) in space.map(|s| s.lock_stats()).unwrap_or_default() {
         let c = LockClassC {
