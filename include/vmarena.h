@@ -423,7 +423,8 @@ size_t vmarena_stats_json(char *buf, size_t len);
 size_t vmarena_vmallocinfo(char *buf, size_t len);
 
 /* With VMARENA_STATS=1 in the environment when the library is loaded, the statistics are
- * printed on stderr at exit, as one line "vmarena stats: <JSON>". */
+ * printed at exit, as one line "vmarena stats: <JSON>", on the stderr the program had at load
+ * (never on a file the program has put at descriptor 2 since). */
 
 /* ---- Version ------------------------------------------------------------------------------ */
 

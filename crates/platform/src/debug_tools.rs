@@ -125,7 +125,6 @@ pub mod valgrind {
     /// `VG_USERREQ_TOOL_BASE('M', 'C')`: memcheck's first request.
     const MEMCHECK_BASE: u64 = (b'M' as u64) << 24 | (b'C' as u64) << 16;
     const MAKE_MEM_NOACCESS: u64 = MEMCHECK_BASE;
-    const MAKE_MEM_UNDEFINED: u64 = MEMCHECK_BASE + 1;
     const MAKE_MEM_DEFINED: u64 = MEMCHECK_BASE + 2;
 
     /// One client request: `default` when not running under valgrind.
@@ -182,16 +181,6 @@ pub mod valgrind {
     /// No access to `[addr, addr + len)`.
     pub fn make_mem_noaccess(addr: usize, len: usize) {
         request(0, [MAKE_MEM_NOACCESS, addr as u64, len as u64, 0, 0, 0]);
-    }
-
-    /// `[addr, addr + len)` is addressable and undefined.
-    pub fn make_mem_undefined(addr: usize, len: usize) {
-        request(0, [MAKE_MEM_UNDEFINED, addr as u64, len as u64, 0, 0, 0]);
-    }
-
-    /// `[addr, addr + len)` is addressable and defined.
-    pub fn make_mem_defined(addr: usize, len: usize) {
-        request(0, [MAKE_MEM_DEFINED, addr as u64, len as u64, 0, 0, 0]);
     }
 }
 

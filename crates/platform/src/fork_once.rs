@@ -73,17 +73,22 @@ impl<T> ForkOnce<T> {
     #[inline]
     pub fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
         match self.get() {
-            Some(v) => {
-                if crate::debug_tools::present() & crate::debug_tools::TSAN != 0 {
-                    // ThreadSanitizer cannot see the state word: what the computing thread
-                    // wrote happens before this thread goes on (`get`, used on fast paths,
-                    // leaves this to the slow paths, which reach the value through here).
-                    crate::debug_tools::tsan_acquire(self as *const Self as usize);
-                }
-                v
-            }
+            Some(v) => v,
             None => self.init_slow(f),
         }
+    }
+
+    /// [`ForkOnce::get_or_init`] for a value that owns memory other threads then reach (a
+    /// space, a pool): under ThreadSanitizer, which cannot see the state word, what the
+    /// computing thread wrote happens before this thread goes on. The slow paths reach such
+    /// values through here; `get` and `get_or_init` pay nothing for it.
+    #[inline]
+    pub fn get_or_init_shared(&self, f: impl FnOnce() -> T) -> &T {
+        let v = self.get_or_init(f);
+        if crate::debug_tools::present() & crate::debug_tools::TSAN != 0 {
+            crate::debug_tools::tsan_acquire(self as *const Self as usize);
+        }
+        v
     }
 
     #[cold]

@@ -45,7 +45,7 @@ pub const DEFAULT_SPACE_MIN_BYTES: u64 = 256 << 20;
 /// (`exhaustion.rs`).
 pub fn default_space() -> Result<&'static VmSpace, &'static str> {
     DEFAULT
-        .get_or_init(|| {
+        .get_or_init_shared(|| {
             crate::fork::register();
             let _inside = vmarena_platform::reentry::enter();
             build()

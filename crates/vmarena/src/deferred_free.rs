@@ -27,7 +27,7 @@ use vmarena_platform::reentry;
 
 fn domain() -> Option<&'static Arc<Rcu>> {
     static D: ForkOnce<Option<Arc<Rcu>>> = ForkOnce::new();
-    D.get_or_init(|| Some(Rcu::over_space(default_space().ok()?))).as_ref()
+    D.get_or_init_shared(|| Some(Rcu::over_space(default_space().ok()?))).as_ref()
 }
 
 thread_local! {

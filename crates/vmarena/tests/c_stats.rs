@@ -1,7 +1,8 @@
 //! Statistics from C (tier 1): `tests/c/stats_test.c` calls `vmarena_stats`,
 //! `vmarena_stats_json` and `vmarena_vmallocinfo` before and after the default space exists,
 //! with their refusals and truncations; with `VMARENA_STATS=1` the program's exit prints the
-//! statistics on stderr.
+//! statistics on stderr, on the stderr the program had at load even when it has put a file of its
+//! own at descriptor 2 since.
 
 mod common;
 
@@ -31,4 +32,19 @@ fn a_c_program_reads_the_statistics_and_gets_them_at_exit() {
     );
     let (_, err) = run(Some("0"));
     assert!(!err.contains("vmarena stats:"), "VMARENA_STATS=0 prints nothing:\n{err}");
+    // The program closes stderr and opens a file of its own at descriptor 2.
+    let file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vmarena_stats_fd2.txt");
+    let out = Command::new(&bin)
+        .arg(&file)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("VMARENA_STATS", "1")
+        .output()
+        .expect("run stats_test");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("vmarena stats: {"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "program data\n",
+        "the program's file holds its data only"
+    );
 }

@@ -2,17 +2,14 @@
 //! figures of one code path that takes engine locks) and the process-wide switch for hold
 //! times ([`set_timing`]).
 //!
-//! Owns: the switch, a plain std atomic (a setting, not part of any protocol), and each site's
-//! counters, process-wide std atomics even under loom.
+//! Owns: the switches of what a lock does besides locking (`hooks`: hold timing, and telling
+//! ThreadSanitizer what it orders), one plain std atomic (a setting, not part of any protocol),
+//! and each site's counters, process-wide std atomics even under loom.
 
-use std::sync::atomic::{AtomicBool, AtomicU8};
-
-/// Process-wide switch; a plain std atomic (a setting, not part of any protocol).
-static TIMING: AtomicBool = AtomicBool::new(false);
+use std::sync::atomic::AtomicU8;
 
 /// Switch hold-time measurement on or off for every `StatLock` in the process.
 pub fn set_timing(on: bool) {
-    TIMING.store(on, std::sync::atomic::Ordering::Relaxed);
     if on {
         HOOKS.fetch_or(HOOK_TIMING, std::sync::atomic::Ordering::Relaxed);
     } else {
@@ -29,6 +26,7 @@ pub(crate) const HOOK_TSAN: u8 = 2;
 /// acquisition and once per release: 0 (one predictable branch) unless one is on.
 static HOOKS: AtomicU8 = AtomicU8::new(0);
 
+/// The switches that are on ([`HOOK_TIMING`], [`HOOK_TSAN`]).
 #[inline(always)]
 pub(crate) fn hooks() -> u8 {
     HOOKS.load(std::sync::atomic::Ordering::Relaxed)
@@ -42,7 +40,7 @@ pub fn tell_thread_sanitizer() {
 
 /// True while hold times are measured.
 pub fn timing() -> bool {
-    TIMING.load(std::sync::atomic::Ordering::Relaxed)
+    hooks() & HOOK_TIMING != 0
 }
 
 /// A snapshot of one lock's figures (or the sum over a class of locks).

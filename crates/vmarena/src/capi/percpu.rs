@@ -13,7 +13,7 @@ fn percpu_pool() -> Result<&'static crate::PercpuPool<&'static crate::VmSpace>, 
     type Pool = std::sync::Arc<crate::PercpuPool<&'static crate::VmSpace>>;
     static POOL: vmarena_platform::fork_once::ForkOnce<Result<Pool, VmError>> =
         vmarena_platform::fork_once::ForkOnce::new();
-    POOL.get_or_init(|| {
+    POOL.get_or_init_shared(|| {
         let _inside = vmarena_platform::reentry::enter();
         let space = default_space().map_err(|e| VmError::NoSpace(e.to_string()))?;
         crate::PercpuPool::new(space, PERCPU_UNIT_BYTES)

@@ -293,12 +293,7 @@ pub unsafe extern "C" fn vmarena_space_shrink(space: *mut SpaceHandle) -> i64 {
 /// As [`vmarena_space_vmalloc`]; `out` as `vmarena_stats` requires.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_space_stats(space: *mut SpaceHandle, out: *mut StatsC) -> libc::c_int {
-    guarded(-libc::EFAULT, || {
-        with_space(space, -libc::EINVAL, |s| {
-            let values: Vec<u64> = s.stats(false).arena.values().into_iter().map(|(_, v)| v).collect();
-            fill_stats(out, &values)
-        })
-    })
+    guarded(-libc::EFAULT, || with_space(space, -libc::EINVAL, |s| fill_stats(out, &s.stats(false).arena)))
 }
 
 /// `int vmarena_space_lock_stats(vmarena_space *space, struct vmarena_lock_stats *out);` as

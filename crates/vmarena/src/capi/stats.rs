@@ -2,6 +2,8 @@
 //! (`vmarena_stats_json`) and as `/proc/vmallocinfo` text (`vmarena_vmallocinfo`), and
 //! `VMARENA_STATS=1`, which prints the JSON on stderr when the program exits.
 //!
+//! Owns: the kept duplicate of stderr the exit line goes to.
+//!
 //! Before the default space exists every figure is 0, the JSON says so and the vmallocinfo text
 //! is empty: nothing here builds the space. The text functions follow `snprintf`: they write at
 //! most `len` bytes, NUL included, and return the length of the whole text.
@@ -11,6 +13,8 @@ use super::ffi::guarded;
 use crate::default_space::existing_default_space;
 use std::fmt::Write;
 use vmarena_engine::ArenaStats;
+use vmarena_platform::fork_once::ForkOnce;
+use vmarena_platform::kept_fd::KeptFd;
 use vmarena_platform::set_errno;
 
 /// Statistics in `struct vmarena_stats` after its `size`.
@@ -27,11 +31,8 @@ pub struct StatsC {
 }
 
 /// The default space's arena statistics, every one 0 before the space exists.
-fn arena_values() -> Vec<(&'static str, u64)> {
-    match existing_default_space() {
-        Some(s) => s.stats(false).arena.values(),
-        None => ArenaStats::default().values(),
-    }
+fn arena_stats() -> ArenaStats {
+    existing_default_space().map(|s| s.stats(false).arena).unwrap_or_default()
 }
 
 /// `int vmarena_stats(struct vmarena_stats *out);` 0; -EINVAL (errno EINVAL) for NULL or a
@@ -41,10 +42,7 @@ fn arena_values() -> Vec<(&'static str, u64)> {
 /// `out` is NULL or points to `out->size` writable bytes whose first 8 hold that size.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_stats(out: *mut StatsC) -> libc::c_int {
-    guarded(-libc::EFAULT, || {
-        let values: Vec<u64> = arena_values().into_iter().map(|(_, v)| v).collect();
-        fill_stats(out, &values)
-    })
+    guarded(-libc::EFAULT, || fill_stats(out, &arena_stats()))
 }
 
 /// The bytes a caller's struct has room for, from its leading `size` field; `-EINVAL` (errno
@@ -63,16 +61,16 @@ fn caller_room(out: *const u64) -> Result<u64, libc::c_int> {
     Ok(room)
 }
 
-/// Write `values` (the statistics in table order) into the caller's `out` as `vmarena_stats`
-/// does: 0, or -EINVAL with errno for NULL or a `size` below 8.
-pub(super) fn fill_stats(out: *mut StatsC, values: &[u64]) -> libc::c_int {
+/// Write `stats` (in table order) into the caller's `out` as `vmarena_stats` does: 0, or
+/// -EINVAL with errno for NULL or a `size` below 8.
+pub(super) fn fill_stats(out: *mut StatsC, stats: &ArenaStats) -> libc::c_int {
     let room = match caller_room(out.cast()) {
         Ok(r) => r,
         Err(e) => return e,
     };
     let mut words = vec![0u64; 1 + STATS];
-    for (w, v) in words[1..].iter_mut().zip(values) {
-        *w = *v;
+    for (w, (_, v)) in words[1..].iter_mut().zip(stats.values()) {
+        *w = v;
     }
     // Whole words only, as many as both sides know.
     let filled = room.min(8 * words.len() as u64) / 8;
@@ -167,19 +165,22 @@ pub unsafe extern "C" fn vmarena_lock_stats(out: *mut LockStatsC) -> libc::c_int
 /// The default space's figures as one line of JSON: its name, the arena's statistics, the
 /// space's own figures and the lock figures by lock class.
 pub(crate) fn stats_json() -> String {
+    // One snapshot: the arena's table and the space's own figures come from the same reading.
+    let space = existing_default_space();
+    let st = space.map(|s| s.stats(false));
     let mut out = String::from("{");
-    match existing_default_space() {
+    match space {
         None => out.push_str("\"space\":null,\"arena\":{"),
         Some(s) => {
             let _ = write!(out, "\"space\":\"{}\",\"arena\":{{", s.name());
         }
     }
-    for (i, (name, v)) in arena_values().into_iter().enumerate() {
+    let arena = st.as_ref().map(|st| st.arena.clone()).unwrap_or_default();
+    for (i, (name, v)) in arena.values().into_iter().enumerate() {
         let _ = write!(out, "{}\"{name}\":{v}", if i > 0 { "," } else { "" });
     }
     out.push('}');
-    if let Some(s) = existing_default_space() {
-        let st = s.stats(false);
+    if let (Some(s), Some(st)) = (space, st) {
         let _ = write!(
             out,
             ",\"space_figures\":{{\"vzalloc_memsets\":{},\"guard_calls\":{},\"map_calls\":{},\
@@ -254,26 +255,41 @@ pub unsafe extern "C" fn vmarena_vmallocinfo(buf: *mut libc::c_char, len: usize)
     })
 }
 
-/// At load: with `VMARENA_STATS=1`, print the figures when the program exits. `getenv` and
-/// `atexit` allocate nothing here.
+/// Where the exit line goes: a duplicate of stderr taken at load, kept as vmarena keeps its
+/// descriptors (high, close-on-exec, checked before use), so that a program that closes stderr
+/// in its own exit handlers, or puts a file of its own at descriptor 2, gets no line in it.
+static OUT: ForkOnce<Option<KeptFd>> = ForkOnce::new();
+
+/// At load: with `VMARENA_STATS=1`, keep a duplicate of stderr and print the figures when the
+/// program exits. Nothing is printed when stderr is closed at load.
 pub(crate) fn at_load() {
     // SAFETY: a NUL-terminated name; the value is read before any thread of the program runs.
     let v = unsafe { libc::getenv(c"VMARENA_STATS".as_ptr()) };
     // SAFETY: `v` is NULL or a NUL-terminated string of the environment.
-    if !v.is_null() && unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes() == b"1" {
+    if v.is_null() || unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes() != b"1" {
+        return;
+    }
+    let out = OUT.get_or_init(|| {
+        // SAFETY: duplicates descriptor 2, if open, to a new close-on-exec descriptor.
+        let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+        (fd >= 0).then(|| KeptFd::adopt(fd).ok()).flatten()
+    });
+    if out.is_some() {
         // SAFETY: registers a plain function that takes no argument.
         unsafe { libc::atexit(print_at_exit) };
     }
 }
 
-/// Print `vmarena stats: <JSON>` on stderr (fd 2, if it is open).
+/// Print `vmarena stats: <JSON>` on the kept duplicate of stderr, while it is still the file it
+/// was at load.
 extern "C" fn print_at_exit() {
     guarded((), || {
+        let Some(fd) = OUT.get().and_then(Option::as_ref).and_then(KeptFd::get) else { return };
         let line = format!("vmarena stats: {}\n", stats_json());
         let mut rest = line.as_bytes();
         while !rest.is_empty() {
-            // SAFETY: writes bytes of `line` to fd 2; a closed stderr fails harmlessly.
-            let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+            // SAFETY: writes bytes of `line` to a descriptor vmarena holds.
+            let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
             if n <= 0 {
                 break;
             }

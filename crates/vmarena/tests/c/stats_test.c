@@ -1,7 +1,10 @@
 /* The statistics from C: vmarena_stats, vmarena_stats_json and vmarena_vmallocinfo, their
  * refusals and their truncation, before and after the default space exists. Run by
- * tests/c_stats.rs, once with VMARENA_STATS=1 (the exit line). */
+ * tests/c_stats.rs, once with VMARENA_STATS=1 (the exit line). `stats_test FILE` then closes
+ * stderr and puts FILE at descriptor 2, where the exit line must not go. */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,7 @@ static char *json(void) {
     return buf;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     /* Before the default space exists: zeros, a JSON that says so, no areas. */
     struct vmarena_stats s;
     memset(&s, 0xff, sizeof s);
@@ -103,5 +106,11 @@ int main(void) {
     if (failed)
         return 1;
     fprintf(stderr, "ok stats\n");
+    if (argc > 1) {
+        close(2);
+        int fd = open(argv[1], O_CREAT | O_WRONLY | O_TRUNC, 0600);
+        if (fd != 2 || write(fd, "program data\n", 13) != 13)
+            return 1;
+    }
     return 0;
 }
