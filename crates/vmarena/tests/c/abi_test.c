@@ -10,17 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "vmarena.h"
+#include "check.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (cond) {                                                        \
-            passed++;                                                      \
-        } else {                                                           \
-            failed++;                                                      \
-            fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond);      \
-        }                                                                  \
-    } while (0)
 
 int main(void) {
     /* The library registered the process for membarrier when it was loaded, before any call
@@ -274,6 +265,5 @@ int main(void) {
         CHECK(vmarena_percpu_free(NULL) == 0);
     }
 
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return checks_done();
 }

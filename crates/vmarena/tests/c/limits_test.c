@@ -21,22 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "vmarena.h"
-
-static int passed, failed;
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (cond) {                                                        \
-            passed++;                                                      \
-        } else {                                                           \
-            failed++;                                                      \
-            fprintf(stderr, "FAILED line %d: %s (errno %d)\n", __LINE__, #cond, errno); \
-        }                                                                  \
-    } while (0)
-
-static int done(void) {
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
-}
+#include "check.h"
 
 /* 1 when touching `p` kills a child with SIGSEGV, 0 when the child writes it and exits. */
 static int faults(volatile char *p) {
@@ -63,7 +48,7 @@ static int semantics(void) {
     long page = sysconf(_SC_PAGESIZE);
     char *p = vmarena_vmalloc(10000);
     CHECK(p != NULL);
-    if (!p) return done();
+    if (!p) return checks_done();
     CHECK(((uintptr_t)p % (uintptr_t)page) == 0);
     CHECK(vmarena_size(p) == (size_t)(3 * page));
     memset(p, 0x5a, 3 * page);
@@ -92,7 +77,7 @@ static int semantics(void) {
         }
     errno = 0;
     CHECK(vmarena_vmalloc(0) == NULL && errno == EINVAL);
-    return done();
+    return checks_done();
 }
 
 /* The system's committed memory (/proc/meminfo's Committed_AS), in KiB; -1 if unreadable. */
@@ -131,7 +116,7 @@ static int big(int n, size_t gib) {
     vmarena_pressure();
     printf("commit_drop_kib %ld\n", before - committed_kib());
     free(p);
-    return done();
+    return checks_done();
 }
 
 int main(int argc, char **argv) {

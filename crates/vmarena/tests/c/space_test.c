@@ -7,15 +7,7 @@
 #include <string.h>
 
 #include "vmarena.h"
-
-static int failed;
-#define CHECK(c)                                                      \
-    do {                                                              \
-        if (!(c)) {                                                   \
-            fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #c);    \
-            failed = 1;                                               \
-        }                                                             \
-    } while (0)
+#include "check.h"
 
 static uint64_t live(vmarena_space *s) {
     struct vmarena_stats st = { .size = sizeof st };

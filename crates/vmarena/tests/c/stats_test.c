@@ -10,15 +10,7 @@
 #include <string.h>
 
 #include "vmarena.h"
-
-static int failed;
-#define CHECK(c)                                                      \
-    do {                                                              \
-        if (!(c)) {                                                   \
-            fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #c);    \
-            failed = 1;                                               \
-        }                                                             \
-    } while (0)
+#include "check.h"
 
 static char *json(void) {
     size_t need = vmarena_stats_json(NULL, 0);
