@@ -15,6 +15,7 @@
  * Each planted bug is the program's own; the tool must report it. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +176,14 @@ static int overrun(void) {
 }
 
 static int uninit(void) {
+    /* Stay on one CPU: a free goes to that CPU's node, and an allocation on another CPU's node
+     * would be handed a never-used area, which reads as zero and is defined. */
+    int cpu = sched_getcpu();
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu < 0 ? 0 : cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+        die("sched_setaffinity failed");
     size_t n = 4 * 4096;
     unsigned char *p = vmarena_vmalloc(n);
     if (!p)
