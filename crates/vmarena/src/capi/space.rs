@@ -10,7 +10,7 @@
 //! the program kept into it faults, as one into a freed `mmap` would.
 #![allow(unsafe_code)]
 
-use super::ffi::{destroy, guarded, ptr_or_errno, status};
+use super::ffi::{destroy, guarded, no_space, ptr_or_errno, status};
 use super::stats::{fill_lock_stats, fill_stats, LockStatsC, StatsC};
 use crate::default_space::default_space;
 use crate::{ArenaOptions, SpaceOptions, Strategy, VmSpace};
@@ -171,10 +171,7 @@ pub unsafe extern "C" fn vmarena_space_create(
 pub extern "C" fn vmarena_space_default() -> *mut SpaceHandle {
     guarded(null_mut(), || match default_space() {
         Ok(s) => Box::into_raw(Box::new(SpaceHandle { magic: SPACE_MAGIC, space: Held::Default(s) })),
-        Err(_) => {
-            set_errno(libc::ENOMEM);
-            null_mut()
-        }
+        Err(_) => no_space().cast(),
     })
 }
 

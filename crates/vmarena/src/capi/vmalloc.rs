@@ -8,10 +8,19 @@
 use super::ffi::{guarded, no_space, ptr_or_errno, status};
 use crate::abi_hit::AbiHit;
 use crate::default_space::{default_space, existing_default_space};
-use crate::space::VmError;
+use crate::space::{VmError, VmSpace};
 use std::panic::Location;
 use std::ptr::{null_mut, NonNull};
 use vmarena_engine::caches::hit_path::HitFree;
+
+/// An area from the default space: `f`'s pointer, or NULL with its errno (ENOMEM when the space
+/// cannot be built); a panic is caught (`ffi::guarded`).
+fn from_default(f: impl FnOnce(&'static VmSpace) -> Result<NonNull<u8>, VmError>) -> *mut libc::c_void {
+    guarded(null_mut(), || match default_space() {
+        Ok(s) => ptr_or_errno(f(s)),
+        Err(_) => no_space(),
+    })
+}
 
 /// `void *vmarena_vmalloc(size_t size);`
 #[no_mangle]
@@ -37,61 +46,43 @@ fn vmalloc_rest(size: usize, caller: &'static Location<'static>) -> *mut libc::c
 #[inline(never)]
 #[cold]
 fn vmalloc_slow(size: usize, caller: &'static Location<'static>) -> *mut libc::c_void {
-    guarded(null_mut(), || match default_space() {
-        Ok(s) => {
-            // The first miss publishes the per-CPU hit paths (`vmarena_vmalloc`'s caller).
-            AbiHit::publish(s, caller);
-            ptr_or_errno(s.vmalloc(size))
-        }
-        Err(_) => no_space(),
+    from_default(|s| {
+        // The first miss publishes the per-CPU hit paths (`vmarena_vmalloc`'s caller).
+        AbiHit::publish(s, caller);
+        s.vmalloc(size)
     })
 }
 
 /// `void *vmarena_vzalloc(size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vzalloc(size: usize) -> *mut libc::c_void {
-    guarded(null_mut(), || match default_space() {
-        Ok(s) => ptr_or_errno(s.vzalloc(size)),
-        Err(_) => no_space(),
-    })
+    from_default(|s| s.vzalloc(size))
 }
 
 /// `void *vmarena_vmalloc_aligned(size_t size, size_t align);`
 #[no_mangle]
 pub extern "C" fn vmarena_vmalloc_aligned(size: usize, align: usize) -> *mut libc::c_void {
-    guarded(null_mut(), || match default_space() {
-        Ok(s) => ptr_or_errno(s.vmalloc_aligned(size, align)),
-        Err(_) => no_space(),
-    })
+    from_default(|s| s.vmalloc_aligned(size, align))
 }
 
 /// `void *vmarena_vmalloc_huge(size_t size);` the kernel's `vmalloc_huge`: whole huge pages,
 /// aligned to one and advised for transparent huge pages, from one huge page up; base pages below.
 #[no_mangle]
 pub extern "C" fn vmarena_vmalloc_huge(size: usize) -> *mut libc::c_void {
-    guarded(null_mut(), || match default_space() {
-        Ok(s) => ptr_or_errno(s.vmalloc_huge(size)),
-        Err(_) => no_space(),
-    })
+    from_default(|s| s.vmalloc_huge(size))
 }
 
 /// `void *vmarena_vmalloc_hugetlb(size_t size);` `vmarena_vmalloc_huge` backed by reserved huge
 /// pages (`MAP_HUGETLB`) when the system has them reserved, else as `vmarena_vmalloc_huge`.
 #[no_mangle]
 pub extern "C" fn vmarena_vmalloc_hugetlb(size: usize) -> *mut libc::c_void {
-    guarded(null_mut(), || match default_space() {
-        Ok(s) => ptr_or_errno(s.vmalloc_hugetlb(size)),
-        Err(_) => no_space(),
-    })
+    from_default(|s| s.vmalloc_hugetlb(size))
 }
 
 /// `void *vmarena_vrealloc(void *p, size_t size);`
 #[no_mangle]
 pub extern "C" fn vmarena_vrealloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void {
-    guarded(null_mut(), || match default_space() {
-        Ok(s) => ptr_or_errno(s.vrealloc(NonNull::new(p.cast()), size)),
-        Err(_) => no_space(),
-    })
+    from_default(|s| s.vrealloc(NonNull::new(p.cast()), size))
 }
 
 /// `int vmarena_vfree(void *p);` 0, or -EINVAL if `p` is not a live area start; NULL is a no-op.
