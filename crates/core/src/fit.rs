@@ -38,6 +38,12 @@ pub struct Request {
     /// The start must be `phase_pages` past a multiple of `align_pages` (`< align_pages`; 0 for
     /// requests built with [`Request::new`]).
     pub phase_pages: u64,
+    /// The area must not cross a multiple of `nocross_pages` (vmem's nocross; a power of two at
+    /// least `size_pages`), or 0 for no such boundary.
+    pub nocross_pages: u64,
+    /// The fast search considers only blocks at least this long (vmem's instant fit: a block
+    /// of the next power of two holds the request whatever its start), or 0.
+    pub min_block_pages: u64,
     /// Lowest page the area may start at.
     pub lo: u64,
     /// One past the highest page the area may cover.
@@ -53,6 +59,8 @@ pub enum RequestError {
     BadAlignment,
     /// The window `[lo, hi)` is empty or shorter than the request.
     BadWindow,
+    /// `nocross_pages` is not a power of two, or is smaller than the request.
+    BadNocross,
 }
 
 impl Request {
@@ -67,7 +75,30 @@ impl Request {
         if hi <= lo || hi - lo < size_pages {
             return Err(RequestError::BadWindow);
         }
-        Ok(Request { size_pages, align_pages, phase_pages: 0, lo, hi })
+        Ok(Request { size_pages, align_pages, phase_pages: 0, nocross_pages: 0, min_block_pages: 0, lo, hi })
+    }
+
+    /// A request with vmem's constraints: the start is `phase_pages` past a multiple of
+    /// `align_pages` (a power of two, `phase_pages < align_pages`), and the area crosses no
+    /// multiple of `nocross_pages` (0, or a power of two at least `size_pages`).
+    pub fn constrained(
+        size_pages: u64,
+        align_pages: u64,
+        phase_pages: u64,
+        nocross_pages: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Self, RequestError> {
+        let mut r = Request::new(size_pages, align_pages, lo, hi)?;
+        if phase_pages >= align_pages {
+            return Err(RequestError::BadAlignment);
+        }
+        if nocross_pages != 0 && (!nocross_pages.is_power_of_two() || nocross_pages < size_pages) {
+            return Err(RequestError::BadNocross);
+        }
+        r.phase_pages = phase_pages;
+        r.nocross_pages = nocross_pages;
+        Ok(r)
     }
 
     /// A request whose start must be `phase` past a multiple of `modulus` (any modulus of at
@@ -104,32 +135,59 @@ impl Request {
         Some(out)
     }
 
-    /// The block length the conservative search requires (see the module doc).
+    /// The block length the conservative search requires (see the module doc). With a nocross
+    /// boundary the first aligned start may cross it and the next boundary's start is taken,
+    /// so a block of twice the size and alignment always holds the request.
     pub fn search_length(&self) -> u64 {
-        if self.align_pages <= 1 || self.hi - self.lo == self.size_pages {
+        let base = if self.hi - self.lo == self.size_pages {
+            self.size_pages
+        } else if self.nocross_pages != 0 {
+            self.size_pages.saturating_add(self.align_pages).saturating_mul(2)
+        } else if self.align_pages <= 1 {
             self.size_pages
         } else {
             self.size_pages.saturating_add(self.align_pages - 1)
+        };
+        base.max(self.min_block_pages)
+    }
+
+    /// The lowest start at or above `base` that the alignment and phase allow.
+    fn aligned_at(&self, base: u64) -> Option<u64> {
+        if self.align_pages == 1 {
+            Some(base)
+        } else if base <= self.phase_pages {
+            Some(self.phase_pages)
+        } else if self.align_pages.is_power_of_two() {
+            align_up(base - self.phase_pages, self.align_pages)?.checked_add(self.phase_pages)
+        } else {
+            let off = (base - self.phase_pages) % self.align_pages;
+            if off == 0 {
+                Some(base)
+            } else {
+                base.checked_add(self.align_pages - off)
+            }
         }
     }
 
     /// Where the request would start inside the free block `[start, end)`, if it fits there.
     pub fn candidate_in(&self, start: u64, end: u64) -> Option<u64> {
-        let base = start.max(self.lo);
-        let cand = if self.align_pages == 1 {
-            base
-        } else if base <= self.phase_pages {
-            self.phase_pages
-        } else if self.align_pages.is_power_of_two() {
-            align_up(base - self.phase_pages, self.align_pages)?.checked_add(self.phase_pages)?
-        } else {
-            let off = (base - self.phase_pages) % self.align_pages;
-            if off == 0 {
-                base
-            } else {
-                base.checked_add(self.align_pages - off)?
+        let mut cand = self.aligned_at(start.max(self.lo))?;
+        let n = self.nocross_pages;
+        if n != 0 {
+            // `n` is a power of two: the segment of an integer is a shift.
+            let shift = n.trailing_zeros();
+            let crosses = |c: u64| c >> shift != (c + (self.size_pages - 1)) >> shift;
+            cand.checked_add(self.size_pages)?;
+            if crosses(cand) {
+                // Every start the alignment allows sits at the same offset from the boundary
+                // after this one (the alignment is a power of two): one more try decides.
+                cand = self.aligned_at(((cand >> shift) + 1).checked_mul(n)?)?;
+                cand.checked_add(self.size_pages)?;
+                if crosses(cand) {
+                    return None;
+                }
             }
-        };
+        }
         let last = cand.checked_add(self.size_pages)?;
         (last <= end.min(self.hi)).then_some(cand)
     }
@@ -233,6 +291,25 @@ mod tests {
         assert_eq!(r.search_length(), 4 + 47);
         assert!(Request::striped(4, 0, 0, 0, 10).is_err());
         assert!(Request::striped(4, 3, 3, 0, 10).is_err());
+    }
+
+    #[test]
+    fn nocross_moves_the_start_past_the_boundary() {
+        // 8 pages, aligned to 4, never across a multiple of 16.
+        let r = Request::constrained(8, 4, 0, 16, 0, 1000).unwrap();
+        assert_eq!(r.candidate_in(0, 100), Some(0));
+        assert_eq!(r.candidate_in(9, 100), Some(16), "12..20 would cross 16");
+        assert_eq!(r.candidate_in(9, 23), None, "16..24 ends past the block");
+        // With a phase, the offset from every boundary is the same: 14 + 4 > 16 never fits.
+        let never = Request::constrained(4, 16, 14, 16, 0, 1000).unwrap();
+        assert_eq!(never.candidate_in(0, 1000), None);
+        let phased = Request::constrained(4, 8, 3, 16, 0, 1000).unwrap();
+        assert_eq!(phased.candidate_in(12, 100), Some(19));
+        assert_eq!(phased.candidate_in(20, 100), Some(27), "27..31 stays below 32");
+        assert_eq!(Request::constrained(8, 4, 0, 4, 0, 100), Err(RequestError::BadNocross));
+        assert_eq!(Request::constrained(8, 4, 0, 24, 0, 100), Err(RequestError::BadNocross));
+        assert_eq!(Request::constrained(8, 4, 4, 0, 0, 100), Err(RequestError::BadAlignment));
+        assert_eq!(r.search_length(), 24);
     }
 
     #[test]

@@ -59,6 +59,9 @@ impl fmt::Display for AllocError {
         match self {
             AllocError::Invalid(RequestError::ZeroSize) => write!(f, "size 0"),
             AllocError::Invalid(RequestError::BadAlignment) => write!(f, "alignment is not a power of two"),
+            AllocError::Invalid(RequestError::BadNocross) => {
+                write!(f, "nocross is not a power of two at least the size")
+            }
             AllocError::Invalid(RequestError::BadWindow) => {
                 write!(f, "window is empty or smaller than the request")
             }

@@ -33,6 +33,8 @@ pub mod frames;
 pub mod pressure;
 pub mod sync;
 pub mod table;
+#[cfg(not(loom))]
+pub mod vmem;
 
 pub use arena::backing::{Backing, Moved, NoBacking};
 pub use arena::nodes::node::ZONE_PAGES;
@@ -41,7 +43,7 @@ pub use arena::stats::ArenaStats;
 pub use arena::strategy::Strategy;
 pub use arena::worker::{set_idle_hook, set_start_hook};
 pub use arena::{
-    AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport,
+    AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, Fit, FreeError, PurgeKind, PurgeReport,
     SmallArea, Step, NO_NODE, UNKNOWN_BYTES,
 };
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
@@ -51,3 +53,5 @@ pub use frames::{FrameAllocator, FrameError};
 pub use sync::fork::{ForkLocks, ProcessForkGuard};
 pub use sync::lock::StatLock;
 pub use sync::lock_stats::LockStats;
+#[cfg(not(loom))]
+pub use vmem::{Constraints, Vmem, VmemError, VmemOptions, VmemStats};

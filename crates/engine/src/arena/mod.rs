@@ -89,7 +89,7 @@ use strategy_state::with_strategy;
 use vmarena_core::BusyArea;
 
 pub use crate::area::{
-    AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, PurgeReport, SmallArea, Step, NO_NODE,
+    AllocRequest, Allocation, AreaKind, AreaTag, Fit, PurgeKind, PurgeReport, SmallArea, Step, NO_NODE,
     UNKNOWN_BYTES,
 };
 pub use crate::error::{AllocError, FreeError};
@@ -304,6 +304,12 @@ impl Arena {
     pub fn purge(&self) -> PurgeReport {
         self.shared.drain_caches();
         self.shared.purge(PurgeKind::Normal)
+    }
+
+    /// The longest free range of the free tree (free ranges held by caches, pools and lazy
+    /// lists not counted), in pages.
+    pub fn largest_free(&self) -> u64 {
+        self.shared.free_summary().1
     }
 
     /// The shrinker: release every lazy area and return every pooled area to the free tree.

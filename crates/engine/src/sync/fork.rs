@@ -19,13 +19,14 @@
 //!    nested with each other or held while freeing);
 //! 3. per-CPU object pools ([`Rank::PercpuObjects`]): the pool's mutex, which is held while
 //!    it makes a chunk in an arena;
-//! 4. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry and
+//! 4. integer arenas' span lists ([`Rank::Vmem`]), never nested with each other;
+//! 5. arenas ([`Rank::Arena`]) in creation order; within one: the thread caches' registry and
 //!    the figures of given-back magazines, the purge mutex, the `StatLock`s in their rank order
 //!    (sync/lock_rank.rs, `LockRank`), the worker's state mutex, the list of areas that moves split;
-//! 5. spaces' own mutexes ([`Rank::SpaceMaps`]): vmap free lists, index shards and blocks,
+//! 6. spaces' own mutexes ([`Rank::SpaceMaps`]): vmap free lists, index shards and blocks,
 //!    then the frame maps;
-//! 6. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
-//! 7. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
+//! 7. fixed caches ([`Rank::FixedCache`]): the reclaim mutex, then the list mutex;
+//! 8. frame allocators ([`Rank::Frames`]): every CPU's page list, every CPU's batch queue,
 //!    then the zone.
 //!
 //! Every other path holds at most one `StatLock` of an arena at a time, takes the purge mutex
@@ -57,6 +58,9 @@ pub enum Rank {
     /// A per-CPU object pool's lock (the `vmarena` crate's `PercpuPool`), held while it makes
     /// chunks in an arena.
     PercpuObjects,
+    /// An integer arena's list of spans ([`crate::vmem`]), held while it allocates from the
+    /// arenas of its spans; never held while it imports from or returns to its parent.
+    Vmem,
     /// An arena's locks.
     Arena,
     /// A space's own mutexes (the `vmarena` crate's vmap blocks and frames-backed block maps):

@@ -40,7 +40,9 @@ impl VmSpace {
     pub(super) fn alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
         match e {
             AllocError::Invalid(vmarena_core::RequestError::ZeroSize) => VmError::ZeroSize,
-            AllocError::Invalid(vmarena_core::RequestError::BadAlignment) => VmError::BadAlignment(0),
+            AllocError::Invalid(
+                vmarena_core::RequestError::BadAlignment | vmarena_core::RequestError::BadNocross,
+            ) => VmError::BadAlignment(0),
             AllocError::WouldBlock => VmError::WouldBlock,
             AllocError::Invalid(vmarena_core::RequestError::BadWindow) | AllocError::OutOfRange { .. } => {
                 let (lo, hi) = self.bounds();
@@ -227,10 +229,10 @@ impl VmSpace {
         let req = AllocRequest {
             pages,
             align_pages: self.align_pages_for(align_bytes),
-            window: None,
             prefer_fresh: zeroed,
             nonblocking,
             tag: AreaTag { caller: Some(caller), requested_bytes: bytes as u64, kind },
+            ..AllocRequest::pages(pages)
         };
         // `alloc_inner` tried the thread cache for every request it could serve.
         let a = self.arena.alloc_uncached(&req).map_err(|e| self.map_alloc_error(e, bytes))?;
