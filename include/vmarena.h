@@ -324,6 +324,78 @@ size_t vmarena_percpu_stride(void);
 /* Free a per-CPU object. 0; NULL is a no-op; -EINVAL for anything but a live handle. */
 int vmarena_percpu_free(void *handle);
 
+/* ---- Integer arenas: vmem over any integers ------------------------------------------------ */
+
+/* An integer arena (vmem, as in Bonwick and Adams' paper and illumos and FreeBSD vmem(9)): it
+ * hands out ranges of any integers (a JIT's code range, a device heap's offsets, file extents,
+ * ids), never memory. Spans are added by the caller or imported from a parent arena, and an
+ * imported span goes back to the parent when its last allocation is freed. Small sizes are
+ * served by per-thread and per-CPU caches; constrained requests search the free tree. Integers
+ * come back through `*out` (0 is a valid integer); functions return 0 or -errno and set errno:
+ * EINVAL for bad arguments, a foreign or freed start or an invalid handle, ENOMEM when no span
+ * holds the request, EEXIST for an overlapping span, EBUSY for a destruction while allocations
+ * are live. Nothing changes on failure. */
+typedef struct vmarena_vmem vmarena_vmem;
+
+/* How an arena is built. Every field 0 means its default; set `size` to sizeof the struct. */
+struct vmarena_vmem_options {
+    uint64_t size;
+    uint64_t quantum;        /* the unit of allocation, a power of two; 0: 1 */
+    uint64_t import_quantum; /* imports from the parent are rounded up to it; 0: the quantum */
+    uint64_t fit;            /* VMARENA_VMEM_LOWEST_FIT (0) or VMARENA_VMEM_INSTANT_FIT (1) */
+    uint64_t strategy;       /* VMARENA_STRATEGY_NODES (0), _SPLIT or _GLOBAL */
+};
+#define VMARENA_VMEM_LOWEST_FIT 0  /* the lowest start that fits */
+#define VMARENA_VMEM_INSTANT_FIT 1 /* the lowest block of the size's next power of two first */
+
+/* An arena called `name` (NULL: "vmem") with the span [base, base + size) (none when size is
+ * 0), importing from `parent` when no span holds a request (NULL: none). NULL and errno EINVAL
+ * for bad options, an empty name, a span that is not a multiple of the quantum or an invalid
+ * parent. */
+vmarena_vmem *vmarena_vmem_create(const char *name, uint64_t base, uint64_t size,
+                                  const struct vmarena_vmem_options *opts, vmarena_vmem *parent);
+
+/* Add the span [base, base + size) (vmem_add). */
+int vmarena_vmem_add(vmarena_vmem *vm, uint64_t base, uint64_t size);
+
+/* Allocate `size` integers (rounded up to the quantum) anywhere (vmem_alloc). */
+int vmarena_vmem_alloc(vmarena_vmem *vm, uint64_t size, uint64_t *out);
+
+/* Allocate under vmem_xalloc's constraints: the start is `phase` past a multiple of `align`
+ * (a power of two; 0: the quantum), the range crosses no multiple of `nocross` (0: none; else
+ * a power of two at least the size) and lies in [minaddr, maxaddr) (maxaddr 0: no bound). */
+int vmarena_vmem_xalloc(vmarena_vmem *vm, uint64_t size, uint64_t align, uint64_t phase,
+                        uint64_t nocross, uint64_t minaddr, uint64_t maxaddr, uint64_t *out);
+
+/* Free the allocation that starts at `start` (vmem_free; the size is known). */
+int vmarena_vmem_free(vmarena_vmem *vm, uint64_t start);
+
+/* The size of the live allocation at `start` (rounded to the quantum); 0 for none. */
+uint64_t vmarena_vmem_size(vmarena_vmem *vm, uint64_t start);
+
+/* Every range held by the caches back in the free trees (before reading free_ranges). */
+int vmarena_vmem_shrink(vmarena_vmem *vm);
+
+/* The arena's figures. Set `size` to sizeof the struct, as for struct vmarena_stats. */
+struct vmarena_vmem_stats {
+    uint64_t size;
+    uint64_t spans;          /* spans, added and imported */
+    uint64_t imported_spans; /* of those, imported from the parent */
+    uint64_t total;          /* integers in the spans */
+    uint64_t allocated;      /* integers of live allocations */
+    uint64_t live;           /* live allocations */
+    uint64_t free_ranges;    /* free ranges of the free trees */
+    uint64_t largest_free;   /* the largest of them */
+    uint64_t imports;        /* spans imported, ever */
+    uint64_t returns;        /* spans returned to the parent, ever */
+};
+int vmarena_vmem_stats(vmarena_vmem *vm, struct vmarena_vmem_stats *out);
+
+/* Free the arena (vmem_destroy): 0 (NULL is a no-op), -EBUSY while allocations are live.
+ * Imported spans go back to the parent; a child keeps its parent alive, whatever becomes of
+ * the parent's handle. */
+int vmarena_vmem_destroy(vmarena_vmem *vm);
+
 /* ---- Statistics ----------------------------------------------------------------------------- */
 
 /* The default space's statistics: its arena's table (docs/options.md, "Arena statistics"), in

@@ -60,7 +60,8 @@ pub use space::{SpaceStats, VmError, VmSpace};
 pub use vmarena_engine::pressure::PressureReport;
 pub use vmarena_engine::table::{OptionDoc, StatDoc};
 pub use vmarena_engine::{
-    ArenaOptions, ArenaStats, FixedStats, FrameOptions, FrameStats, LockStats, Strategy, UNKNOWN_BYTES,
+    ArenaOptions, ArenaStats, Constraints, Fit, FixedStats, FrameOptions, FrameStats, LockStats, Strategy,
+    Vmem, VmemError, VmemOptions, VmemStats, UNKNOWN_BYTES,
 };
 pub use vmarena_platform::Advice;
 

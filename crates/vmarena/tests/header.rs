@@ -45,6 +45,9 @@ fn c_type(rust: &str) -> String {
         "LockStatsC" => "struct vmarena_lock_stats",
         "SpaceHandle" => "vmarena_space",
         "SpaceOptionsC" => "struct vmarena_space_options",
+        "VmemHandle" => "vmarena_vmem",
+        "VmemOptionsC" => "struct vmarena_vmem_options",
+        "VmemStatsC" => "struct vmarena_vmem_stats",
         "c_char" => "char",
         other => panic!("no C spelling for the Rust type '{other}': extend c_type"),
     };

@@ -89,3 +89,56 @@ pub(super) fn errno_status(r: Result<(), i32>) -> libc::c_int {
         }
     }
 }
+
+/// The bytes a caller's struct has room for, from its leading `size` field; `-EINVAL` (errno
+/// set) for NULL or a size below 8.
+pub(super) fn caller_room(out: *const u64) -> Result<u64, libc::c_int> {
+    if out.is_null() {
+        set_errno(libc::EINVAL);
+        return Err(-libc::EINVAL);
+    }
+    // SAFETY: the header requires the first 8 bytes of the caller's struct to hold its size.
+    let room = unsafe { std::ptr::read_unaligned(out) };
+    if room < 8 {
+        set_errno(libc::EINVAL);
+        return Err(-libc::EINVAL);
+    }
+    Ok(room)
+}
+
+/// Write `value`, a `repr(C)` struct of the header that starts with its `size` field, into
+/// the caller's `out`: as many whole words as both sides know, `size` set to the bytes written.
+/// 0, or -EINVAL with errno for NULL or a `size` below 8.
+pub(super) fn write_sized<T: Copy>(out: *mut T, value: &T) -> libc::c_int {
+    let room = match caller_room(out.cast()) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let filled = room.min(std::mem::size_of::<T>() as u64) / 8 * 8;
+    // SAFETY: `filled` bytes fit in the caller's `size` (the header's contract) and in
+    // `value`; the size field is the first 8 of them.
+    unsafe {
+        std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), out.cast::<u8>(), filled as usize);
+        out.cast::<u64>().write_unaligned(filled);
+    }
+    0
+}
+
+/// Read a struct of the header that starts with its `size` into `T` (a `repr(C)` struct of
+/// `u64`s): the fields the caller's shorter struct lacks keep `T::default()`'s values. NULL
+/// gives the defaults; a size below 8 is refused.
+pub(super) fn read_sized<T: Copy + Default>(p: *const T) -> Result<T, &'static str> {
+    let mut c = T::default();
+    if p.is_null() {
+        return Ok(c);
+    }
+    // SAFETY: the header requires `p` to point to `p->size` readable bytes.
+    let size = unsafe { std::ptr::read_unaligned(p.cast::<u64>()) } as usize;
+    if size < 8 {
+        return Err("options size below 8");
+    }
+    let n = size.min(std::mem::size_of::<T>());
+    // SAFETY: `n` bytes are readable at `p` (its size says so) and fit in `c`.
+    unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), (&mut c as *mut T).cast::<u8>(), n) };
+    Ok(c)
+}

@@ -6,7 +6,7 @@
 //! size overflows, EAGAIN never for these calls.
 //!
 //! One file per section of the header: `vmalloc.rs`, `fixed.rs`, `frames.rs`, `rcu.rs`,
-//! `percpu.rs`, `pressure.rs`, `space.rs`, `stats.rs`, `version.rs`; `ffi.rs` holds the failure rules they share. This
+//! `percpu.rs`, `pressure.rs`, `space.rs`, `stats.rs`, `version.rs`, `vmem.rs`; `ffi.rs` holds the failure rules they share. This
 //! file only gathers them, so that `vmarena::capi::vmarena_vmalloc` names every function.
 
 mod ffi;
@@ -19,6 +19,7 @@ pub mod space;
 pub mod stats;
 pub mod version;
 pub mod vmalloc;
+pub mod vmem;
 
 pub use fixed::*;
 pub use frames::*;
@@ -29,3 +30,4 @@ pub use space::*;
 pub use stats::*;
 pub use version::*;
 pub use vmalloc::*;
+pub use vmem::*;

@@ -10,7 +10,7 @@
 //! the program kept into it faults, as one into a freed `mmap` would.
 #![allow(unsafe_code)]
 
-use super::ffi::{destroy, guarded, no_space, ptr_or_errno, status};
+use super::ffi::{destroy, guarded, no_space, ptr_or_errno, read_sized, status};
 use super::stats::{fill_lock_stats, fill_stats, LockStatsC, StatsC};
 use crate::default_space::default_space;
 use crate::{ArenaOptions, SpaceOptions, Strategy, VmSpace};
@@ -87,17 +87,7 @@ fn with_space<T>(h: *const SpaceHandle, fallback: T, f: impl FnOnce(&VmSpace) ->
 /// The options a caller asked for, with its struct's missing fields at their defaults; the
 /// reason for a refusal.
 fn options(opts: *const SpaceOptionsC) -> Result<(SpaceOptions, ArenaOptions), &'static str> {
-    let mut c = SpaceOptionsC::default();
-    if !opts.is_null() {
-        // SAFETY: the header requires `opts` to point to `opts->size` readable bytes.
-        let size = unsafe { std::ptr::read_unaligned(opts.cast::<u64>()) } as usize;
-        if size < 8 {
-            return Err("options size below 8");
-        }
-        let n = size.min(std::mem::size_of::<SpaceOptionsC>());
-        // SAFETY: `n` bytes are readable at `opts` (its size says so) and fit in `c`.
-        unsafe { std::ptr::copy_nonoverlapping(opts.cast::<u8>(), (&mut c as *mut SpaceOptionsC).cast(), n) };
-    }
+    let c = read_sized(opts)?;
     if c.flags & !(NO_GUARDS | NO_HUGE_PAGES) != 0 {
         return Err("unknown flags");
     }

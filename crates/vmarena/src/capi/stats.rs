@@ -9,13 +9,12 @@
 //! most `len` bytes, NUL included, and return the length of the whole text.
 #![allow(unsafe_code)]
 
-use super::ffi::guarded;
+use super::ffi::{guarded, write_sized};
 use crate::default_space::existing_default_space;
 use std::fmt::Write;
 use vmarena_engine::ArenaStats;
 use vmarena_platform::fork_once::ForkOnce;
 use vmarena_platform::kept_fd::KeptFd;
-use vmarena_platform::set_errno;
 
 /// Statistics in `struct vmarena_stats` after its `size`.
 const STATS: usize = ArenaStats::TABLE.len();
@@ -23,6 +22,7 @@ const STATS: usize = ArenaStats::TABLE.len();
 /// `struct vmarena_stats` of the header: its size in bytes, then the arena's statistics in the
 /// table's order (`docs/options.md`, "Arena statistics"), each a `uint64_t`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct StatsC {
     /// Set by the caller to the bytes it has room for; set by the library to the bytes filled.
     pub size: u64,
@@ -45,42 +45,14 @@ pub unsafe extern "C" fn vmarena_stats(out: *mut StatsC) -> libc::c_int {
     guarded(-libc::EFAULT, || fill_stats(out, &arena_stats()))
 }
 
-/// The bytes a caller's struct has room for, from its leading `size` field; `-EINVAL` (errno
-/// set) for NULL or a size below 8.
-fn caller_room(out: *const u64) -> Result<u64, libc::c_int> {
-    if out.is_null() {
-        set_errno(libc::EINVAL);
-        return Err(-libc::EINVAL);
-    }
-    // SAFETY: the header requires the first 8 bytes of the caller's struct to hold its size.
-    let room = unsafe { std::ptr::read_unaligned(out) };
-    if room < 8 {
-        set_errno(libc::EINVAL);
-        return Err(-libc::EINVAL);
-    }
-    Ok(room)
-}
-
 /// Write `stats` (in table order) into the caller's `out` as `vmarena_stats` does: 0, or
 /// -EINVAL with errno for NULL or a `size` below 8.
 pub(super) fn fill_stats(out: *mut StatsC, stats: &ArenaStats) -> libc::c_int {
-    let room = match caller_room(out.cast()) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    let mut words = vec![0u64; 1 + STATS];
-    for (w, (_, v)) in words[1..].iter_mut().zip(stats.values()) {
+    let mut c = StatsC { size: 0, values: [0; STATS] };
+    for (w, (_, v)) in c.values.iter_mut().zip(stats.values()) {
         *w = v;
     }
-    // Whole words only, as many as both sides know.
-    let filled = room.min(8 * words.len() as u64) / 8;
-    words[0] = filled * 8;
-    // SAFETY: `filled` words fit in the caller's `size` bytes (the header's contract); the
-    // source is this vector.
-    unsafe {
-        std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), out.cast::<u8>(), filled as usize * 8)
-    };
-    0
+    write_sized(out, &c)
 }
 
 /// `struct vmarena_lock_class` of the header: one lock class's figures.
@@ -117,10 +89,6 @@ pub struct LockStatsC {
 /// Fill the caller's `out` with the lock figures of `space` (zeros for none), as
 /// [`fill_stats`] fills statistics: 0, or -EINVAL with errno for NULL or a `size` below 8.
 pub(super) fn fill_lock_stats(out: *mut LockStatsC, space: Option<&crate::VmSpace>) -> libc::c_int {
-    let room = match caller_room(out.cast()) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
     let mut all = LockStatsC::default();
     for (class, l) in space.map(|s| s.lock_stats()).unwrap_or_default() {
         let c = LockClassC {
@@ -137,19 +105,7 @@ pub(super) fn fill_lock_stats(out: *mut LockStatsC, space: Option<&crate::VmSpac
             _ => {}
         }
     }
-    let total = std::mem::size_of::<LockStatsC>() as u64;
-    let filled = room.min(total) / 8 * 8;
-    all.size = filled;
-    // SAFETY: `filled` bytes fit in the caller's `size` (the header's contract); the source is
-    // `all`, of `total` bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            (&all as *const LockStatsC).cast::<u8>(),
-            out.cast::<u8>(),
-            filled as usize,
-        )
-    };
-    0
+    write_sized(out, &all)
 }
 
 /// `int vmarena_lock_stats(struct vmarena_lock_stats *out);` the default space's lock figures
