@@ -1138,3 +1138,29 @@ fn an_arena_grows_in_the_backings_steps_and_stops_where_it_refuses() {
         a.check().unwrap();
     }
 }
+
+/// `lazy_free: false`: every free that no thread cache takes goes back to the free tree at
+/// once, merged, in every strategy; nothing waits in pools or on lazy lists.
+#[test]
+fn without_lazy_free_a_free_merges_at_once() {
+    for s in Strategy::ALL {
+        let o = ArenaOptions { lazy_free: false, thread_cache: false, ..opts(s) };
+        let a = Arena::new("eager", 0, 1 << 16, o, Box::new(NoBacking)).unwrap();
+        let sizes = [1u64, 3, 17, 200, 300, 1000, 4096];
+        let starts: Vec<u64> =
+            sizes.iter().map(|&p| a.alloc(&AllocRequest::pages(p)).unwrap().start).collect();
+        for (i, &st) in starts.iter().enumerate() {
+            assert_eq!(a.free(st).unwrap().pages, sizes[i]);
+            let stats = a.stats();
+            assert_eq!((stats.lazy_pages, stats.pooled_pages), (0, 0), "{s}: nothing waits");
+        }
+        let st = a.stats();
+        assert_eq!(st.live_pages, 0);
+        // Node chunks may still hold free zones (Nodes); a shrink returns them.
+        a.shrink();
+        let st = a.stats();
+        assert_eq!((st.free_pages, st.free_ranges), (1 << 16, 1), "{s}: one range again");
+        assert!(a.free(starts[0]).is_err(), "{s}: a second free is refused");
+        a.check().unwrap();
+    }
+}

@@ -9,6 +9,7 @@ mod first_call;
 mod fixed;
 mod frames;
 mod fuzz;
+mod int_arena;
 mod libs;
 mod lock_model;
 mod machine;
@@ -124,6 +125,16 @@ enum Command {
     /// and the shim over the best peer; deterministic outputs compared with glibc's (any
     /// difference exits 1).
     Suite(suite::SuiteConfig),
+    /// vmarena's integer arena (vmem's interface) against the vmem, offset-allocator and
+    /// range-alloc crates and a mutex around vmarena's free tree.
+    ///
+    /// Traces: a GPU heap (256 B-64 MiB, aligned 256 B-64 KiB, long- and short-lived mixed,
+    /// frees in an order of their own) and a JIT code range (64 B-16 KiB functions, aligned
+    /// 16-64, never across 2 MiB). Each thread replays its own trace; contenders alternate round
+    /// by round. Reported: throughput (median) and its ratio to vmarena's, refusals, and with
+    /// the trace's long-lived allocations live, the free ranges between them, the largest, and
+    /// the heap held per live allocation. Placement is checked (alignment, nocross, overlap).
+    IntArena(int_arena::IntArenaConfig),
     /// CPython's regression tests (python3 -m test, a memory-heavy selection) without the
     /// shim and under it, at the default threshold and at 1 byte, every test case's outcome
     /// compared; any difference is listed and makes the command exit 1.
@@ -170,6 +181,22 @@ fn main() {
                     eprintln!("vmarena frames: cannot write {e}");
                     std::process::exit(1);
                 }
+            }
+        }
+        Command::IntArena(cfg) => {
+            let cells = int_arena::run(&cfg).unwrap_or_else(|e| {
+                eprintln!("vmarena int-arena: {e}");
+                std::process::exit(2);
+            });
+            int_arena::print(&cfg, &cells, &m);
+            if let Some(path) = &cfg.json {
+                if let Err(e) = machine::write_output(path, &int_arena::json(&cfg, &cells, &m)) {
+                    eprintln!("vmarena int-arena: cannot write {e}");
+                    std::process::exit(1);
+                }
+            }
+            if !int_arena::own_ok(&cells) {
+                std::process::exit(1);
             }
         }
         Command::UserPath(cfg) => {

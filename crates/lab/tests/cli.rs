@@ -370,3 +370,44 @@ fn user_path_variants_run_with_their_options() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("VMARENA_BOGUS is not an option"));
 }
+
+#[test]
+fn int_arena_compares_every_contender_and_checks_placement() {
+    let dir = std::env::temp_dir().join(format!("vmarena-int-arena-{}", std::process::id()));
+    let json = dir.join("int.json");
+    let contenders = "vmarena,vmarena-instant,vmarena-global,tree-mutex,vmem,offset-allocator,range-alloc";
+    let out = vmarena(&[
+        "int-arena",
+        "--allocs",
+        "3000",
+        "--rounds",
+        "1",
+        "--contenders",
+        contenders,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for trace in ["gpu", "jit"] {
+        for threads in ["1", "2"] {
+            for c in contenders.split(',') {
+                let row = format!("| {trace} | {threads} | {c} | ");
+                let line =
+                    stdout.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("{row}: {stdout}"));
+                assert!(!line.contains("panicked"), "{line}");
+            }
+        }
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2 * 2 * 7);
+    for c in cells {
+        let s = &c["samples"][0];
+        assert!(s["mops"].as_f64().unwrap() > 0.0 && s["live"].as_u64().unwrap() > 0, "{c}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let bad = vmarena(&["int-arena", "--contenders", "vmarena,nosuch", "--allocs", "10"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown contender 'nosuch'"));
+}

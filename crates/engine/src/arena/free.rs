@@ -119,7 +119,11 @@ impl Arena {
     #[inline(always)]
     fn free_uncached_as(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
         let sh = &*self.shared;
-        let r = if sh.lazy_backlogged() { sh.free_released(start, kind) } else { sh.free(start, kind) };
+        let r = if !sh.ctx.opts.lazy_free || sh.lazy_backlogged() {
+            sh.free_released(start, kind)
+        } else {
+            sh.free(start, kind)
+        };
         match r {
             Err(_) => {
                 sh.ctx.counters.bad_frees.fetch_add(1, Relaxed);

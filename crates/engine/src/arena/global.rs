@@ -9,6 +9,7 @@
 //! Nodes step, so one pass is a tree search and an insert under the one lock.
 
 use super::context::Context;
+use super::release::release_now;
 use super::strategy_ops::{check_free_tree, remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, NO_NODE};
 use crate::arena::site;
@@ -133,6 +134,19 @@ impl StrategyOps for Global {
     ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = self.0.lock_at(&site::FREE_GLOBAL).bl.free(start, kind)?;
         ctx.lazy.approx.fetch_add(a.pages as i64, Relaxed);
+        Ok(a)
+    }
+
+    /// The record removed under the busy lock, then the area released and merged into the
+    /// free tree by this thread, as a purge would.
+    fn free_released(
+        &self,
+        ctx: &Context,
+        start: u64,
+        kind: Option<AreaKind>,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
+        let a = self.with_busy(ctx, start, |b| remove_record(b, start, kind))?;
+        release_now(ctx, self, Span::new(start, a.pages));
         Ok(a)
     }
 

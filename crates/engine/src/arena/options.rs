@@ -23,6 +23,8 @@ options_table! {
         purge_keep_percent: u64 = 75, "percent", "VMARENA_PURGE_KEEP_PERCENT", experiment;
         /// Raise the lazy threshold by the live pages below their high-water mark since the last purge not started by the threshold (Nodes).
         lazy_headroom: bool = true, "bool", "VMARENA_LAZY_HEADROOM", experiment;
+        /// Freed areas wait in pools and on lazy lists until a purge, as the kernel's do; off: every free the thread caches do not take goes back to the free tree at once (for arenas with no memory behind their pages, such as an integer arena's spans, where waiting saves nothing).
+        lazy_free: bool = true, "bool", "VMARENA_LAZY_FREE";
         /// Serve a request from a larger lazily freed area by splitting it (off: equal sizes only).
         lazy_split: bool = true, "bool", "VMARENA_LAZY_SPLIT";
         /// A freed area at most this share larger than a request is handed out whole: a lazy one instead of split, and one in the thread's cache when the request's size has none there (0: exact sizes and splits, as the kernel; Nodes).

@@ -8,7 +8,8 @@
 
 use super::context::Context;
 use super::global::BusyLazy;
-use super::strategy_ops::{check_free_tree, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
+use super::release::release_now;
+use super::strategy_ops::{check_free_tree, remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag};
 use crate::arena::site;
 use crate::arena::stats::ArenaStats;
@@ -59,6 +60,19 @@ impl StrategyOps for Split {
     ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = self.busy.lock_at(&site::FREE_BUSY).free(start, kind)?;
         ctx.lazy.approx.fetch_add(a.pages as i64, Relaxed);
+        Ok(a)
+    }
+
+    /// The record removed under the busy lock, then the area released and merged into the
+    /// free tree by this thread, as a purge would.
+    fn free_released(
+        &self,
+        ctx: &Context,
+        start: u64,
+        kind: Option<AreaKind>,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
+        let a = self.with_busy(ctx, start, |b| remove_record(b, start, kind))?;
+        release_now(ctx, self, Span::new(start, a.pages));
         Ok(a)
     }
 

@@ -58,8 +58,14 @@ impl Default for VmemOptions {
             quantum: 1,
             fit: Fit::Lowest,
             import_quantum: 0,
-            // No memory: nothing to release in the background, nothing to move.
-            arena: ArenaOptions { purge_thread: false, page_moves: false, ..ArenaOptions::default() },
+            // No memory: nothing to release, in the background or later, nothing to move. A
+            // free coalesces at once, as vmem's does.
+            arena: ArenaOptions {
+                purge_thread: false,
+                page_moves: false,
+                lazy_free: false,
+                ..ArenaOptions::default()
+            },
         }
     }
 }
