@@ -1,5 +1,5 @@
 //! The invariant checker: every page of the arena is in exactly one state, and every
-//! structure is internally consistent (DESIGN.md, section 15).
+//! structure is internally consistent (DESIGN.md, section 16).
 //!
 //! It holds every lock of the arena at once: the thread-cache registry mutex, the purge mutex,
 //! then the strategy's locks in the lock order (sync/lock_rank.rs, `LockRank`), which the strategy's own

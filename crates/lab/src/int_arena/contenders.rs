@@ -221,8 +221,8 @@ impl OffsetAlloc {
     pub fn new(shape: Shape) -> OffsetAlloc {
         let shift = shape.quantum.trailing_zeros();
         let units = u32::try_from(shape.span >> shift).expect("the span fits u32 units");
-        // Room for every live allocation of two threads' traces.
-        let a = offset_allocator::Allocator::with_max_allocs(units, 1 << 20);
+        // Its default of 128 Ki live allocations holds both threads' traces.
+        let a = offset_allocator::Allocator::new(units);
         OffsetAlloc { a: Mutex::new(a), base: shape.base, shift, nocross: shape.nocross }
     }
 }

@@ -44,8 +44,9 @@ pub struct IntArenaConfig {
         default_value = "vmarena,vmarena-instant,vmarena-global,tree-mutex,vmem,vmem-xalloc,offset-allocator,range-alloc"
     )]
     pub contenders: Vec<String>,
-    /// Allocations per thread.
-    #[arg(long, default_value_t = 200_000)]
+    /// Allocations per thread (the JIT trace then holds about 25,000 live functions a thread;
+    /// range-alloc and vmem slow down with the number of free ranges).
+    #[arg(long, default_value_t = 100_000)]
     pub allocs: usize,
     /// Rounds; each runs every contender once, in turn.
     #[arg(long, default_value_t = 3)]
