@@ -30,6 +30,8 @@
 //! - [`free_tree`]: the augmented tree of free ranges, lowest-address fit, eager merging.
 //! - [`pool`]: exact-size pools of freed areas, split into resident (dirty) and released (clean).
 //! - [`busy`]: the map from area start to the live area's record.
+//! - [`seg_fit`]: segregated free lists with boundary tags (instant fit in constant time), the
+//!   integer arenas' other index.
 //! - [`oracle`]: a linear-scan model of the free space that the tests check the tree against.
 //! - [`buddy`]: the buddy frame allocator of one zone (orders 0..=10, watermarks).
 //! - [`pcp`]: the policy of one CPU's page lists in front of the buddy (batch, auto-tuned high).
@@ -51,6 +53,7 @@ pub mod oracle;
 pub mod page_map;
 pub mod pcp;
 pub mod pool;
+pub mod seg_fit;
 pub mod span;
 
 pub use batch_queue::{BatchQueue, BatchRule, Flush, Insert};
@@ -61,6 +64,7 @@ pub use free_tree::{FreeTree, TreeError};
 pub use lazy_list::{LazyArea, LazyList};
 pub use pcp::{FreeOutcome, Pcp, PcpConfig, PCP_ORDERS, THP_ORDER};
 pub use pool::{PoolSide, SizePools, POOL_MAX_PAGES};
+pub use seg_fit::SegFit;
 pub use span::Span;
 
 /// Integer log2 rounded down plus one (`fls`): 0 for 0, 1 for 1, 2 for 2..=3, ...

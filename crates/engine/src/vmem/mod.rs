@@ -3,9 +3,11 @@
 //! alignment, phase, nocross and a min/max address, lowest fit or instant fit, spans added by
 //! the caller or imported from a parent arena and returned to it when they empty.
 //!
-//! Owns: its spans ([`span::SpanList`]), each an engine [`Arena`] over the span's quanta, so
-//! that small allocations are served by the arena's thread caches and per-CPU nodes (vmem's
-//! quantum caches) and the rest by its free tree; a handle on its parent, which it keeps alive.
+//! Owns: its spans ([`span::SpanList`]), each with an index of its quanta: for lowest fit an
+//! engine [`Arena`], so that small allocations are served by the arena's thread caches and
+//! per-CPU nodes (vmem's quantum caches) and the rest by its free tree; for instant fit
+//! segregated free lists ([`vmarena_core::SegFit`]) under a mutex, constant time. A handle on its
+//! parent, which it keeps alive.
 //!
 //! Locks: one `RwLock` over the span list, ranked [`Rank::Vmem`]: allocations and frees hold
 //! it for reading while they call the span's arena; adding or removing a span holds it for
@@ -16,10 +18,10 @@
 //! allocations or is being allocated from (its `live` count is raised under the read lock, and
 //! it is removed under the write lock only at 0); a refused call changed nothing.
 //!
-//! Constrained requests (a phase, a nocross boundary or a min/max address) bypass the caches
-//! and pools and search the free tree, as vmem's `vmem_xalloc` bypasses its quantum caches. A
-//! request with a nocross boundary and nothing else tries the thread's cache first and keeps
-//! the area only if it crosses no boundary.
+//! With lowest fit, constrained requests (a phase, a nocross boundary or a min/max address)
+//! bypass the caches and pools and search the free tree, as vmem's `vmem_xalloc` bypasses its
+//! quantum caches; a request with a nocross boundary and nothing else tries the thread's cache
+//! first and keeps the area only if it crosses no boundary.
 
 mod constraints;
 mod error;
@@ -30,13 +32,14 @@ pub use error::VmemError;
 
 use crate::arena::backing::NoBacking;
 use crate::arena::options::ArenaOptions;
-use crate::arena::{AllocRequest, Arena, Fit};
+use crate::arena::{Arena, Fit};
 use crate::sync::fork::{self, ForkLocks, Held, Rank};
 use constraints::Quanta;
-use span::{Span, SpanList};
+use span::{Index, Span, SpanList};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use vmarena_core::SegFit;
 
 /// How a [`Vmem`] is built.
 #[derive(Clone, Debug)]
@@ -44,7 +47,8 @@ pub struct VmemOptions {
     /// The unit of allocation: sizes are rounded up to it, starts are multiples of it (a power
     /// of two).
     pub quantum: u64,
-    /// How the free tree is searched.
+    /// Lowest fit: each span an engine arena (its free tree, nodes and thread caches); instant
+    /// fit: each span segregated free lists under a mutex ([`vmarena_core::SegFit`]).
     pub fit: Fit,
     /// Imports from the parent are rounded up to a multiple of this (0: the quantum).
     pub import_quantum: u64,
@@ -184,8 +188,8 @@ impl Vmem {
         let (base, emptied, pages) = {
             let g = inner.read();
             let span = g.find(at).ok_or(VmemError::NotAllocated(at))?;
-            let a = span.arena.free(at >> inner.shift).map_err(|_| VmemError::NotAllocated(at))?;
-            (span.base, span.gave_back(), a.pages)
+            let pages = span.free(at >> inner.shift).ok_or(VmemError::NotAllocated(at))?;
+            (span.base, span.gave_back(), pages)
         };
         if emptied {
             inner.return_if_empty(base);
@@ -200,7 +204,7 @@ impl Vmem {
         if at & (self.quantum() - 1) != 0 {
             return None;
         }
-        span.arena.live_pages(at >> self.inner.shift).map(|p| p << self.inner.shift)
+        span.live_quanta(at >> self.inner.shift).map(|p| p << self.inner.shift)
     }
 
     /// Figures as of now. `free_ranges` and `largest_free` count the free trees only: call
@@ -213,14 +217,14 @@ impl Vmem {
             ..VmemStats::default()
         };
         for span in g.iter() {
-            let a = span.arena.stats();
+            let f = span.figures();
             s.spans += 1;
             s.imported_spans += u64::from(span.imported);
             s.total += span.end - span.base;
-            s.allocated += a.live_pages << self.inner.shift;
-            s.live += a.live_areas;
-            s.free_ranges += a.free_ranges;
-            s.largest_free = s.largest_free.max(span.arena.largest_free() << self.inner.shift);
+            s.allocated += f.live_quanta << self.inner.shift;
+            s.live += f.live;
+            s.free_ranges += f.free_ranges;
+            s.largest_free = s.largest_free.max(f.largest_free << self.inner.shift);
         }
         s
     }
@@ -228,14 +232,14 @@ impl Vmem {
     /// Every cached, pooled and lazily freed range back in the free trees (the shrinker).
     pub fn shrink(&self) {
         for span in self.inner.read().iter() {
-            span.arena.shrink();
+            span.shrink();
         }
     }
 
     /// Check every span's arena (the engine's invariants); the first violation found.
     pub fn check(&self) -> Result<(), String> {
         for span in self.inner.read().iter() {
-            span.arena.check()?;
+            span.check()?;
         }
         Ok(())
     }
@@ -266,15 +270,21 @@ impl Inner {
             return Err(VmemError::Invalid("span base and size must be non-zero multiples of the quantum"));
         }
         let end = base.checked_add(size).ok_or(VmemError::Overlap { base, size })?;
-        let arena = Arena::new(
-            format!("{}@{base:#x}", self.name),
-            base >> self.shift,
-            end >> self.shift,
-            self.arena_opts.clone(),
-            Box::new(NoBacking),
-        )
-        .map_err(|_| VmemError::Invalid("span options"))?;
-        let span = Arc::new(Span { base, end, arena, imported, live: AtomicU64::new(0) });
+        let (lo, hi) = (base >> self.shift, end >> self.shift);
+        let index = match self.fit {
+            Fit::Lowest => Index::Tree(
+                Arena::new(
+                    format!("{}@{base:#x}", self.name),
+                    lo,
+                    hi,
+                    self.arena_opts.clone(),
+                    Box::new(NoBacking),
+                )
+                .map_err(|_| VmemError::Invalid("span options"))?,
+            ),
+            Fit::Instant => Index::Seg(Mutex::new(SegFit::new(lo, hi))),
+        };
+        let span = Arc::new(Span { base, end, index, imported, live: AtomicU64::new(0) });
         let mut g = self.write();
         if !g.is_clear(base, end) {
             return Err(VmemError::Overlap { base, size });
@@ -296,29 +306,9 @@ impl Inner {
         if hi <= lo || hi - lo < q.pages {
             return None;
         }
-        let whole = (lo, hi) == (slo, shi);
-        if whole && q.phase_pages == 0 && q.nocross_pages != 0 {
-            // A cached area that happens to cross no boundary serves as well as any.
-            if let Some(s) = span.arena.alloc_cached_aligned(q.pages, q.align_pages, None) {
-                if !q.crosses(s) {
-                    span.took();
-                    return Some(s << self.shift);
-                }
-                let back = span.arena.free(s);
-                debug_assert!(back.is_ok());
-            }
-        }
-        let req = AllocRequest {
-            align_pages: q.align_pages,
-            phase_pages: q.phase_pages,
-            nocross_pages: q.nocross_pages,
-            window: (!whole).then_some((lo, hi)),
-            fit: self.fit,
-            ..AllocRequest::pages(q.pages)
-        };
-        let a = span.arena.alloc(&req).ok()?;
+        let at = span.alloc(q, lo, hi, (lo, hi) == (slo, shi), self.fit)?;
         span.took();
-        Some(a.start << self.shift)
+        Some(at << self.shift)
     }
 
     /// Import a span from the parent that holds `q`, add it, and allocate from it.
@@ -370,7 +360,7 @@ impl Inner {
 
     fn free_and_spans(&self) -> (u64, usize) {
         let g = self.read();
-        let free = g.iter().map(|s| s.arena.stats().free_pages << self.shift).sum();
+        let free = g.iter().map(|s| s.figures().free_quanta << self.shift).sum();
         (free, g.len())
     }
 }

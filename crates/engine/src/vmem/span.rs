@@ -1,21 +1,44 @@
 //! `Span` and `SpanList`: the ranges an integer arena allocates from (vmem's spans), each with
-//! an engine [`Arena`] over its quanta.
+//! its index of free quanta: an engine [`Arena`] (lowest fit, with its nodes and thread caches)
+//! or segregated free lists ([`SegFit`], instant fit) under a mutex.
 //!
-//! Owns: the spans' arenas. A list is held under its integer arena's `RwLock`; a span's `live`
+//! Owns: the spans' indexes. A list is held under its integer arena's `RwLock`; a span's `live`
 //! count is an atomic that allocations raise while holding the lock for reading, so that a
-//! holder of the write lock who reads 0 knows no allocation can be under way in the span.
+//! holder of the write lock who reads 0 knows no allocation can be under way in the span. A
+//! span's mutex is taken only under that read lock, so the write lock (taken for `fork()`)
+//! finds every span's mutex free.
 //!
 //! Invariant: spans in the list are disjoint and sorted by base.
 
-use crate::arena::Arena;
+use super::constraints::Quanta;
+use crate::arena::{AllocRequest, Arena, Fit};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use vmarena_core::{Request, SegFit};
 
-/// One span: `[base, end)` in integers, quanta `[base >> shift, end >> shift)` in its arena.
+/// A span's index of its quanta.
+pub(crate) enum Index {
+    /// An engine arena over the quanta: lowest fit, nodes, thread caches, free tree.
+    Tree(Arena),
+    /// Segregated free lists: instant fit in constant time, under one mutex.
+    Seg(Mutex<SegFit>),
+}
+
+/// A span's figures, in quanta.
+#[derive(Default)]
+pub(crate) struct Figures {
+    pub live: u64,
+    pub live_quanta: u64,
+    pub free_quanta: u64,
+    pub free_ranges: u64,
+    pub largest_free: u64,
+}
+
+/// One span: `[base, end)` in integers, quanta `[base >> shift, end >> shift)` in its index.
 pub(crate) struct Span {
     pub base: u64,
     pub end: u64,
-    pub arena: Arena,
+    pub index: Index,
     /// Imported from the parent: returned to it when its last allocation is freed.
     pub imported: bool,
     /// Live allocations (counted only for imported spans, the ones returned when empty).
@@ -25,6 +48,98 @@ pub(crate) struct Span {
 impl Span {
     pub(crate) fn holds(&self, at: u64) -> bool {
         self.base <= at && at < self.end
+    }
+
+    fn seg(m: &Mutex<SegFit>) -> MutexGuard<'_, SegFit> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocate `q` within quanta `[lo, hi)` of this span (`whole`: the span's whole range),
+    /// searched as `fit` says: the first quantum.
+    pub(crate) fn alloc(&self, q: &Quanta, lo: u64, hi: u64, whole: bool, fit: Fit) -> Option<u64> {
+        match &self.index {
+            Index::Tree(arena) => {
+                if whole && q.phase_pages == 0 && q.nocross_pages != 0 {
+                    // A cached area that happens to cross no boundary serves as well as any.
+                    if let Some(s) = arena.alloc_cached_aligned(q.pages, q.align_pages, None) {
+                        if !q.crosses(s) {
+                            return Some(s);
+                        }
+                        let back = arena.free(s);
+                        debug_assert!(back.is_ok());
+                    }
+                }
+                let req = AllocRequest {
+                    align_pages: q.align_pages,
+                    phase_pages: q.phase_pages,
+                    nocross_pages: q.nocross_pages,
+                    window: (!whole).then_some((lo, hi)),
+                    fit,
+                    ..AllocRequest::pages(q.pages)
+                };
+                arena.alloc(&req).ok().map(|a| a.start)
+            }
+            Index::Seg(m) => {
+                let r = Request::constrained(q.pages, q.align_pages, q.phase_pages, q.nocross_pages, lo, hi)
+                    .ok()?;
+                Self::seg(m).alloc(&r)
+            }
+        }
+    }
+
+    /// Free the allocation at quantum `at`: its quanta.
+    pub(crate) fn free(&self, at: u64) -> Option<u64> {
+        match &self.index {
+            Index::Tree(arena) => arena.free(at).ok().map(|a| a.pages),
+            Index::Seg(m) => Self::seg(m).free(at),
+        }
+    }
+
+    /// The quanta of the live allocation at quantum `at`.
+    pub(crate) fn live_quanta(&self, at: u64) -> Option<u64> {
+        match &self.index {
+            Index::Tree(arena) => arena.live_pages(at),
+            Index::Seg(m) => Self::seg(m).len_of(at),
+        }
+    }
+
+    pub(crate) fn figures(&self) -> Figures {
+        match &self.index {
+            Index::Tree(arena) => {
+                let a = arena.stats();
+                Figures {
+                    live: a.live_areas,
+                    live_quanta: a.live_pages,
+                    free_quanta: a.free_pages,
+                    free_ranges: a.free_ranges,
+                    largest_free: arena.largest_free(),
+                }
+            }
+            Index::Seg(m) => {
+                let f = Self::seg(m);
+                Figures {
+                    live: f.live() as u64,
+                    live_quanta: f.allocated_len(),
+                    free_quanta: f.free_len(),
+                    free_ranges: f.free_ranges() as u64,
+                    largest_free: f.largest(),
+                }
+            }
+        }
+    }
+
+    /// Every cached, pooled and lazy range back in the index.
+    pub(crate) fn shrink(&self) {
+        if let Index::Tree(arena) = &self.index {
+            arena.shrink();
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), String> {
+        match &self.index {
+            Index::Tree(arena) => arena.check(),
+            Index::Seg(m) => Self::seg(m).check(),
+        }
     }
 
     /// One more live allocation (imported spans only).
