@@ -193,6 +193,40 @@ impl Request {
     }
 }
 
+impl Request {
+    /// The highest start `s <= x` that the alignment and phase allow.
+    fn aligned_below(&self, x: u64) -> Option<u64> {
+        if self.align_pages == 1 {
+            return Some(x);
+        }
+        let off = x.checked_sub(self.phase_pages)? % self.align_pages;
+        Some(x - off)
+    }
+
+    /// Where the request would start inside the free block `[start, end)` if placed as high
+    /// as it can go (a stripe that grows downwards), if it fits there.
+    pub fn candidate_last_in(&self, start: u64, end: u64) -> Option<u64> {
+        let lo = start.max(self.lo);
+        let top = end.min(self.hi).checked_sub(self.size_pages)?;
+        let mut cand = self.aligned_below(top)?;
+        let n = self.nocross_pages;
+        if n != 0 {
+            let shift = n.trailing_zeros();
+            let crosses = |c: u64| c >> shift != (c + (self.size_pages - 1)) >> shift;
+            if crosses(cand) {
+                // The boundary inside the area: end at it, the next start down the alignment
+                // allows (one move decides, as for the lowest start).
+                let boundary = ((cand + self.size_pages - 1) >> shift) << shift;
+                cand = self.aligned_below(boundary.checked_sub(self.size_pages)?)?;
+                if crosses(cand) {
+                    return None;
+                }
+            }
+        }
+        (cand >= lo).then_some(cand)
+    }
+}
+
 /// Round `x` up to a multiple of the power of two `align`; `None` on overflow.
 pub fn align_up(x: u64, align: u64) -> Option<u64> {
     debug_assert!(align.is_power_of_two());
@@ -310,6 +344,37 @@ mod tests {
         assert_eq!(Request::constrained(8, 4, 0, 24, 0, 100), Err(RequestError::BadNocross));
         assert_eq!(Request::constrained(8, 4, 4, 0, 0, 100), Err(RequestError::BadAlignment));
         assert_eq!(r.search_length(), 24);
+    }
+
+    #[test]
+    fn lowest_and_highest_starts_match_a_brute_force_search() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..20_000 {
+            let size = 1 + rnd(40);
+            let align = 1 << rnd(6);
+            let phase = rnd(align);
+            let nocross = if rnd(2) == 0 { 0 } else { size.next_power_of_two() << rnd(3) };
+            let (wlo, whi) = if rnd(3) == 0 { (rnd(100), 100 + rnd(200)) } else { (0, 1000) };
+            let Ok(r) = Request::constrained(size, align, phase, nocross, wlo, whi) else { continue };
+            let (a, b) = (rnd(300), 300 + rnd(300));
+            let valid: Vec<u64> = (a..b)
+                .filter(|&s| {
+                    s + size <= b
+                        && s >= wlo
+                        && s + size <= whi
+                        && s % align == phase
+                        && (nocross == 0 || s / nocross == (s + size - 1) / nocross)
+                })
+                .collect();
+            assert_eq!(r.candidate_in(a, b), valid.first().copied(), "{r:?} in {a}..{b}");
+            assert_eq!(r.candidate_last_in(a, b), valid.last().copied(), "{r:?} in {a}..{b}");
+        }
     }
 
     #[test]

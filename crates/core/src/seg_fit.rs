@@ -6,6 +6,10 @@
 //! segment is also on the list of its size class; a bitmap says which classes have one.
 //! Allocated segments are found by their start in a hash map.
 //!
+//! Large requests (at least 1/65536 of the range) take the lowest start (the highest, for a
+//! range that grows down) among the first 16 segments of the classes that hold them, so that
+//! large blocks pack at one end and the untouched part stays whole.
+//!
 //! Instant fit: the request's guaranteed length (its size plus what alignment and phase may
 //! cost) is rounded up to a class whose every segment holds it; the first segment of the first
 //! non-empty class from there is taken, in constant time (with a nocross boundary, the first
@@ -24,6 +28,11 @@ const NIL: u32 = u32::MAX;
 /// Classes: lengths 1 to 7 alone, then eight per power of two up to 2^63.
 const CLASSES: usize = 8 + 61 * 8;
 const WORDS: usize = CLASSES.div_ceil(64);
+/// Requests of at least 1/65536 of the range take the lowest (or, growing down, the highest)
+/// start among the first [`ORDERED_LOOK`] segments of the classes that hold them: large
+/// blocks are few, and packing them at one end keeps the untouched part of the range whole.
+const ORDERED_SHIFT: u32 = 16;
+const ORDERED_LOOK: usize = 16;
 
 /// The class a segment of `len` (at least 1) is listed in.
 fn class_floor(len: u64) -> usize {
@@ -90,6 +99,8 @@ struct Seg {
 pub struct SegFit {
     lo: u64,
     hi: u64,
+    /// Carve each allocation from the top of its segment (the range grows downwards).
+    high: bool,
     segs: Vec<Seg>,
     spare: Vec<u32>,
     heads: Vec<u32>,
@@ -102,10 +113,18 @@ pub struct SegFit {
 impl SegFit {
     /// All of `[lo, hi)` free (`lo < hi`).
     pub fn new(lo: u64, hi: u64) -> SegFit {
+        Self::growing(lo, hi, false)
+    }
+
+    /// All of `[lo, hi)` free, each allocation carved from the top of its segment when `high`
+    /// (so that two neighbouring ranges, one growing up and one down, keep their untouched
+    /// parts side by side).
+    pub fn growing(lo: u64, hi: u64, high: bool) -> SegFit {
         assert!(lo < hi, "an empty range");
         let mut s = SegFit {
             lo,
             hi,
+            high,
             segs: Vec::new(),
             spare: Vec::new(),
             heads: vec![NIL; CLASSES],
@@ -162,6 +181,11 @@ impl SegFit {
         // each segment (a larger class for it would carve far larger segments than needed).
         let need = req.size_pages.saturating_add(req.align_pages.saturating_sub(1));
         let first = class_ceil(need);
+        if need >= (self.hi - self.lo) >> ORDERED_SHIFT {
+            if let Some((id, cand)) = self.search_ordered(req, first) {
+                return Some(self.carve(id, cand, req.size_pages));
+            }
+        }
         if let Some((id, cand)) = self.search(req, first, CLASSES, true) {
             return Some(self.carve(id, cand, req.size_pages));
         }
@@ -309,7 +333,12 @@ impl SegFit {
             let (mut id, mut looked) = (self.heads[c], 0);
             while id != NIL && looked < per_class {
                 let s = &self.segs[id as usize];
-                if let Some(cand) = req.candidate_in(s.start, s.start + s.len) {
+                let cand = if self.high {
+                    req.candidate_last_in(s.start, s.start + s.len)
+                } else {
+                    req.candidate_in(s.start, s.start + s.len)
+                };
+                if let Some(cand) = cand {
                     return Some((id, cand));
                 }
                 looked += 1;
@@ -318,6 +347,41 @@ impl SegFit {
             c += 1;
         }
         None
+    }
+
+    /// The best start (lowest, or highest when growing down) among the first [`ORDERED_LOOK`]
+    /// segments of the classes from `from` up that hold the request.
+    fn search_ordered(&self, req: &Request, from: usize) -> Option<(u32, u64)> {
+        let (mut best, mut looked) = (None::<(u32, u64)>, 0);
+        for c in from..CLASSES {
+            if self.bitmap[c / 64] >> (c % 64) & 1 == 0 {
+                continue;
+            }
+            let mut id = self.heads[c];
+            while id != NIL && looked < ORDERED_LOOK {
+                let s = &self.segs[id as usize];
+                let cand = if self.high {
+                    req.candidate_last_in(s.start, s.start + s.len)
+                } else {
+                    req.candidate_in(s.start, s.start + s.len)
+                };
+                if let Some(cand) = cand {
+                    let better = match best {
+                        None => true,
+                        Some((_, b)) => (cand > b) == self.high,
+                    };
+                    if better {
+                        best = Some((id, cand));
+                    }
+                }
+                looked += 1;
+                id = s.fnext;
+            }
+            if looked >= ORDERED_LOOK {
+                break;
+            }
+        }
+        best
     }
 
     /// Take `[cand, cand + len)` out of the free segment `id`: the allocation's start.
@@ -464,7 +528,7 @@ mod tests {
         };
         for round in 0..4 {
             let (lo, hi) = (1000u64, 1000 + 4096);
-            let mut f = SegFit::new(lo, hi);
+            let mut f = SegFit::growing(lo, hi, round % 2 == 1);
             let mut live: Vec<(u64, u64)> = Vec::new();
             for step in 0..6000 {
                 if !live.is_empty() && rnd(5) < 2 {

@@ -88,6 +88,10 @@ fn random_constraints(rng: &mut Rng, size: u64) -> Constraints {
 }
 
 fn oracle_run(strategy: Strategy, caches: bool, fit: Fit, seed: u64) {
+    oracle_run_striped(strategy, caches, fit, seed, 0)
+}
+
+fn oracle_run_striped(strategy: Strategy, caches: bool, fit: Fit, seed: u64, stripes: usize) {
     let arena = ArenaOptions {
         strategy,
         thread_cache: caches,
@@ -97,7 +101,8 @@ fn oracle_run(strategy: Strategy, caches: bool, fit: Fit, seed: u64) {
         ..ArenaOptions::default()
     };
     let vm =
-        Vmem::new("oracle", VmemOptions { quantum: Q, fit, arena, ..VmemOptions::default() }, None).unwrap();
+        Vmem::new("oracle", VmemOptions { quantum: Q, fit, arena, stripes, ..VmemOptions::default() }, None)
+            .unwrap();
     let mut o = Oracle::default();
     // Two spans with a gap, the second added later.
     vm.add_span(0x1000, 512 * Q).unwrap();
@@ -180,6 +185,15 @@ fn lowest_fit_matches_the_oracle() {
 fn instant_fit_meets_the_oracle() {
     for seed in 5..=8 {
         oracle_run(Strategy::Global, false, Fit::Instant, seed);
+    }
+}
+
+/// Stripes of 171 and 86 quanta: requests of up to 128 quanta with alignment often fit only
+/// across a boundary, where every stripe is locked and the parts carved.
+#[test]
+fn instant_fit_in_stripes_meets_the_oracle() {
+    for seed in 21..=24 {
+        oracle_run_striped(Strategy::Global, false, Fit::Instant, seed, 3);
     }
 }
 
@@ -285,7 +299,10 @@ fn concurrent(fit: Fit) {
     const SPAN: u64 = 1 << 22; // integers; quanta of 16: 262,144 slots.
     let parent = Vmem::new("p", VmemOptions { quantum: Q, ..VmemOptions::default() }, None).unwrap();
     parent.add_span(0, SPAN).unwrap();
-    let child_opts = VmemOptions { quantum: Q, import_quantum: 1 << 16, fit, ..VmemOptions::default() };
+    // Imports of 4,096 quanta in 4 stripes each for instant fit.
+    let stripes = if fit == Fit::Instant { 4 } else { 0 };
+    let child_opts =
+        VmemOptions { quantum: Q, import_quantum: 1 << 16, fit, stripes, ..VmemOptions::default() };
     let child = Vmem::new("c", child_opts, Some(parent.clone())).unwrap();
     let owner: Arc<Vec<AtomicU64>> = Arc::new((0..SPAN / Q).map(|_| AtomicU64::new(0)).collect());
     let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, u64, u64)>(1024);
@@ -354,4 +371,28 @@ fn concurrent(fit: Fit) {
     drop(child);
     assert_eq!(parent.stats().live, 0, "every import went back");
     parent.check().unwrap();
+}
+
+/// An allocation larger than any stripe is carved across the boundary; its inner part is not
+/// an allocation of its own.
+#[test]
+fn an_allocation_across_stripes_is_one_allocation() {
+    let opts = VmemOptions { quantum: Q, fit: Fit::Instant, stripes: 2, ..VmemOptions::default() };
+    let vm = Vmem::new("across", opts, None).unwrap();
+    vm.add_span(0, 64 * Q).unwrap();
+    let a = vm.alloc(40 * Q).unwrap();
+    assert_eq!((a, vm.size_of(a)), (0, Some(40 * Q)));
+    assert_eq!(vm.size_of(32 * Q), None, "the part in the second stripe");
+    assert_eq!(vm.free(32 * Q), Err(VmemError::NotAllocated(32 * Q)));
+    let b = vm.alloc(24 * Q).unwrap();
+    assert_eq!(b, 40 * Q);
+    assert!(matches!(vm.alloc(Q), Err(VmemError::NoSpace { .. })));
+    assert_eq!(vm.stats().live, 2);
+    vm.check().unwrap();
+    assert_eq!(vm.free(a), Ok(40 * Q));
+    assert_eq!(vm.free(a), Err(VmemError::NotAllocated(a)));
+    assert_eq!(vm.free(b), Ok(24 * Q));
+    let st = vm.stats();
+    assert_eq!((st.live, st.free_ranges, st.largest_free), (0, 1, 64 * Q), "one range across the boundary");
+    vm.check().unwrap();
 }

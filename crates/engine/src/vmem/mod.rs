@@ -5,8 +5,8 @@
 //!
 //! Owns: its spans ([`span::SpanList`]), each with an index of its quanta: for lowest fit an
 //! engine [`Arena`], so that small allocations are served by the arena's thread caches and
-//! per-CPU nodes (vmem's quantum caches) and the rest by its free tree; for instant fit
-//! segregated free lists ([`vmarena_core::SegFit`]) under a mutex, constant time. A handle on its
+//! per-CPU nodes (vmem's quantum caches) and the rest by its free tree; for instant fit per-CPU
+//! stripes of segregated free lists ([`vmarena_core::SegFit`]), constant time. A handle on its
 //! parent, which it keeps alive.
 //!
 //! Locks: one `RwLock` over the span list, ranked [`Rank::Vmem`]: allocations and frees hold
@@ -26,6 +26,7 @@
 mod constraints;
 mod error;
 mod span;
+mod stripes;
 
 pub use constraints::Constraints;
 pub use error::VmemError;
@@ -38,8 +39,8 @@ use constraints::Quanta;
 use span::{Index, Span, SpanList};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use vmarena_core::SegFit;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use stripes::Stripes;
 
 /// How a [`Vmem`] is built.
 #[derive(Clone, Debug)]
@@ -48,8 +49,12 @@ pub struct VmemOptions {
     /// of two).
     pub quantum: u64,
     /// Lowest fit: each span an engine arena (its free tree, nodes and thread caches); instant
-    /// fit: each span segregated free lists under a mutex ([`vmarena_core::SegFit`]).
+    /// fit: each span cut into per-CPU stripes of segregated free lists
+    /// ([`vmarena_core::SegFit`]), each under its own mutex.
     pub fit: Fit,
+    /// Stripes of an instant-fit span: 0 means one per CPU where each holds at least 16,384
+    /// quanta (one stripe for smaller spans).
+    pub stripes: usize,
     /// Imports from the parent are rounded up to a multiple of this (0: the quantum).
     pub import_quantum: u64,
     /// The options of each span's arena.
@@ -61,6 +66,7 @@ impl Default for VmemOptions {
         VmemOptions {
             quantum: 1,
             fit: Fit::Lowest,
+            stripes: 0,
             import_quantum: 0,
             // No memory: nothing to release, in the background or later, nothing to move. A
             // free coalesces at once, as vmem's does.
@@ -107,6 +113,7 @@ struct Inner {
     name: String,
     shift: u32,
     fit: Fit,
+    stripes: usize,
     import_quantum: u64,
     arena_opts: ArenaOptions,
     parent: Option<Vmem>,
@@ -128,6 +135,7 @@ impl Vmem {
             name: name.into(),
             shift: opts.quantum.trailing_zeros(),
             fit: opts.fit,
+            stripes: opts.stripes,
             import_quantum: opts.import_quantum.max(opts.quantum),
             arena_opts: opts.arena,
             parent,
@@ -282,7 +290,7 @@ impl Inner {
                 )
                 .map_err(|_| VmemError::Invalid("span options"))?,
             ),
-            Fit::Instant => Index::Seg(Mutex::new(SegFit::new(lo, hi))),
+            Fit::Instant => Index::Seg(Stripes::new(lo, hi, self.stripes)),
         };
         let span = Arc::new(Span { base, end, index, imported, live: AtomicU64::new(0) });
         let mut g = self.write();

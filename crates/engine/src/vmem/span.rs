@@ -1,27 +1,27 @@
 //! `Span` and `SpanList`: the ranges an integer arena allocates from (vmem's spans), each with
 //! its index of free quanta: an engine [`Arena`] (lowest fit, with its nodes and thread caches)
-//! or segregated free lists ([`SegFit`], instant fit) under a mutex.
+//! or per-CPU stripes of segregated free lists (instant fit, `stripes.rs`).
 //!
 //! Owns: the spans' indexes. A list is held under its integer arena's `RwLock`; a span's `live`
 //! count is an atomic that allocations raise while holding the lock for reading, so that a
 //! holder of the write lock who reads 0 knows no allocation can be under way in the span. A
-//! span's mutex is taken only under that read lock, so the write lock (taken for `fork()`)
-//! finds every span's mutex free.
+//! stripe's mutex is taken only under that read lock, so the write lock (taken for `fork()`)
+//! finds every stripe's mutex free.
 //!
 //! Invariant: spans in the list are disjoint and sorted by base.
 
 use super::constraints::Quanta;
+use super::stripes::Stripes;
 use crate::arena::{AllocRequest, Arena, Fit};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
-use vmarena_core::{Request, SegFit};
+use std::sync::Arc;
 
 /// A span's index of its quanta.
 pub(crate) enum Index {
     /// An engine arena over the quanta: lowest fit, nodes, thread caches, free tree.
     Tree(Arena),
-    /// Segregated free lists: instant fit in constant time, under one mutex.
-    Seg(Mutex<SegFit>),
+    /// Segregated free lists in per-CPU stripes: instant fit in constant time.
+    Seg(Stripes),
 }
 
 /// A span's figures, in quanta.
@@ -50,10 +50,6 @@ impl Span {
         self.base <= at && at < self.end
     }
 
-    fn seg(m: &Mutex<SegFit>) -> MutexGuard<'_, SegFit> {
-        m.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Allocate `q` within quanta `[lo, hi)` of this span (`whole`: the span's whole range),
     /// searched as `fit` says: the first quantum.
     pub(crate) fn alloc(&self, q: &Quanta, lo: u64, hi: u64, whole: bool, fit: Fit) -> Option<u64> {
@@ -79,11 +75,7 @@ impl Span {
                 };
                 arena.alloc(&req).ok().map(|a| a.start)
             }
-            Index::Seg(m) => {
-                let r = Request::constrained(q.pages, q.align_pages, q.phase_pages, q.nocross_pages, lo, hi)
-                    .ok()?;
-                Self::seg(m).alloc(&r)
-            }
+            Index::Seg(st) => st.alloc(q, lo, hi),
         }
     }
 
@@ -91,7 +83,7 @@ impl Span {
     pub(crate) fn free(&self, at: u64) -> Option<u64> {
         match &self.index {
             Index::Tree(arena) => arena.free(at).ok().map(|a| a.pages),
-            Index::Seg(m) => Self::seg(m).free(at),
+            Index::Seg(st) => st.free(at),
         }
     }
 
@@ -99,7 +91,7 @@ impl Span {
     pub(crate) fn live_quanta(&self, at: u64) -> Option<u64> {
         match &self.index {
             Index::Tree(arena) => arena.live_pages(at),
-            Index::Seg(m) => Self::seg(m).len_of(at),
+            Index::Seg(st) => st.len_of(at),
         }
     }
 
@@ -115,14 +107,14 @@ impl Span {
                     largest_free: arena.largest_free(),
                 }
             }
-            Index::Seg(m) => {
-                let f = Self::seg(m);
+            Index::Seg(st) => {
+                let f = st.figures();
                 Figures {
-                    live: f.live() as u64,
-                    live_quanta: f.allocated_len(),
-                    free_quanta: f.free_len(),
-                    free_ranges: f.free_ranges() as u64,
-                    largest_free: f.largest(),
+                    live: f.live,
+                    live_quanta: f.live_quanta,
+                    free_quanta: f.free_quanta,
+                    free_ranges: f.free_ranges,
+                    largest_free: f.largest_free,
                 }
             }
         }
@@ -138,7 +130,7 @@ impl Span {
     pub(crate) fn check(&self) -> Result<(), String> {
         match &self.index {
             Index::Tree(arena) => arena.check(),
-            Index::Seg(m) => Self::seg(m).check(),
+            Index::Seg(st) => st.check(),
         }
     }
 

@@ -22,9 +22,10 @@ use vmarena_core::{FreeTree, Request};
 use vmarena_engine::{ArenaOptions, Constraints, Fit, Strategy, Vmem, VmemOptions};
 
 /// The contenders, in the order they run.
-pub const CONTENDERS: [&str; 8] = [
+pub const CONTENDERS: [&str; 9] = [
     "vmarena",
     "vmarena-instant",
+    "vmarena-instant-1",
     "vmarena-global",
     "tree-mutex",
     "vmem",
@@ -56,11 +57,13 @@ pub struct VmarenaArena {
 }
 
 impl VmarenaArena {
-    pub fn new(shape: Shape, strategy: Strategy, fit: Fit) -> VmarenaArena {
+    /// `stripes`: of an instant-fit span (0: one per CPU).
+    pub fn new(shape: Shape, strategy: Strategy, fit: Fit, stripes: usize) -> VmarenaArena {
         let base = VmemOptions::default();
         let opts = VmemOptions {
             quantum: shape.quantum,
             fit,
+            stripes,
             arena: ArenaOptions { strategy, ..base.arena },
             ..base
         };

@@ -34,14 +34,15 @@ pub struct IntArenaConfig {
     /// Thread counts; each thread replays a trace of its own against the shared arena.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
-    /// Contenders: vmarena (per-CPU nodes, lowest fit), vmarena-instant (instant fit),
-    /// vmarena-global (one lock), tree-mutex (vmarena's free tree under a mutex), vmem (padded
+    /// Contenders: vmarena (lowest fit: per-CPU nodes, thread caches, free tree),
+    /// vmarena-instant (instant fit: segregated free lists in per-CPU stripes),
+    /// vmarena-instant-1 (the same in one stripe), vmarena-global (lowest fit, one lock), tree-mutex (vmarena's free tree under a mutex), vmem (padded
     /// requests through alloc), vmem-xalloc (its own constrained allocation),
     /// offset-allocator, range-alloc.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "vmarena,vmarena-instant,vmarena-global,tree-mutex,vmem,vmem-xalloc,offset-allocator,range-alloc"
+        default_value = "vmarena,vmarena-instant,vmarena-instant-1,vmarena-global,tree-mutex,vmem,vmem-xalloc,offset-allocator,range-alloc"
     )]
     pub contenders: Vec<String>,
     /// Allocations per thread (the JIT trace then holds about 25,000 live functions a thread;
@@ -194,11 +195,16 @@ fn replay<A: IntArena>(shape: Shape, traces: &[Trace], make: impl FnOnce() -> A)
 
 fn run_one(contender: &str, shape: Shape, traces: &[Trace]) -> Result<Sample, String> {
     match contender {
-        "vmarena" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Lowest)),
+        "vmarena" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Lowest, 0)),
         "vmarena-instant" => {
-            replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant))
+            replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 0))
         }
-        "vmarena-global" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Global, Fit::Lowest)),
+        "vmarena-instant-1" => {
+            replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 1))
+        }
+        "vmarena-global" => {
+            replay(shape, traces, || VmarenaArena::new(shape, Strategy::Global, Fit::Lowest, 0))
+        }
         "tree-mutex" => replay(shape, traces, || TreeMutex::new(shape)),
         "vmem" => replay(shape, traces, || VmemCrate::new(shape, false)),
         "vmem-xalloc" => replay(shape, traces, || VmemCrate::new(shape, true)),

@@ -31,6 +31,8 @@ pub struct VmemOptionsC {
     pub fit: u64,
     /// `VMARENA_STRATEGY_NODES` (0), `_SPLIT` (1) or `_GLOBAL` (2).
     pub strategy: u64,
+    /// Instant fit: stripes of each span; 0: one per CPU where each holds 16,384 quanta.
+    pub stripes: u64,
 }
 
 /// `struct vmarena_vmem_stats` of the header.
@@ -113,6 +115,7 @@ fn options(c: &VmemOptionsC) -> Option<VmemOptions> {
     Some(VmemOptions {
         quantum: c.quantum.max(1),
         fit,
+        stripes: usize::try_from(c.stripes).ok()?,
         import_quantum: c.import_quantum,
         arena: ArenaOptions { strategy, ..base.arena },
     })
