@@ -128,7 +128,8 @@ pub enum Fit {
     /// The lowest block at least the request's size rounded up to a power of two, which holds
     /// it whatever its alignment of one quantum (vmem's instant fit, whose power-of-two free
     /// lists give such a block in constant time); lowest fit when no block is that long. Leaves
-    /// exact-size holes for the requests that fit them.
+    /// exact-size holes for the requests that fit them. (An integer arena, `Vmem`, with instant
+    /// fit indexes its spans with segregated free lists instead of an arena.)
     Instant,
 }
 

@@ -375,7 +375,8 @@ fn user_path_variants_run_with_their_options() {
 fn int_arena_compares_every_contender_and_checks_placement() {
     let dir = std::env::temp_dir().join(format!("vmarena-int-arena-{}", std::process::id()));
     let json = dir.join("int.json");
-    let contenders = "vmarena,vmarena-instant,vmarena-global,tree-mutex,vmem,offset-allocator,range-alloc";
+    let contenders =
+        "vmarena,vmarena-1,vmarena-lowest,vmarena-lowest-global,tree-mutex,vmem,offset-allocator,range-alloc";
     let out = vmarena(&[
         "int-arena",
         "--allocs",
@@ -401,7 +402,7 @@ fn int_arena_compares_every_contender_and_checks_placement() {
     }
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let cells = v["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 2 * 2 * 7);
+    assert_eq!(cells.len(), 2 * 2 * 8);
     for c in cells {
         let s = &c["samples"][0];
         assert!(s["mops"].as_f64().unwrap() > 0.0 && s["live"].as_u64().unwrap() > 0, "{c}");

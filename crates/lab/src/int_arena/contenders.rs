@@ -1,5 +1,6 @@
-//! The contenders of `vmarena int-arena`: vmarena's integer arena (per-CPU nodes with lowest
-//! or instant fit, and one lock), a plain mutex around vmarena's free tree, and the crates
+//! The contenders of `vmarena int-arena`: vmarena's integer arena (instant fit in per-CPU
+//! stripes, the default, and in one; lowest fit with per-CPU nodes and with one lock), a plain
+//! mutex around vmarena's free tree, and the crates
 //! people use for this, each called the way its documentation shows: `vmem` (a boundary-tag
 //! vmem behind its `std::sync::Mutex` lock, instant fit), `offset-allocator` (a TLSF-like
 //! allocator of `u32` units) and `range-alloc` (wgpu's best-fit list of free ranges), the last
@@ -24,9 +25,9 @@ use vmarena_engine::{ArenaOptions, Constraints, Fit, Strategy, Vmem, VmemOptions
 /// The contenders, in the order they run.
 pub const CONTENDERS: [&str; 9] = [
     "vmarena",
-    "vmarena-instant",
-    "vmarena-instant-1",
-    "vmarena-global",
+    "vmarena-1",
+    "vmarena-lowest",
+    "vmarena-lowest-global",
     "tree-mutex",
     "vmem",
     "vmem-xalloc",

@@ -34,18 +34,18 @@ pub struct IntArenaConfig {
     /// Thread counts; each thread replays a trace of its own against the shared arena.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
-    /// Contenders: vmarena (lowest fit: per-CPU nodes, thread caches, free tree),
-    /// vmarena-instant (instant fit: segregated free lists in per-CPU stripes),
-    /// vmarena-instant-1 (the same in one stripe), vmarena-global (lowest fit, one lock), tree-mutex (vmarena's free tree under a mutex), vmem (padded
+    /// Contenders: vmarena (the default: instant fit, segregated free lists in per-CPU
+    /// stripes), vmarena-1 (the same in one stripe), vmarena-lowest (lowest fit: per-CPU nodes,
+    /// thread caches, free tree), vmarena-lowest-global (lowest fit, one lock), tree-mutex (vmarena's free tree under a mutex), vmem (padded
     /// requests through alloc), vmem-xalloc (its own constrained allocation),
     /// offset-allocator, range-alloc.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "vmarena,vmarena-instant,vmarena-instant-1,vmarena-global,tree-mutex,vmem,vmem-xalloc,offset-allocator,range-alloc"
+        default_value = "vmarena,vmarena-1,vmarena-lowest,vmarena-lowest-global,tree-mutex,vmem,vmem-xalloc,offset-allocator,range-alloc"
     )]
     pub contenders: Vec<String>,
-    /// Allocations per thread (the JIT trace then holds about 25,000 live functions a thread;
+    /// Allocations per thread (the JIT trace then holds about 42,000 live functions a thread;
     /// range-alloc and vmem slow down with the number of free ranges).
     #[arg(long, default_value_t = 100_000)]
     pub allocs: usize,
@@ -195,14 +195,12 @@ fn replay<A: IntArena>(shape: Shape, traces: &[Trace], make: impl FnOnce() -> A)
 
 fn run_one(contender: &str, shape: Shape, traces: &[Trace]) -> Result<Sample, String> {
     match contender {
-        "vmarena" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Lowest, 0)),
-        "vmarena-instant" => {
-            replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 0))
+        "vmarena" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 0)),
+        "vmarena-1" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 1)),
+        "vmarena-lowest" => {
+            replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Lowest, 0))
         }
-        "vmarena-instant-1" => {
-            replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 1))
-        }
-        "vmarena-global" => {
+        "vmarena-lowest-global" => {
             replay(shape, traces, || VmarenaArena::new(shape, Strategy::Global, Fit::Lowest, 0))
         }
         "tree-mutex" => replay(shape, traces, || TreeMutex::new(shape)),

@@ -27,7 +27,7 @@ pub struct VmemOptionsC {
     pub quantum: u64,
     /// Imports from the parent are rounded up to a multiple of this; 0: the quantum.
     pub import_quantum: u64,
-    /// `VMARENA_VMEM_LOWEST_FIT` (0) or `VMARENA_VMEM_INSTANT_FIT` (1).
+    /// `VMARENA_VMEM_INSTANT_FIT` (0) or `VMARENA_VMEM_LOWEST_FIT` (1).
     pub fit: u64,
     /// `VMARENA_STRATEGY_NODES` (0), `_SPLIT` (1) or `_GLOBAL` (2).
     pub strategy: u64,
@@ -101,8 +101,8 @@ fn with_vmem(h: *const VmemHandle, f: impl FnOnce(&Vmem) -> libc::c_int) -> libc
 
 fn options(c: &VmemOptionsC) -> Option<VmemOptions> {
     let fit = match c.fit {
-        0 => Fit::Lowest,
-        1 => Fit::Instant,
+        0 => Fit::Instant,
+        1 => Fit::Lowest,
         _ => return None,
     };
     let strategy = match c.strategy {

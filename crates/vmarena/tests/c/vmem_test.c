@@ -19,11 +19,12 @@ static struct vmarena_vmem_stats stats(vmarena_vmem *vm) {
 }
 
 int main(void) {
-    /* An id space from 0 under one lock (the per-CPU nodes would hand each CPU its own zone
-     * first): the lowest id, 0, is a valid answer. */
+    /* An id space from 0, lowest fit under one lock (the per-CPU nodes would hand each CPU its
+     * own zone first): the lowest id, 0, is a valid answer. */
     struct vmarena_vmem_options o;
     memset(&o, 0, sizeof o);
     o.size = sizeof o;
+    o.fit = VMARENA_VMEM_LOWEST_FIT;
     o.strategy = VMARENA_STRATEGY_GLOBAL;
     vmarena_vmem *ids = vmarena_vmem_create("ids", 0, 1000, &o, NULL);
     CHECK(ids != NULL);
@@ -31,7 +32,9 @@ int main(void) {
     CHECK(vmarena_vmem_alloc(ids, 1, &id) == 0 && id == 0);
     CHECK(vmarena_vmem_size(ids, 0) == 1);
 
-    /* A JIT code range: 16-byte quantum, functions aligned to 64 that never cross 2 MiB. */
+    /* A JIT code range: 16-byte quantum, functions aligned to 64 that never cross 2 MiB, in
+     * instant fit (the default). */
+    o.fit = VMARENA_VMEM_INSTANT_FIT;
     o.strategy = VMARENA_STRATEGY_NODES;
     o.quantum = 16;
     vmarena_vmem *jit = vmarena_vmem_create("jit", 0x40000000, 64 << 20, &o, NULL);
@@ -70,7 +73,7 @@ int main(void) {
     CHECK(stats(jit).live == 2001);
     o.fit = 7;
     CHECK(vmarena_vmem_create("bad", 0, 4096, &o, NULL) == NULL && errno == EINVAL);
-    o.fit = 0;
+    o.fit = VMARENA_VMEM_INSTANT_FIT;
     o.quantum = 24;
     CHECK(vmarena_vmem_create("bad", 0, 4096, &o, NULL) == NULL && errno == EINVAL);
     o.quantum = 16;
@@ -102,7 +105,7 @@ int main(void) {
     CHECK(pages != NULL);
     o.quantum = 256;
     o.import_quantum = 1 << 20;
-    o.fit = VMARENA_VMEM_INSTANT_FIT;
+    o.fit = VMARENA_VMEM_LOWEST_FIT;
     vmarena_vmem *heap = vmarena_vmem_create("heap", 0, 0, &o, pages);
     CHECK(heap != NULL && stats(heap).spans == 0);
     uint64_t a, b, c;
