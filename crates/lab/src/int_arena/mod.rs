@@ -5,7 +5,8 @@
 //! Reported per trace, thread count and contender: throughput (million operations a second,
 //! all threads, median of the rounds) and its ratio to vmarena's; requests refused; and, with
 //! the trace's long-lived allocations still live at its end, the fragmentation of the free
-//! space (the free ranges between them, the largest, and its share of all free space, computed
+//! space (the free ranges between them, how many are slivers shorter than the trace's smallest
+//! request, the largest, and its share of all free space, computed
 //! from the allocations' extents, the same way for every contender) and the heap the contender
 //! holds (glibc's `mallinfo2`, from before it was built) per live allocation. Every allocation's
 //! start is checked against its alignment and nocross boundary, and the live extents against
@@ -68,6 +69,8 @@ pub struct Sample {
     pub failures: u64,
     pub live: u64,
     pub free_ranges: u64,
+    /// Free ranges shorter than the trace's smallest request.
+    pub slivers: u64,
     pub largest_free: u64,
     pub free_total: u64,
     pub heap_bytes: i64,
@@ -166,7 +169,7 @@ fn replay<A: IntArena>(shape: Shape, traces: &[Trace], make: impl FnOnce() -> A)
     let mut ext: Vec<_> = tables.iter().flatten().flatten().map(|h| arena.extent(h)).collect();
     ext.sort_by_key(|r| r.start);
     let (lo, hi) = (shape.base, shape.base + shape.span);
-    let (mut at, mut ranges, mut largest, mut free) = (lo, 0u64, 0u64, 0u64);
+    let (mut at, mut ranges, mut largest, mut free, mut slivers) = (lo, 0u64, 0u64, 0u64, 0u64);
     for r in ext.iter().chain(std::iter::once(&(hi..hi))) {
         if r.start < at || r.end > hi {
             return Err(format!("extent {:#x}..{:#x} overlaps another or leaves the arena", r.start, r.end));
@@ -175,6 +178,7 @@ fn replay<A: IntArena>(shape: Shape, traces: &[Trace], make: impl FnOnce() -> A)
             ranges += 1;
             largest = largest.max(r.start - at);
             free += r.start - at;
+            slivers += u64::from(r.start - at < shape.min_request);
         }
         at = r.end;
     }
@@ -187,6 +191,7 @@ fn replay<A: IntArena>(shape: Shape, traces: &[Trace], make: impl FnOnce() -> A)
         failures: runs.iter().map(|r| r.3).sum(),
         live: ext.len() as u64,
         free_ranges: ranges,
+        slivers,
         largest_free: largest,
         free_total: free,
         heap_bytes: heap,
@@ -281,9 +286,9 @@ pub fn print(cfg: &IntArenaConfig, cells: &[Cell], m: &Machine) {
         cfg.allocs, cfg.rounds, cfg.seed
     );
     println!(
-        "\n| trace | threads | contender | Mops/s | vs vmarena | refused | live | free ranges | largest free MiB | largest/free | heap B per live |"
+        "\n| trace | threads | contender | Mops/s | vs vmarena | refused | live | free ranges | of them slivers | largest free MiB | largest/free | heap B per live |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for c in cells {
         if let Some(e) = &c.error {
             println!(
@@ -305,7 +310,7 @@ pub fn print(cfg: &IntArenaConfig, cells: &[Cell], m: &Machine) {
         let largest = c.median_of(|s| s.largest_free as f64);
         let share = c.median_of(|s| s.largest_free as f64 / s.free_total.max(1) as f64);
         println!(
-            "| {} | {} | {} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0}% | {:.0} |",
+            "| {} | {} | {} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0}% | {:.0} |",
             c.trace,
             c.threads,
             c.contender,
@@ -314,6 +319,7 @@ pub fn print(cfg: &IntArenaConfig, cells: &[Cell], m: &Machine) {
             c.median_of(|s| s.failures as f64),
             live,
             c.median_of(|s| s.free_ranges as f64),
+            c.median_of(|s| s.slivers as f64),
             largest / (1 << 20) as f64,
             share * 100.0,
             c.median_of(|s| s.heap_bytes as f64 / s.live.max(1) as f64),

@@ -38,11 +38,20 @@ pub struct Shape {
     pub quantum: u64,
     /// 0 or the nocross boundary every allocation keeps.
     pub nocross: u64,
+    /// The smallest request of the trace: a free range shorter than this serves none of it.
+    pub min_request: u64,
 }
 
-pub const GPU: Shape = Shape { name: "gpu", base: 1 << 40, span: 4 << 30, quantum: 256, nocross: 0 };
-pub const JIT: Shape =
-    Shape { name: "jit", base: 0x7f00_0000_0000, span: 256 << 20, quantum: 16, nocross: 2 << 20 };
+pub const GPU: Shape =
+    Shape { name: "gpu", base: 1 << 40, span: 4 << 30, quantum: 256, nocross: 0, min_request: 256 };
+pub const JIT: Shape = Shape {
+    name: "jit",
+    base: 0x7f00_0000_0000,
+    span: 256 << 20,
+    quantum: 16,
+    nocross: 2 << 20,
+    min_request: 64,
+};
 
 pub fn shape(name: &str) -> Option<Shape> {
     [GPU, JIT].into_iter().find(|s| s.name == name)
