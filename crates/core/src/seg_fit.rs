@@ -7,7 +7,7 @@
 //! Allocated segments are found by their start in a hash map.
 //!
 //! Large requests (at least 1/65536 of the range) take the lowest start (the highest, for a
-//! range that grows down) among the first 16 segments of the classes that hold them, so that
+//! range that grows down) among the first 4 segments of the classes that hold them, so that
 //! large blocks pack at one end and the untouched part stays whole.
 //!
 //! Instant fit: the request's guaranteed length (its size plus what alignment and phase may
@@ -32,7 +32,7 @@ const WORDS: usize = CLASSES.div_ceil(64);
 /// start among the first [`ORDERED_LOOK`] segments of the classes that hold them: large
 /// blocks are few, and packing them at one end keeps the untouched part of the range whole.
 const ORDERED_SHIFT: u32 = 16;
-const ORDERED_LOOK: usize = 16;
+const ORDERED_LOOK: usize = 4;
 
 /// The class a segment of `len` (at least 1) is listed in.
 fn class_floor(len: u64) -> usize {
@@ -332,21 +332,27 @@ impl SegFit {
             }
             let (mut id, mut looked) = (self.heads[c], 0);
             while id != NIL && looked < per_class {
-                let s = &self.segs[id as usize];
-                let cand = if self.high {
-                    req.candidate_last_in(s.start, s.start + s.len)
-                } else {
-                    req.candidate_in(s.start, s.start + s.len)
-                };
-                if let Some(cand) = cand {
+                if let Some(cand) = self.candidate(req, id) {
                     return Some((id, cand));
                 }
                 looked += 1;
+                let s = &self.segs[id as usize];
                 id = s.fnext;
             }
             c += 1;
         }
         None
+    }
+
+    /// Where `req` starts in the free segment `id`: as low as it can go, or as high when the
+    /// range grows down.
+    fn candidate(&self, req: &Request, id: u32) -> Option<u64> {
+        let s = &self.segs[id as usize];
+        if self.high {
+            req.candidate_last_in(s.start, s.start + s.len)
+        } else {
+            req.candidate_in(s.start, s.start + s.len)
+        }
     }
 
     /// The best start (lowest, or highest when growing down) among the first [`ORDERED_LOOK`]
@@ -359,13 +365,7 @@ impl SegFit {
             }
             let mut id = self.heads[c];
             while id != NIL && looked < ORDERED_LOOK {
-                let s = &self.segs[id as usize];
-                let cand = if self.high {
-                    req.candidate_last_in(s.start, s.start + s.len)
-                } else {
-                    req.candidate_in(s.start, s.start + s.len)
-                };
-                if let Some(cand) = cand {
+                if let Some(cand) = self.candidate(req, id) {
                     let better = match best {
                         None => true,
                         Some((_, b)) => (cand > b) == self.high,
@@ -375,7 +375,7 @@ impl SegFit {
                     }
                 }
                 looked += 1;
-                id = s.fnext;
+                id = self.segs[id as usize].fnext;
             }
             if looked >= ORDERED_LOOK {
                 break;

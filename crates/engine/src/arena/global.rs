@@ -9,7 +9,7 @@
 //! Nodes step, so one pass is a tree search and an insert under the one lock.
 
 use super::context::Context;
-use super::release::release_now;
+use super::release::free_released_via_busy;
 use super::strategy_ops::{check_free_tree, remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
 use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, NO_NODE};
 use crate::arena::site;
@@ -145,9 +145,7 @@ impl StrategyOps for Global {
         start: u64,
         kind: Option<AreaKind>,
     ) -> Result<BusyArea<AreaTag>, FreeError> {
-        let a = self.with_busy(ctx, start, |b| remove_record(b, start, kind))?;
-        release_now(ctx, self, Span::new(start, a.pages));
-        Ok(a)
+        free_released_via_busy(ctx, self, start, kind)
     }
 
     fn with_busy<R>(&self, _ctx: &Context, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {

@@ -8,10 +8,12 @@
 //! Reclaim).
 
 use super::context::Context;
-use super::strategy_ops::{tree_alloc, StrategyOps};
+use super::strategy_ops::{remove_record, tree_alloc, StrategyOps};
+use crate::area::{AreaKind, AreaTag};
 use crate::arena::site;
+use crate::error::FreeError;
 use crate::sync::Ordering::Relaxed;
-use vmarena_core::{Request, Span};
+use vmarena_core::{BusyArea, Request, Span};
 
 /// Most areas merged into the free tree in one hold of its lock, so that pool misses on other
 /// threads are not held up for a whole batch.
@@ -39,6 +41,20 @@ pub(crate) fn release_now<S: StrategyOps>(ctx: &Context, st: &S, area: Span) {
     let c = &ctx.counters;
     c.released_on_free.fetch_add(1, Relaxed);
     c.release_calls.fetch_add(calls, Relaxed);
+}
+
+/// [`StrategyOps::free_released`] for a strategy whose records are reached through
+/// [`StrategyOps::with_busy`]: the record removed under the busy lock, then the area released
+/// and merged into the free tree by this thread.
+pub(crate) fn free_released_via_busy<S: StrategyOps>(
+    ctx: &Context,
+    st: &S,
+    start: u64,
+    kind: Option<AreaKind>,
+) -> Result<BusyArea<AreaTag>, FreeError> {
+    let a = st.with_busy(ctx, start, |b| remove_record(b, start, kind))?;
+    release_now(ctx, st, Span::new(start, a.pages));
+    Ok(a)
 }
 
 /// Retire the guards of `to_tree` and merge it, the `chunks` and the `spill` into the free

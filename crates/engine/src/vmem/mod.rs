@@ -9,9 +9,10 @@
 //! stripes of segregated free lists ([`vmarena_core::SegFit`]), constant time. A handle on its
 //! parent, which it keeps alive.
 //!
-//! Locks: one `RwLock` over the span list, ranked [`Rank::Vmem`]: allocations and frees hold
-//! it for reading while they call the span's arena; adding or removing a span holds it for
-//! writing. It is never held while calling the parent, so the locks of a parent and a child
+//! Locks: the span list is replicated per CPU, each replica under an `RwLock` of its own,
+//! ranked [`Rank::Vmem`]: allocations and frees hold their CPU's replica for reading while they
+//! call the span's index; adding or removing a span holds every replica for writing, taken in
+//! index order. It is never held while calling the parent, so the locks of a parent and a child
 //! are never nested.
 //!
 //! Invariants: spans are disjoint; an imported span is in the list exactly while it has live
@@ -34,13 +35,20 @@ pub use error::VmemError;
 use crate::arena::backing::NoBacking;
 use crate::arena::options::ArenaOptions;
 use crate::arena::{Arena, Fit};
+use crate::sync::current_cpu;
 use crate::sync::fork::{self, ForkLocks, Held, Rank};
+use crate::sync::padded::Padded;
 use constraints::Quanta;
 use span::{Index, Span, SpanList};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use stripes::Stripes;
+
+/// Replicas of the span list: one per CPU, at most 64.
+fn replicas() -> usize {
+    vmarena_platform::cpu::count().clamp(1, 64)
+}
 
 /// How a [`Vmem`] is built.
 #[derive(Clone, Debug)]
@@ -82,7 +90,9 @@ impl Default for VmemOptions {
     }
 }
 
-/// Figures of a [`Vmem`] as of now.
+/// Figures of a [`Vmem`] as of now (`repr(C)`: the C ABI's `struct vmarena_vmem_stats` is its
+/// size, then these).
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VmemStats {
     /// Spans (added and imported).
@@ -119,7 +129,10 @@ struct Inner {
     import_quantum: u64,
     arena_opts: ArenaOptions,
     parent: Option<Vmem>,
-    spans: RwLock<SpanList>,
+    /// The span list, one replica per CPU slot (each on lines of its own): a reader locks its
+    /// CPU's replica only, so that threads on different CPUs share no lock word; a writer locks
+    /// every replica, in index order, and changes each the same way.
+    spans: Vec<Padded<RwLock<SpanList>>>,
     imports: AtomicU64,
     returns: AtomicU64,
 }
@@ -141,7 +154,7 @@ impl Vmem {
             import_quantum: opts.import_quantum.max(opts.quantum),
             arena_opts: opts.arena,
             parent,
-            spans: RwLock::new(SpanList::default()),
+            spans: (0..replicas()).map(|_| Padded(RwLock::new(SpanList::default()))).collect(),
             imports: AtomicU64::new(0),
             returns: AtomicU64::new(0),
         });
@@ -267,11 +280,13 @@ impl Vmem {
 
 impl Inner {
     fn read(&self) -> RwLockReadGuard<'_, SpanList> {
-        self.spans.read().unwrap_or_else(|p| p.into_inner())
+        let r = &self.spans[current_cpu() % self.spans.len()];
+        r.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, SpanList> {
-        self.spans.write().unwrap_or_else(|p| p.into_inner())
+    /// Every replica, locked for writing in index order.
+    fn write(&self) -> Vec<RwLockWriteGuard<'_, SpanList>> {
+        self.spans.iter().map(|r| r.write().unwrap_or_else(|p| p.into_inner())).collect()
     }
 
     fn add_span(&self, base: u64, size: u64, imported: bool) -> Result<(), VmemError> {
@@ -295,11 +310,13 @@ impl Inner {
             Fit::Instant => Index::Seg(Stripes::new(lo, hi, self.stripes)),
         };
         let span = Arc::new(Span { base, end, index, imported, live: AtomicU64::new(0) });
-        let mut g = self.write();
-        if !g.is_clear(base, end) {
+        let mut all = self.write();
+        if !all[0].is_clear(base, end) {
             return Err(VmemError::Overlap { base, size });
         }
-        g.insert(span);
+        for g in all.iter_mut() {
+            g.insert(span.clone());
+        }
         Ok(())
     }
 
@@ -360,7 +377,16 @@ impl Inner {
 
     /// Return the imported span based at `base` to the parent if it has no live allocation.
     fn return_if_empty(&self, base: u64) {
-        let span = self.write().remove_if(base, |s| s.imported && s.live.load(Relaxed) == 0);
+        let span = {
+            let mut all = self.write();
+            let gone = all[0].remove_if(base, |s| s.imported && s.live.load(Relaxed) == 0);
+            if gone.is_some() {
+                for g in all.iter_mut().skip(1) {
+                    g.remove_if(base, |_| true);
+                }
+            }
+            gone
+        };
         if let (Some(span), Some(parent)) = (span, self.parent.as_ref()) {
             let back = parent.free(span.base);
             debug_assert!(back.is_ok());
@@ -377,13 +403,16 @@ impl Inner {
 
 impl ForkLocks for Inner {
     fn lock_for_fork(&self) -> Vec<Box<dyn Held + '_>> {
-        vec![Box::new(self.write())]
+        self.write().into_iter().map(|g| Box::new(g) as Box<dyn Held + '_>).collect()
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let spans = self.spans.get_mut().unwrap_or_else(|p| p.into_inner()).take_all();
+        let mut spans = Vec::new();
+        for r in self.spans.iter_mut() {
+            spans = r.0.get_mut().unwrap_or_else(|p| p.into_inner()).take_all();
+        }
         if let Some(parent) = &self.parent {
             for span in spans.iter().filter(|s| s.imported) {
                 let _ = parent.free(span.base);

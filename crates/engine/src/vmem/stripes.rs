@@ -47,6 +47,21 @@ pub(crate) struct Stripes {
     straddling: AtomicU64,
 }
 
+/// The free segments of every stripe (all locked, in index order), those that meet at a
+/// boundary joined.
+fn joined_runs(g: &[MutexGuard<'_, SegFit>]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for f in g {
+        for (a, b) in f.ranges() {
+            match runs.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => runs.push((a, b)),
+            }
+        }
+    }
+    runs
+}
+
 fn lock(m: &Mutex<SegFit>) -> MutexGuard<'_, SegFit> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -114,15 +129,7 @@ impl Stripes {
     fn alloc_across(&self, q: &Quanta, lo: u64, hi: u64) -> Option<u64> {
         let mut g: Vec<MutexGuard<'_, SegFit>> = self.parts.iter().map(|p| lock(p)).collect();
         let r = Request::constrained(q.pages, q.align_pages, q.phase_pages, q.nocross_pages, lo, hi).ok()?;
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for f in &g {
-            for (a, b) in f.ranges() {
-                match runs.last_mut() {
-                    Some(last) if last.1 == a => last.1 = b,
-                    _ => runs.push((a, b)),
-                }
-            }
-        }
+        let runs = joined_runs(&g);
         let s = runs.iter().find_map(|&(a, b)| r.candidate_in(a, b))?;
         let e = s + q.pages;
         let mut at = s;
@@ -197,15 +204,7 @@ impl Stripes {
             .iter()
             .map(|(&s, &len)| (self.stripe_of(s + len - 1) - self.stripe_of(s)) as u64 + 1)
             .sum();
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for f in &g {
-            for (a, b) in f.ranges() {
-                match runs.last_mut() {
-                    Some(last) if last.1 == a => last.1 = b,
-                    _ => runs.push((a, b)),
-                }
-            }
-        }
+        let runs = joined_runs(&g);
         let live_segments: u64 = g.iter().map(|f| f.live() as u64).sum();
         StripeFigures {
             live: live_segments - parts + straddled.len() as u64,

@@ -35,30 +35,14 @@ pub struct VmemOptionsC {
     pub stripes: u64,
 }
 
-/// `struct vmarena_vmem_stats` of the header.
+/// `struct vmarena_vmem_stats` of the header: its size, then [`VmemStats`] in its order.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct VmemStatsC {
     /// As `struct vmarena_stats`' size.
     pub size: u64,
-    /// Spans (added and imported).
-    pub spans: u64,
-    /// Of those, imported from the parent.
-    pub imported_spans: u64,
-    /// Integers in the spans.
-    pub total: u64,
-    /// Integers of live allocations (rounded to the quantum).
-    pub allocated: u64,
-    /// Live allocations.
-    pub live: u64,
-    /// Free ranges in the free trees (what caches hold not counted: `vmarena_vmem_shrink`).
-    pub free_ranges: u64,
-    /// The largest free range of the free trees.
-    pub largest_free: u64,
-    /// Spans imported from the parent, ever.
-    pub imports: u64,
-    /// Spans returned to the parent, ever.
-    pub returns: u64,
+    /// The figures.
+    pub figures: VmemStats,
 }
 
 /// `vmarena_vmem` of the header.
@@ -262,32 +246,7 @@ pub unsafe extern "C" fn vmarena_vmem_shrink(vm: *mut VmemHandle) -> libc::c_int
 /// 8 hold that size.
 #[no_mangle]
 pub unsafe extern "C" fn vmarena_vmem_stats(vm: *mut VmemHandle, out: *mut VmemStatsC) -> libc::c_int {
-    with_vmem(vm, |v| {
-        let VmemStats {
-            spans,
-            imported_spans,
-            total,
-            allocated,
-            live,
-            free_ranges,
-            largest_free,
-            imports,
-            returns,
-        } = v.stats();
-        let c = VmemStatsC {
-            size: 0,
-            spans,
-            imported_spans,
-            total,
-            allocated,
-            live,
-            free_ranges,
-            largest_free,
-            imports,
-            returns,
-        };
-        write_sized(out, &c)
-    })
+    with_vmem(vm, |v| write_sized(out, &VmemStatsC { size: 0, figures: v.stats() }))
 }
 
 /// `int vmarena_vmem_destroy(vmarena_vmem *vm);` 0 (NULL is a no-op); -EBUSY while
