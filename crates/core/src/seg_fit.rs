@@ -317,31 +317,32 @@ impl SegFit {
             (true, 0) => 1,
             (true, _) => 4,
         };
-        let mut c = from;
-        while c < to {
-            // The next non-empty class at or after `c`.
-            let (w, b) = (c / 64, c % 64);
-            let bits = self.bitmap[w] & (!0u64 << b);
-            if bits == 0 {
-                c = (w + 1) * 64;
-                continue;
-            }
-            c = w * 64 + bits.trailing_zeros() as usize;
-            if c >= to {
-                break;
-            }
+        let mut next = from;
+        while let Some(c) = self.next_class(next).filter(|&c| c < to) {
+            next = c + 1;
             let (mut id, mut looked) = (self.heads[c], 0);
             while id != NIL && looked < per_class {
                 if let Some(cand) = self.candidate(req, id) {
                     return Some((id, cand));
                 }
                 looked += 1;
-                let s = &self.segs[id as usize];
-                id = s.fnext;
+                id = self.segs[id as usize].fnext;
             }
-            c += 1;
         }
         None
+    }
+
+    /// The first non-empty class at or after `from`.
+    fn next_class(&self, from: usize) -> Option<usize> {
+        let mut w = from / 64;
+        let mut bits = self.bitmap.get(w)? & (!0u64 << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            bits = *self.bitmap.get(w)?;
+        }
     }
 
     /// Where `req` starts in the free segment `id`: as low as it can go, or as high when the
@@ -359,10 +360,9 @@ impl SegFit {
     /// segments of the classes from `from` up that hold the request.
     fn search_ordered(&self, req: &Request, from: usize) -> Option<(u32, u64)> {
         let (mut best, mut looked) = (None::<(u32, u64)>, 0);
-        for c in from..CLASSES {
-            if self.bitmap[c / 64] >> (c % 64) & 1 == 0 {
-                continue;
-            }
+        let mut next = from;
+        while let Some(c) = self.next_class(next) {
+            next = c + 1;
             let mut id = self.heads[c];
             while id != NIL && looked < ORDERED_LOOK {
                 if let Some(cand) = self.candidate(req, id) {
