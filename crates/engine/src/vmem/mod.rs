@@ -3,7 +3,7 @@
 //! alignment, phase, nocross and a min/max address, lowest fit or instant fit, spans added by
 //! the caller or imported from a parent arena and returned to it when they empty.
 //!
-//! Owns: its spans ([`span::SpanList`]), each with an index of its quanta: for lowest fit an
+//! Owns: its spans (`span.rs`), each with an index of its quanta: for lowest fit an
 //! engine [`Arena`], so that small allocations are served by the arena's thread caches and
 //! per-CPU nodes (vmem's quantum caches) and the rest by its free tree; for instant fit per-CPU
 //! stripes of segregated free lists ([`vmarena_core::SegFit`]), constant time. A handle on its
