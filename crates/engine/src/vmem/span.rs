@@ -2,11 +2,11 @@
 //! its index of free quanta: an engine [`Arena`] (lowest fit, with its nodes and thread caches)
 //! or per-CPU stripes of segregated free lists (instant fit, `stripes.rs`).
 //!
-//! Owns: the spans' indexes. A list is held under its integer arena's `RwLock`; a span's `live`
-//! count is an atomic that allocations raise while holding the lock for reading, so that a
-//! holder of the write lock who reads 0 knows no allocation can be under way in the span. A
-//! stripe's mutex is taken only under that read lock, so the write lock (taken for `fork()`)
-//! finds every stripe's mutex free.
+//! Owns: the spans' indexes. Each replica of a list is held under an `RwLock` of its own; a
+//! span's `live` count is an atomic that allocations raise while holding a replica for
+//! reading, so that a holder of every write lock who reads 0 knows no allocation can be under
+//! way in the span. A stripe's mutex is taken only under a read lock, so the write locks (all
+//! taken for `fork()`) find every stripe's mutex free.
 //!
 //! Invariant: spans in the list are disjoint and sorted by base.
 
