@@ -41,9 +41,6 @@ pub struct Request {
     /// The area must not cross a multiple of `nocross_pages` (vmem's nocross; a power of two at
     /// least `size_pages`), or 0 for no such boundary.
     pub nocross_pages: u64,
-    /// The fast search considers only blocks at least this long (vmem's instant fit: a block
-    /// of the next power of two holds the request whatever its start), or 0.
-    pub min_block_pages: u64,
     /// Lowest page the area may start at.
     pub lo: u64,
     /// One past the highest page the area may cover.
@@ -75,7 +72,7 @@ impl Request {
         if hi <= lo || hi - lo < size_pages {
             return Err(RequestError::BadWindow);
         }
-        Ok(Request { size_pages, align_pages, phase_pages: 0, nocross_pages: 0, min_block_pages: 0, lo, hi })
+        Ok(Request { size_pages, align_pages, phase_pages: 0, nocross_pages: 0, lo, hi })
     }
 
     /// A request with vmem's constraints: the start is `phase_pages` past a multiple of
@@ -139,7 +136,7 @@ impl Request {
     /// boundary the first aligned start may cross it and the next boundary's start is taken,
     /// so a block of twice the size and alignment always holds the request.
     pub fn search_length(&self) -> u64 {
-        let base = if self.hi - self.lo == self.size_pages {
+        if self.hi - self.lo == self.size_pages {
             self.size_pages
         } else if self.nocross_pages != 0 {
             self.size_pages.saturating_add(self.align_pages).saturating_mul(2)
@@ -147,8 +144,7 @@ impl Request {
             self.size_pages
         } else {
             self.size_pages.saturating_add(self.align_pages - 1)
-        };
-        base.max(self.min_block_pages)
+        }
     }
 
     /// The lowest start at or above `base` that the alignment and phase allow.
@@ -174,16 +170,13 @@ impl Request {
         let mut cand = self.aligned_at(start.max(self.lo))?;
         let n = self.nocross_pages;
         if n != 0 {
-            // `n` is a power of two: the segment of an integer is a shift.
-            let shift = n.trailing_zeros();
-            let crosses = |c: u64| c >> shift != (c + (self.size_pages - 1)) >> shift;
             cand.checked_add(self.size_pages)?;
-            if crosses(cand) {
+            if crosses(cand, self.size_pages, n) {
                 // Every start the alignment allows sits at the same offset from the boundary
                 // after this one (the alignment is a power of two): one more try decides.
-                cand = self.aligned_at(((cand >> shift) + 1).checked_mul(n)?)?;
+                cand = self.aligned_at((cand & !(n - 1)).checked_add(n)?)?;
                 cand.checked_add(self.size_pages)?;
-                if crosses(cand) {
+                if crosses(cand, self.size_pages, n) {
                     return None;
                 }
             }
@@ -191,9 +184,7 @@ impl Request {
         let last = cand.checked_add(self.size_pages)?;
         (last <= end.min(self.hi)).then_some(cand)
     }
-}
 
-impl Request {
     /// The highest start `s <= x` that the alignment and phase allow.
     fn aligned_below(&self, x: u64) -> Option<u64> {
         if self.align_pages == 1 {
@@ -210,21 +201,27 @@ impl Request {
         let top = end.min(self.hi).checked_sub(self.size_pages)?;
         let mut cand = self.aligned_below(top)?;
         let n = self.nocross_pages;
-        if n != 0 {
-            let shift = n.trailing_zeros();
-            let crosses = |c: u64| c >> shift != (c + (self.size_pages - 1)) >> shift;
-            if crosses(cand) {
-                // The boundary inside the area: end at it, the next start down the alignment
-                // allows (one move decides, as for the lowest start).
-                let boundary = ((cand + self.size_pages - 1) >> shift) << shift;
-                cand = self.aligned_below(boundary.checked_sub(self.size_pages)?)?;
-                if crosses(cand) {
-                    return None;
-                }
+        if crosses(cand, self.size_pages, n) {
+            // The boundary inside the area: end at it, the next start down the alignment allows
+            // (one move decides, as for the lowest start).
+            let boundary = (cand + self.size_pages - 1) & !(n - 1);
+            cand = self.aligned_below(boundary.checked_sub(self.size_pages)?)?;
+            if crosses(cand, self.size_pages, n) {
+                return None;
             }
         }
         (cand >= lo).then_some(cand)
     }
+}
+
+/// `[start, start + size)` (`size >= 1`, not wrapping) crosses a multiple of `nocross`, a
+/// power of two (0: no boundary).
+pub fn crosses(start: u64, size: u64, nocross: u64) -> bool {
+    if nocross == 0 {
+        return false;
+    }
+    let shift = nocross.trailing_zeros();
+    start >> shift != (start + (size - 1)) >> shift
 }
 
 /// Round `x` up to a multiple of the power of two `align`; `None` on overflow.

@@ -59,7 +59,7 @@ pub mod span;
 pub use batch_queue::{BatchQueue, BatchRule, Flush, Insert};
 pub use buddy::{Buddy, BuddyError, Watermarks, MAX_ORDER, NR_ORDERS};
 pub use busy::{BusyArea, BusyMap};
-pub use fit::{FitType, Request, RequestError};
+pub use fit::{crosses, FitType, Request, RequestError};
 pub use free_tree::{FreeTree, TreeError};
 pub use lazy_list::{LazyArea, LazyList};
 pub use pcp::{FreeOutcome, Pcp, PcpConfig, PCP_ORDERS, THP_ORDER};

@@ -82,8 +82,6 @@ pub struct AllocRequest {
     /// The area crosses no multiple of `nocross_pages` (vmem's nocross: 0, or a power of two
     /// at least `pages`).
     pub nocross_pages: u64,
-    /// How the free tree is searched.
-    pub fit: Fit,
     /// Prefer an area whose memory was released (reads as zero without a memset) among pooled
     /// areas; a thread cache still serves it a dirty area (see `Allocation::fresh`).
     pub prefer_fresh: bool,
@@ -102,7 +100,6 @@ impl AllocRequest {
             window: None,
             phase_pages: 0,
             nocross_pages: 0,
-            fit: Fit::Lowest,
             prefer_fresh: false,
             nonblocking: false,
             tag: AreaTag::default(),
@@ -112,25 +109,11 @@ impl AllocRequest {
 
 impl AllocRequest {
     /// No phase and no nocross: a request the caches, pools and nodes may serve when it also
-    /// has no window (the fit applies where the free tree is searched).
+    /// has no window.
     #[inline]
     pub fn is_plain(&self) -> bool {
         self.phase_pages == 0 && self.nocross_pages == 0
     }
-}
-
-/// How a request searches the free tree (vmem's allocation policies).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Fit {
-    /// The lowest address at which the request fits.
-    #[default]
-    Lowest,
-    /// The lowest block at least the request's size rounded up to a power of two, which holds
-    /// it whatever its alignment of one quantum (vmem's instant fit, whose power-of-two free
-    /// lists give such a block in constant time); lowest fit when no block is that long. Leaves
-    /// exact-size holes for the requests that fit them. (An integer arena, `Vmem`, with instant
-    /// fit indexes its spans with segregated free lists instead of an arena.)
-    Instant,
 }
 
 /// No allocating node (the kernel's `vn_id` 0).

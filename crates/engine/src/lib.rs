@@ -43,7 +43,7 @@ pub use arena::stats::ArenaStats;
 pub use arena::strategy::Strategy;
 pub use arena::worker::{set_idle_hook, set_start_hook};
 pub use arena::{
-    AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, Fit, FreeError, PurgeKind, PurgeReport,
+    AllocError, AllocRequest, Allocation, AreaKind, AreaTag, Arena, FreeError, PurgeKind, PurgeReport,
     SmallArea, Step, NO_NODE, UNKNOWN_BYTES,
 };
 pub use fixed_cache::{FixedCache, FixedError, FixedStats, GetPath};
@@ -54,4 +54,4 @@ pub use sync::fork::{ForkLocks, ProcessForkGuard};
 pub use sync::lock::StatLock;
 pub use sync::lock_stats::LockStats;
 #[cfg(not(loom))]
-pub use vmem::{Constraints, Vmem, VmemError, VmemOptions, VmemStats};
+pub use vmem::{Constraints, Fit, Vmem, VmemError, VmemOptions, VmemStats};

@@ -11,7 +11,7 @@ use super::shared::Shared;
 use super::strategy_ops::StrategyOps;
 use super::strategy_state::with_strategy;
 use super::Arena;
-use crate::area::{AllocRequest, Allocation, AreaKind, Fit, PurgeKind, Step};
+use crate::area::{AllocRequest, Allocation, AreaKind, PurgeKind, Step};
 use crate::error::AllocError;
 use crate::sync::Ordering::Relaxed;
 use std::panic::Location;
@@ -145,12 +145,8 @@ impl Arena {
         if lo < sh.ctx.lo || hi > sh.ctx.hi {
             return Err(AllocError::OutOfRange { window: (lo, hi), arena: (sh.ctx.lo, sh.ctx.hi) });
         }
-        let mut r =
-            Request::constrained(req.pages, req.align_pages, req.phase_pages, req.nocross_pages, lo, hi)
-                .map_err(AllocError::Invalid)?;
-        if req.fit == Fit::Instant {
-            r.min_block_pages = req.pages.checked_next_power_of_two().unwrap_or(u64::MAX);
-        }
+        let r = Request::constrained(req.pages, req.align_pages, req.phase_pages, req.nocross_pages, lo, hi)
+            .map_err(AllocError::Invalid)?;
         let default_window = (lo, hi) == (sh.ctx.lo, sh.ctx.hi) && req.is_plain();
         // A window with no suitably aligned start at all (align_shift's large alignments): no
         // purge can make room, so the request is refused before any search or purge.

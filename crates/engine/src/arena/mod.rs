@@ -89,7 +89,7 @@ use strategy_state::with_strategy;
 use vmarena_core::BusyArea;
 
 pub use crate::area::{
-    AllocRequest, Allocation, AreaKind, AreaTag, Fit, PurgeKind, PurgeReport, SmallArea, Step, NO_NODE,
+    AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, PurgeReport, SmallArea, Step, NO_NODE,
     UNKNOWN_BYTES,
 };
 pub use crate::error::{AllocError, FreeError};

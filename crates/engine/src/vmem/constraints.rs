@@ -53,7 +53,7 @@ impl Quanta {
         if c.phase >= align || c.phase & mask != 0 {
             return Err(VmemError::Invalid("phase is not a multiple of the quantum below align"));
         }
-        if c.nocross != 0 && (!c.nocross.is_power_of_two() || c.nocross < pages << shift || c.nocross < q) {
+        if c.nocross != 0 && (!c.nocross.is_power_of_two() || c.nocross < q || c.nocross >> shift < pages) {
             return Err(VmemError::Invalid("nocross is not a power of two at least the size"));
         }
         if c.min_addr & mask != 0 || c.max_addr & mask != 0 {
@@ -76,8 +76,7 @@ impl Quanta {
 
     /// `start..start + pages` crosses a multiple of `nocross_pages`.
     pub(crate) fn crosses(&self, start: u64) -> bool {
-        let n = self.nocross_pages;
-        n != 0 && start / n != (start + self.pages - 1) / n
+        vmarena_core::crosses(start, self.pages, self.nocross_pages)
     }
 }
 
@@ -94,6 +93,8 @@ mod tests {
         assert!(q(1, Constraints { align: 32, phase: 32, ..none }).is_err());
         assert!(q(1, Constraints { align: 32, phase: 8, ..none }).is_err(), "not a quantum multiple");
         assert!(q(40, Constraints { nocross: 32, ..none }).is_err());
+        // The largest size: refused for its nocross, with no overflow on the way.
+        assert!(q(u64::MAX, Constraints { nocross: 1 << 63, ..none }).is_err());
         assert!(q(16, Constraints { min_addr: 8, ..none }).is_err());
         assert!(q(64, Constraints { min_addr: 16, max_addr: 64, ..none }).is_err());
         let ok =

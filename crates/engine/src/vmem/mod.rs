@@ -34,7 +34,7 @@ pub use error::VmemError;
 
 use crate::arena::backing::NoBacking;
 use crate::arena::options::ArenaOptions;
-use crate::arena::{Arena, Fit};
+use crate::arena::Arena;
 use crate::sync::current_cpu;
 use crate::sync::fork::{self, ForkLocks, Held, Rank};
 use crate::sync::padded::Padded;
@@ -50,15 +50,26 @@ fn replicas() -> usize {
     vmarena_platform::cpu::count().clamp(1, 64)
 }
 
+/// How an integer arena's spans index their free quanta (vmem's allocation policies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fit {
+    /// The lowest start that fits: each span an engine arena (its free tree, nodes and thread
+    /// caches), the kernel's policy.
+    Lowest,
+    /// vmem's instant fit: the first segment of the first size class whose every segment holds
+    /// the request, in constant time; each span per-CPU stripes of segregated free lists
+    /// ([`vmarena_core::SegFit`]).
+    #[default]
+    Instant,
+}
+
 /// How a [`Vmem`] is built.
 #[derive(Clone, Debug)]
 pub struct VmemOptions {
     /// The unit of allocation: sizes are rounded up to it, starts are multiples of it (a power
     /// of two).
     pub quantum: u64,
-    /// Lowest fit: each span an engine arena (its free tree, nodes and thread caches); instant
-    /// fit: each span cut into per-CPU stripes of segregated free lists
-    /// ([`vmarena_core::SegFit`]), each under its own mutex.
+    /// How each span indexes its quanta.
     pub fit: Fit,
     /// Stripes of an instant-fit span: 0 means one per CPU where each holds at least 16,384
     /// quanta (one stripe for smaller spans).
@@ -333,7 +344,7 @@ impl Inner {
         if hi <= lo || hi - lo < q.pages {
             return None;
         }
-        let at = span.alloc(q, lo, hi, (lo, hi) == (slo, shi), self.fit)?;
+        let at = span.alloc(q, lo, hi, (lo, hi) == (slo, shi))?;
         span.took();
         Some(at << self.shift)
     }
@@ -396,7 +407,7 @@ impl Inner {
 
     fn free_and_spans(&self) -> (u64, usize) {
         let g = self.read();
-        let free = g.iter().map(|s| s.figures().free_quanta << self.shift).sum();
+        let free = g.iter().map(|s| s.free_quanta() << self.shift).sum();
         (free, g.len())
     }
 }

@@ -11,8 +11,8 @@
 //! Invariant: spans in the list are disjoint and sorted by base.
 
 use super::constraints::Quanta;
-use super::stripes::Stripes;
-use crate::arena::{AllocRequest, Arena, Fit};
+use super::stripes::{Figures, Stripes};
+use crate::arena::{AllocRequest, Arena};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -22,16 +22,6 @@ pub(crate) enum Index {
     Tree(Arena),
     /// Segregated free lists in per-CPU stripes: instant fit in constant time.
     Seg(Stripes),
-}
-
-/// A span's figures, in quanta.
-#[derive(Default)]
-pub(crate) struct Figures {
-    pub live: u64,
-    pub live_quanta: u64,
-    pub free_quanta: u64,
-    pub free_ranges: u64,
-    pub largest_free: u64,
 }
 
 /// One span: `[base, end)` in integers, quanta `[base >> shift, end >> shift)` in its index.
@@ -50,9 +40,9 @@ impl Span {
         self.base <= at && at < self.end
     }
 
-    /// Allocate `q` within quanta `[lo, hi)` of this span (`whole`: the span's whole range),
-    /// searched as `fit` says: the first quantum.
-    pub(crate) fn alloc(&self, q: &Quanta, lo: u64, hi: u64, whole: bool, fit: Fit) -> Option<u64> {
+    /// Allocate `q` within quanta `[lo, hi)` of this span (`whole`: the span's whole range):
+    /// the first quantum.
+    pub(crate) fn alloc(&self, q: &Quanta, lo: u64, hi: u64, whole: bool) -> Option<u64> {
         match &self.index {
             Index::Tree(arena) => {
                 if whole && q.phase_pages == 0 && q.nocross_pages != 0 {
@@ -70,7 +60,6 @@ impl Span {
                     phase_pages: q.phase_pages,
                     nocross_pages: q.nocross_pages,
                     window: (!whole).then_some((lo, hi)),
-                    fit,
                     ..AllocRequest::pages(q.pages)
                 };
                 arena.alloc(&req).ok().map(|a| a.start)
@@ -102,21 +91,19 @@ impl Span {
                 Figures {
                     live: a.live_areas,
                     live_quanta: a.live_pages,
-                    free_quanta: a.free_pages,
                     free_ranges: a.free_ranges,
                     largest_free: arena.largest_free(),
                 }
             }
-            Index::Seg(st) => {
-                let f = st.figures();
-                Figures {
-                    live: f.live,
-                    live_quanta: f.live_quanta,
-                    free_quanta: f.free_quanta,
-                    free_ranges: f.free_ranges,
-                    largest_free: f.largest_free,
-                }
-            }
+            Index::Seg(st) => st.figures(),
+        }
+    }
+
+    /// Free quanta (in the free tree, for an arena), without walking the free ranges.
+    pub(crate) fn free_quanta(&self) -> u64 {
+        match &self.index {
+            Index::Tree(arena) => arena.stats().free_pages,
+            Index::Seg(st) => st.free_quanta(),
         }
     }
 

@@ -27,11 +27,10 @@ use vmarena_core::{Request, SegFit};
 /// A span gets one stripe per CPU only where each stripe has at least this many quanta.
 pub(crate) const MIN_STRIPE_QUANTA: u64 = 1 << 14;
 
-/// The figures of all stripes, as one range.
-pub(crate) struct StripeFigures {
+/// A span's figures, in quanta (for stripes: as one range).
+pub(crate) struct Figures {
     pub live: u64,
     pub live_quanta: u64,
-    pub free_quanta: u64,
     pub free_ranges: u64,
     pub largest_free: u64,
 }
@@ -152,8 +151,9 @@ impl Stripes {
     /// `at` starts a part of a straddling allocation other than its first: not an allocation
     /// of its own.
     fn inner_part(&self, at: u64) -> bool {
-        at == self.bounds(self.stripe_of(at)).0
-            && self.straddling.load(Relaxed) > 0
+        // The count first: with no straddling allocation (the usual case) a free pays one load.
+        self.straddling.load(Relaxed) > 0
+            && at == self.bounds(self.stripe_of(at)).0
             && self.straddled().iter().any(|(&s, &len)| s < at && at < s + len)
     }
 
@@ -197,7 +197,7 @@ impl Stripes {
 
     /// The figures of the span as one range (free segments that meet at a boundary count as
     /// one; walks every free segment).
-    pub(crate) fn figures(&self) -> StripeFigures {
+    pub(crate) fn figures(&self) -> Figures {
         let g: Vec<MutexGuard<'_, SegFit>> = self.parts.iter().map(|p| lock(p)).collect();
         let straddled = self.straddled();
         let parts: u64 = straddled
@@ -206,13 +206,17 @@ impl Stripes {
             .sum();
         let runs = joined_runs(&g);
         let live_segments: u64 = g.iter().map(|f| f.live() as u64).sum();
-        StripeFigures {
+        Figures {
             live: live_segments - parts + straddled.len() as u64,
             live_quanta: g.iter().map(|f| f.allocated_len()).sum(),
-            free_quanta: g.iter().map(|f| f.free_len()).sum(),
             free_ranges: runs.len() as u64,
             largest_free: runs.iter().map(|(a, b)| b - a).max().unwrap_or(0),
         }
+    }
+
+    /// Free quanta in all, each stripe locked in turn.
+    pub(crate) fn free_quanta(&self) -> u64 {
+        self.parts.iter().map(|p| lock(p).free_len()).sum()
     }
 
     pub(crate) fn check(&self) -> Result<(), String> {

@@ -19,7 +19,7 @@ use super::trace::Shape;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Mutex;
-use vmarena_core::{FreeTree, Request};
+use vmarena_core::{crosses, FreeTree, Request};
 use vmarena_engine::{ArenaOptions, Constraints, Fit, Strategy, Vmem, VmemOptions};
 
 /// The contenders, in the order they run.
@@ -45,10 +45,6 @@ pub trait IntArena: Sync {
     fn start(&self, h: &Self::H) -> u64;
     /// What the allocation holds of the arena.
     fn extent(&self, h: &Self::H) -> Range<u64>;
-}
-
-pub fn crosses(start: u64, size: u64, nocross: u64) -> bool {
-    nocross != 0 && start / nocross != (start + size - 1) / nocross
 }
 
 /// vmarena's `Vmem` over the shape's span.

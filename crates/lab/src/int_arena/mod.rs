@@ -17,12 +17,11 @@ mod trace;
 
 use crate::machine::Machine;
 use crate::median::median;
-use contenders::{
-    crosses, IntArena, OffsetAlloc, RangeAlloc, TreeMutex, VmarenaArena, VmemCrate, CONTENDERS,
-};
+use contenders::{IntArena, OffsetAlloc, RangeAlloc, TreeMutex, VmarenaArena, VmemCrate, CONTENDERS};
 use std::sync::Barrier;
 use std::time::Instant;
 use trace::{Op, Shape, Trace};
+use vmarena_core::crosses;
 use vmarena_engine::{Fit, Strategy};
 
 /// Parameters of `vmarena int-arena`.
