@@ -342,12 +342,13 @@ struct vmarena_vmem_options {
     uint64_t size;
     uint64_t quantum;        /* the unit of allocation, a power of two; 0: 1 */
     uint64_t import_quantum; /* imports from the parent are rounded up to it; 0: the quantum */
-    uint64_t fit;            /* VMARENA_VMEM_INSTANT_FIT (0) or VMARENA_VMEM_LOWEST_FIT (1) */
+    uint64_t fit;            /* VMARENA_VMEM_INSTANT_FIT (0), _LOWEST_FIT (1) or _BEST_FIT (2) */
     uint64_t strategy;       /* lowest fit: VMARENA_STRATEGY_NODES (0), _SPLIT or _GLOBAL */
-    uint64_t stripes;        /* instant fit: per-CPU stripes of a span; 0: one per CPU (16 Ki quanta each at least) */
+    uint64_t stripes;        /* instant and best fit: per-CPU stripes of a span; 0: one per CPU (16 Ki quanta each at least) */
 };
 #define VMARENA_VMEM_INSTANT_FIT 0 /* segregated free lists, constant time, in per-CPU stripes */
 #define VMARENA_VMEM_LOWEST_FIT 1  /* the lowest start that fits: the engine's arena, its tree and caches */
+#define VMARENA_VMEM_BEST_FIT 2    /* the shortest free range that fits, on the same stripes as instant fit */
 
 /* An arena called `name` (NULL: "vmem") with the span [base, base + size) (none when size is
  * 0), importing from `parent` when no span holds a request (NULL: none). NULL and errno EINVAL

@@ -18,6 +18,12 @@
 //! segments long enough for the size searched, one by one: a refusal means that no start
 //! exists.
 //!
+//! Best fit (vmem's `VM_BESTFIT`, chosen by [`SegFit::best_fit`]): the shortest segment in
+//! which the request has a start, ties to the lowest start (the highest, growing down). Every
+//! segment of a class is shorter than every segment of the next, so the search walks the
+//! classes from the request's size upwards and stops at the first with a fitting segment,
+//! after walking that class's whole list.
+//!
 //! Owns: its segments, in one vector (ids are `u32`, reused), no locks, no `unsafe`.
 
 use crate::fit::Request;
@@ -101,6 +107,8 @@ pub struct SegFit {
     hi: u64,
     /// Carve each allocation from the top of its segment (the range grows downwards).
     high: bool,
+    /// Best fit instead of instant fit.
+    best: bool,
     segs: Vec<Seg>,
     spare: Vec<u32>,
     heads: Vec<u32>,
@@ -125,6 +133,7 @@ impl SegFit {
             lo,
             hi,
             high,
+            best: false,
             segs: Vec::new(),
             spare: Vec::new(),
             heads: vec![NIL; CLASSES],
@@ -136,6 +145,12 @@ impl SegFit {
         let id = s.new_seg(lo, hi - lo, false);
         s.push_free(id);
         s
+    }
+
+    /// The same range, allocating by best fit (see the module doc) instead of instant fit.
+    pub fn best_fit(mut self) -> SegFit {
+        self.best = true;
+        self
     }
 
     /// Free length in all.
@@ -175,8 +190,12 @@ impl SegFit {
         self.allocated.get(&start).map(|&id| self.segs[id as usize].len)
     }
 
-    /// Allocate `req` (instant fit; see the module doc): its start.
+    /// Allocate `req` (instant fit, or best fit when so built; see the module doc): its start.
     pub fn alloc(&mut self, req: &Request) -> Option<u64> {
+        if self.best {
+            let (id, cand) = self.search_best(req)?;
+            return Some(self.carve(id, cand, req.size_pages));
+        }
         // What the alignment and phase may cost; a nocross boundary is left to the check of
         // each segment (a larger class for it would carve far larger segments than needed).
         let need = req.size_pages.saturating_add(req.align_pages.saturating_sub(1));
@@ -384,6 +403,36 @@ impl SegFit {
         best
     }
 
+    /// The shortest free segment in which `req` has a start (ties: the lower start, or the
+    /// higher growing down), class by class from the request's size.
+    fn search_best(&self, req: &Request) -> Option<(u32, u64)> {
+        let mut next = class_floor(req.size_pages);
+        while let Some(c) = self.next_class(next) {
+            next = c + 1;
+            let mut best: Option<(u32, u64, u64)> = None;
+            let mut id = self.heads[c];
+            while id != NIL {
+                let s = &self.segs[id as usize];
+                let shorter = match best {
+                    None => true,
+                    Some((b, _, len)) => {
+                        s.len < len || (s.len == len && (s.start < self.segs[b as usize].start) != self.high)
+                    }
+                };
+                if shorter {
+                    if let Some(cand) = self.candidate(req, id) {
+                        best = Some((id, cand, s.len));
+                    }
+                }
+                id = s.fnext;
+            }
+            if let Some((id, cand, _)) = best {
+                return Some((id, cand));
+            }
+        }
+        None
+    }
+
     /// Take `[cand, cand + len)` out of the free segment `id`: the allocation's start.
     fn carve(&mut self, id: u32, cand: u64, len: u64) -> u64 {
         self.unlist(id);
@@ -517,6 +566,15 @@ mod tests {
         assert_eq!(f.alloc(&r(2000)), None);
     }
 
+    /// The length of the free segment an allocation at `s` of `size` was carved from: the
+    /// allocation and its free neighbours.
+    fn live_free_len_around(f: &SegFit, s: u64, size: u64) -> u64 {
+        let ranges = f.ranges();
+        let before = ranges.iter().find(|&&(_, b)| b == s).map_or(0, |&(a, b)| b - a);
+        let after = ranges.iter().find(|&&(a, _)| a == s + size).map_or(0, |&(a, b)| b - a);
+        before + size + after
+    }
+
     #[test]
     fn random_sequences_meet_every_constraint_and_refuse_only_without_a_start() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -526,9 +584,13 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        for round in 0..4 {
+        for round in 0..8 {
             let (lo, hi) = (1000u64, 1000 + 4096);
+            let best = round >= 4;
             let mut f = SegFit::growing(lo, hi, round % 2 == 1);
+            if best {
+                f = f.best_fit();
+            }
             let mut live: Vec<(u64, u64)> = Vec::new();
             for step in 0..6000 {
                 if !live.is_empty() && rnd(5) < 2 {
@@ -548,8 +610,19 @@ mod tests {
                     (0, u64::MAX)
                 };
                 let Ok(req) = Request::constrained(size, align, phase, nocross, wlo, whi) else { continue };
+                // Best fit: the shortest free segment with a start, taken before the call.
+                let shortest = f
+                    .ranges()
+                    .into_iter()
+                    .filter(|&(a, b)| req.candidate_in(a, b).is_some())
+                    .map(|(a, b)| b - a)
+                    .min();
                 match f.alloc(&req) {
                     Some(s) => {
+                        if best {
+                            let seg = live_free_len_around(&f, s, size);
+                            assert_eq!(Some(seg), shortest, "round {round} step {step}: not the best fit");
+                        }
                         assert_eq!(
                             req.candidate_in(s, s + size),
                             Some(s),

@@ -188,6 +188,16 @@ fn instant_fit_meets_the_oracle() {
     }
 }
 
+#[test]
+fn best_fit_meets_the_oracle() {
+    for seed in 31..=34 {
+        oracle_run(Strategy::Global, false, Fit::Best, seed);
+    }
+    for seed in 35..=36 {
+        oracle_run_striped(Strategy::Global, false, Fit::Best, seed, 3);
+    }
+}
+
 /// Stripes of 171 and 86 quanta: requests of up to 128 quanta with alignment often fit only
 /// across a boundary, where every stripe is locked and the parts carved.
 #[test]
@@ -292,6 +302,7 @@ fn a_child_imports_from_its_parent_and_returns_empty_spans() {
 fn concurrent_allocations_never_overlap() {
     concurrent(Fit::Lowest);
     concurrent(Fit::Instant);
+    concurrent(Fit::Best);
 }
 
 fn concurrent(fit: Fit) {
@@ -300,7 +311,7 @@ fn concurrent(fit: Fit) {
     let parent = Vmem::new("p", VmemOptions { quantum: Q, ..VmemOptions::default() }, None).unwrap();
     parent.add_span(0, SPAN).unwrap();
     // Imports of 4,096 quanta in 4 stripes each for instant fit.
-    let stripes = if fit == Fit::Instant { 4 } else { 0 };
+    let stripes = if fit == Fit::Lowest { 0 } else { 4 };
     let child_opts =
         VmemOptions { quantum: Q, import_quantum: 1 << 16, fit, stripes, ..VmemOptions::default() };
     let child = Vmem::new("c", child_opts, Some(parent.clone())).unwrap();

@@ -376,7 +376,7 @@ fn int_arena_compares_every_contender_and_checks_placement() {
     let dir = std::env::temp_dir().join(format!("vmarena-int-arena-{}", std::process::id()));
     let json = dir.join("int.json");
     let contenders =
-        "vmarena,vmarena-1,vmarena-lowest,vmarena-lowest-global,tree-mutex,vmem,offset-allocator,range-alloc";
+        "vmarena,vmarena-1,vmarena-best,vmarena-lowest,vmarena-lowest-global,tree-mutex,vmem,offset-allocator,range-alloc";
     let out = vmarena(&[
         "int-arena",
         "--allocs",

@@ -61,6 +61,10 @@ pub enum Fit {
     /// ([`vmarena_core::SegFit`]).
     #[default]
     Instant,
+    /// vmem's best fit: the shortest free segment in which the request has a start, on the
+    /// same stripes of segregated lists as instant fit, each allocation walking the fitting
+    /// class's list; for arenas whose largest free range matters more than the rate.
+    Best,
 }
 
 /// How a [`Vmem`] is built.
@@ -318,7 +322,8 @@ impl Inner {
                 )
                 .map_err(|_| VmemError::Invalid("span options"))?,
             ),
-            Fit::Instant => Index::Seg(Stripes::new(lo, hi, self.stripes)),
+            Fit::Instant => Index::Seg(Stripes::new(lo, hi, self.stripes, false)),
+            Fit::Best => Index::Seg(Stripes::new(lo, hi, self.stripes, true)),
         };
         let span = Arc::new(Span { base, end, index, imported, live: AtomicU64::new(0) });
         let mut all = self.write();

@@ -67,8 +67,8 @@ fn lock(m: &Mutex<SegFit>) -> MutexGuard<'_, SegFit> {
 
 impl Stripes {
     /// Quanta `[lo, hi)` in `stripes` stripes (0: one per CPU where each has at least
-    /// [`MIN_STRIPE_QUANTA`]).
-    pub(crate) fn new(lo: u64, hi: u64, stripes: usize) -> Stripes {
+    /// [`MIN_STRIPE_QUANTA`]), each allocating by best fit when `best`, else by instant fit.
+    pub(crate) fn new(lo: u64, hi: u64, stripes: usize, best: bool) -> Stripes {
         let len = hi - lo;
         let n = if stripes == 0 {
             (vmarena_platform::cpu::count() as u64).min(len / MIN_STRIPE_QUANTA).max(1)
@@ -81,7 +81,8 @@ impl Stripes {
         let parts = (0..n)
             .map(|i| (i, lo + i * width))
             .take_while(|&(_, a)| a < hi)
-            .map(|(i, a)| Padded(Mutex::new(SegFit::growing(a, (a + width).min(hi), i % 2 == 1))))
+            .map(|(i, a)| SegFit::growing(a, (a + width).min(hi), i % 2 == 1))
+            .map(|f| Padded(Mutex::new(if best { f.best_fit() } else { f })))
             .collect();
         Stripes { lo, hi, width, parts, straddled: Mutex::new(HashMap::new()), straddling: AtomicU64::new(0) }
     }

@@ -23,9 +23,10 @@ use vmarena_core::{crosses, FreeTree, Request};
 use vmarena_engine::{ArenaOptions, Constraints, Fit, Strategy, Vmem, VmemOptions};
 
 /// The contenders, in the order they run.
-pub const CONTENDERS: [&str; 9] = [
+pub const CONTENDERS: [&str; 10] = [
     "vmarena",
     "vmarena-1",
+    "vmarena-best",
     "vmarena-lowest",
     "vmarena-lowest-global",
     "tree-mutex",

@@ -6,7 +6,7 @@
 //! all threads, median of the rounds) and its ratio to vmarena's; requests refused; and, with
 //! the trace's long-lived allocations still live at its end, the fragmentation of the free
 //! space (the free ranges between them, how many are slivers shorter than the trace's smallest
-//! request, the largest, and its share of all free space, computed
+//! request, all free space, the largest range and its share of it, computed
 //! from the allocations' extents, the same way for every contender) and the heap the contender
 //! holds (glibc's `mallinfo2`, from before it was built) per live allocation. Every allocation's
 //! start is checked against its alignment and nocross boundary, and the live extents against
@@ -35,14 +35,15 @@ pub struct IntArenaConfig {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
     /// Contenders: vmarena (the default: instant fit, segregated free lists in per-CPU
-    /// stripes), vmarena-1 (the same in one stripe), vmarena-lowest (lowest fit: per-CPU nodes,
-    /// thread caches, free tree), vmarena-lowest-global (lowest fit, one lock), tree-mutex (vmarena's free tree under a mutex), vmem (padded
-    /// requests through alloc), vmem-xalloc (its own constrained allocation),
-    /// offset-allocator, range-alloc.
+    /// stripes), vmarena-1 (the same in one stripe), vmarena-best (best fit on the same
+    /// stripes), vmarena-lowest (lowest fit: per-CPU nodes, thread caches, free tree),
+    /// vmarena-lowest-global (lowest fit, one lock), tree-mutex (vmarena's free tree under a
+    /// mutex), vmem (padded requests through alloc), vmem-xalloc (its own constrained
+    /// allocation), offset-allocator, range-alloc.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "vmarena,vmarena-1,vmarena-lowest,vmarena-lowest-global,tree-mutex,vmem,vmem-xalloc,offset-allocator,range-alloc"
+        default_value = "vmarena,vmarena-1,vmarena-best,vmarena-lowest,vmarena-lowest-global,tree-mutex,vmem,vmem-xalloc,offset-allocator,range-alloc"
     )]
     pub contenders: Vec<String>,
     /// Allocations per thread (the JIT trace then holds about 42,000 live functions a thread;
@@ -201,6 +202,7 @@ fn run_one(contender: &str, shape: Shape, traces: &[Trace]) -> Result<Sample, St
     match contender {
         "vmarena" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 0)),
         "vmarena-1" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Instant, 1)),
+        "vmarena-best" => replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Best, 0)),
         "vmarena-lowest" => {
             replay(shape, traces, || VmarenaArena::new(shape, Strategy::Nodes, Fit::Lowest, 0))
         }
@@ -285,13 +287,13 @@ pub fn print(cfg: &IntArenaConfig, cells: &[Cell], m: &Machine) {
         cfg.allocs, cfg.rounds, cfg.seed
     );
     println!(
-        "\n| trace | threads | contender | Mops/s | vs vmarena | refused | live | free ranges | of them slivers | largest free MiB | largest/free | heap B per live |"
+        "\n| trace | threads | contender | Mops/s | vs vmarena | refused | live | free ranges | of them slivers | free MiB | largest free MiB | largest/free | heap B per live |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for c in cells {
         if let Some(e) = &c.error {
             println!(
-                "| {} | {} | {} | {} | | | | | | | |",
+                "| {} | {} | {} | {} | | | | | | | | | |",
                 c.trace,
                 c.threads,
                 c.contender,
@@ -309,7 +311,7 @@ pub fn print(cfg: &IntArenaConfig, cells: &[Cell], m: &Machine) {
         let largest = c.median_of(|s| s.largest_free as f64);
         let share = c.median_of(|s| s.largest_free as f64 / s.free_total.max(1) as f64);
         println!(
-            "| {} | {} | {} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0}% | {:.0} |",
+            "| {} | {} | {} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.0}% | {:.0} |",
             c.trace,
             c.threads,
             c.contender,
@@ -319,6 +321,7 @@ pub fn print(cfg: &IntArenaConfig, cells: &[Cell], m: &Machine) {
             live,
             c.median_of(|s| s.free_ranges as f64),
             c.median_of(|s| s.slivers as f64),
+            c.median_of(|s| s.free_total as f64) / (1 << 20) as f64,
             largest / (1 << 20) as f64,
             share * 100.0,
             c.median_of(|s| s.heap_bytes as f64 / s.live.max(1) as f64),

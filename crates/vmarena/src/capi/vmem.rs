@@ -87,6 +87,7 @@ fn options(c: &VmemOptionsC) -> Option<VmemOptions> {
     let fit = match c.fit {
         0 => Fit::Instant,
         1 => Fit::Lowest,
+        2 => Fit::Best,
         _ => return None,
     };
     let strategy = match c.strategy {

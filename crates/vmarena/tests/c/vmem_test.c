@@ -99,6 +99,28 @@ int main(void) {
     CHECK(st.live == 0 && st.allocated == 0 && st.free_ranges == 2 && st.largest_free == 64 << 20);
     CHECK(vmarena_vmem_destroy(jit) == 0);
 
+    /* Best fit: of holes of 256, 128 and 512 bytes and the untouched rest, a request of 100
+     * takes the 128-byte hole. */
+    o.fit = VMARENA_VMEM_BEST_FIT;
+    o.stripes = 1;
+    vmarena_vmem *best = vmarena_vmem_create("best", 0x10000, 1 << 20, &o, NULL);
+    CHECK(best != NULL);
+    uint64_t blk[6], holes[3] = {256, 128, 512}, got, got2;
+    for (int i = 0; i < 6; i++)
+        CHECK(vmarena_vmem_alloc(best, i % 2 ? 64 : holes[i / 2], &blk[i]) == 0);
+    for (int i = 0; i < 6; i += 2)
+        CHECK(vmarena_vmem_free(best, blk[i]) == 0);
+    CHECK(vmarena_vmem_alloc(best, 100, &got) == 0 && got == blk[2]);
+    CHECK(vmarena_vmem_alloc(best, 200, &got2) == 0 && got2 == blk[0]);
+    CHECK(stats(best).free_ranges == 4); /* 16 and 48 left of the holes, 512, the rest */
+    CHECK(vmarena_vmem_destroy(best) == -EBUSY);
+    CHECK(vmarena_vmem_free(best, got) == 0 && vmarena_vmem_free(best, got2) == 0);
+    for (int i = 1; i < 6; i += 2)
+        CHECK(vmarena_vmem_free(best, blk[i]) == 0);
+    CHECK(stats(best).free_ranges == 1 && vmarena_vmem_destroy(best) == 0);
+    o.stripes = 0;
+    o.fit = VMARENA_VMEM_INSTANT_FIT;
+
     /* A device heap: a parent of 4 KiB pages, a child of 256-byte blocks importing 1 MiB. */
     o.quantum = 4096;
     vmarena_vmem *pages = vmarena_vmem_create("pages", 1ull << 40, 64 << 20, &o, NULL);
