@@ -1,5 +1,6 @@
-//! Where a call goes: the routing threshold, the default space's bounds and the pass-through
-//! bounds that send most calls to the next allocator with one compare.
+//! Where a call goes: the routing threshold, the default space's bounds (its own reservation,
+//! and its further ones once it grew) and the pass-through bounds that send most calls to the
+//! next allocator with one compare.
 //!
 //! Owns: the atomics below, written once each at start-up (the threshold and the pass-through
 //! when the next allocator is known, `next.rs`; the space's bounds when it is built, `space`)
@@ -8,7 +9,7 @@
 
 use crate::bootstrap;
 use std::sync::atomic::{
-    AtomicUsize,
+    AtomicBool, AtomicUsize,
     Ordering::{Acquire, Relaxed, SeqCst},
 };
 
@@ -23,6 +24,11 @@ static FAST_BELOW: AtomicUsize = AtomicUsize::new(0);
 /// The default space's reservation once it exists, as its start and length (0, 0 before).
 static SPACE_LO: AtomicUsize = AtomicUsize::new(0);
 static SPACE_LEN: AtomicUsize = AtomicUsize::new(0);
+/// The default space has further reservations (it grew past its own: `vmarena::space`'s
+/// extensions), and the lowest of their starts (`usize::MAX` before the first). Set by
+/// [`on_growth`] before an extension hands out its first area.
+static GREW: AtomicBool = AtomicBool::new(false);
+static GROWN_LO: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// A free (or resize) of an address below this goes straight to the next allocator with one
 /// compare ([`pass_below`]): the lower of the bootstrap heap's start and the default space's,
 /// once the next allocator is known and statistics are off; 0 otherwise. glibc's main heap
@@ -44,7 +50,26 @@ pub fn threshold() -> usize {
 #[inline]
 pub(crate) fn in_space(p: *const u8) -> bool {
     let len = SPACE_LEN.load(Acquire);
-    (p as usize).wrapping_sub(SPACE_LO.load(Relaxed)) < len
+    (p as usize).wrapping_sub(SPACE_LO.load(Relaxed)) < len || (GREW.load(Relaxed) && in_extension(p))
+}
+
+/// True when `p` lies in one of the default space's further reservations.
+#[cold]
+#[inline(never)]
+fn in_extension(p: *const u8) -> bool {
+    vmarena::default_space().is_ok_and(|s| s.contains(p))
+}
+
+/// The default space made a further reservation `[lo, hi)`: it is in the space from now on, and
+/// frees below it no longer pass with one compare. Called before the reservation hands out an
+/// area, as the space's own bounds are stored before its first (the same pairing with
+/// [`open_pass_through`]).
+fn on_growth(lo: usize, _hi: usize) {
+    GROWN_LO.fetch_min(lo, SeqCst);
+    GREW.store(true, SeqCst);
+    if FAST_BELOW.load(SeqCst) != 0 {
+        lower_pass_below(pass_bound());
+    }
 }
 
 /// The pass-through bound: a request below it (and a free of an address neither in the space
@@ -81,10 +106,11 @@ pub(crate) fn lower_pass_below(v: usize) {
 /// The bound below which frees pass with one compare, from the bootstrap heap's start and the
 /// space's, as far as it is built.
 pub(crate) fn pass_bound() -> usize {
+    let grown = GROWN_LO.load(SeqCst);
     if SPACE_LEN.load(SeqCst) > 0 {
-        bootstrap::start().min(SPACE_LO.load(Relaxed))
+        bootstrap::start().min(SPACE_LO.load(Relaxed)).min(grown)
     } else {
-        bootstrap::start()
+        bootstrap::start().min(grown)
     }
 }
 
@@ -102,6 +128,10 @@ pub(crate) fn open_pass_through(bytes: usize) {
 
 /// The default space, created on first use, with its bounds published for `in_space`.
 pub(crate) fn space() -> Option<&'static vmarena::VmSpace> {
+    if SPACE_LEN.load(Relaxed) == 0 {
+        // Before the space exists, so before it can grow.
+        vmarena::space::set_growth_hook(on_growth);
+    }
     let s = vmarena::default_space().ok()?;
     if SPACE_LEN.load(Relaxed) == 0 {
         let (lo, hi) = s.bounds();

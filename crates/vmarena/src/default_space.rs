@@ -62,7 +62,8 @@ const TSAN_SPACE_BYTES: u64 = 64 << 30;
 
 /// The default space: with `VMARENA_SPACE_BYTES` set, that size or nothing; otherwise
 /// [`DEFAULT_SPACE_BYTES`] fitted to the process, halved while the kernel (or valgrind's
-/// address-space manager) refuses it, down to [`DEFAULT_SPACE_MIN_BYTES`].
+/// address-space manager) refuses it, down to [`DEFAULT_SPACE_MIN_BYTES`], and growing by
+/// further reservations of that size, fitted to the process again at each, when it is full.
 fn build() -> Result<VmSpace, String> {
     let opts = default_space_space_options();
     let arena = default_space_options();
@@ -70,15 +71,18 @@ fn build() -> Result<VmSpace, String> {
         return VmSpace::new("vmalloc", opts, arena);
     }
     let mut bytes = fit_to_process(opts.space_bytes).max(DEFAULT_SPACE_MIN_BYTES);
-    if vmarena_platform::debug_tools::detect() & vmarena_platform::debug_tools::TSAN != 0 {
+    let tsan = vmarena_platform::debug_tools::detect() & vmarena_platform::debug_tools::TSAN != 0;
+    if tsan {
         // ThreadSanitizer watches only the top 1.5 TiB of the address space below the stack
         // (x86-64): a 1 TiB reservation placed under the program's mappings reaches below it,
-        // where accesses go unchecked.
+        // where accesses go unchecked. For the same reason the space does not grow there.
         bytes = bytes.min(TSAN_SPACE_BYTES);
     }
     let mut first_error = None;
     loop {
         match VmSpace::new("vmalloc", SpaceOptions { space_bytes: bytes, ..opts.clone() }, arena.clone()) {
+            // Full, it grows by further reservations, fitted to the process as this one was.
+            Ok(s) if !tsan => return Ok(s.growing(fit_to_process, DEFAULT_SPACE_MIN_BYTES)),
             Ok(s) => return Ok(s),
             Err(e) => {
                 first_error.get_or_insert(e);

@@ -28,7 +28,7 @@ pub const DEFAULT_SPACE_BYTES: u64 = 1 << 40;
 options_table! {
     /// How a [`VmSpace`](crate::VmSpace) is built. The default space reads the environment.
     pub struct SpaceOptions {
-        /// Size of the reservation: address space, inaccessible until the space commits it in steps as it grows (the default space: 1 TiB fitted to RLIMIT_AS, halved while refused; set, exactly this).
+        /// Size of the reservation: address space, inaccessible until the space commits it in steps as it grows (the default space: 1 TiB fitted to RLIMIT_AS, halved while refused, and further reservations of that size when full; set, exactly this and no growth).
         space_bytes: u64 = 64 << 30, "bytes", "VMARENA_SPACE_BYTES";
         /// Guard pages after each area (the kernel uses one).
         guard_pages: u64 = 1, "pages", "VMARENA_GUARD_PAGES";

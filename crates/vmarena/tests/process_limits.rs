@@ -1,7 +1,8 @@
 //! The C ABI wherever a process may run (tier 1): under an address-space limit (`ulimit -v`)
 //! of 1 GB and 4 GB, under valgrind, and with three live 40 GiB areas, the default space
 //! keeps the ABI's semantics (`tests/c/limits_test.c`: page granularity, guards where the
-//! kernel enforces them, -EINVAL on double and foreign frees). Strict overcommit, which changes
+//! kernel enforces them, -EINVAL on double and foreign frees), and grows by further
+//! reservations past its first. Strict overcommit, which changes
 //! a system setting, has a test binary of its own (`strict_overcommit.rs`).
 //!
 //! With the fixed 64 GiB reservation of before, every request under either limit and under
@@ -75,6 +76,29 @@ fn three_live_areas_of_40_gib_fit_in_the_default_space() {
     let out = run(&["big", "3", "40"], None);
     assert_passed(&out, "three 40 GiB areas");
     assert!(String::from_utf8_lossy(&out.stdout).contains("big ok"));
+}
+
+/// Past its first reservation (1 TiB, or a quarter of what `RLIMIT_AS` leaves) the default
+/// space grows by further ones: twelve live areas of 100 GiB without a limit, six of 256 MiB
+/// under a 4 GB limit, each written at both ends, sized, refused an interior and a double free.
+#[test]
+fn the_default_space_grows_past_its_first_reservation() {
+    for (args, limit, least) in
+        [(["big", "12", "100"], None, 1), (["big", "6", "256m"], Some(4_000_000u64 << 10), 1)]
+    {
+        let out = run(&args, limit);
+        let what = format!("{args:?} under {limit:?}");
+        assert_passed(&out, &what);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("big ok"), "{what}: {stdout}");
+        let ext: i64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("extensions "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(-1);
+        assert!(ext >= least, "{what}: {ext} further reservations: {stdout}");
+        assert!(out.stderr.is_empty(), "{what}: nothing to report: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 /// valgrind's address-space manager refuses a reservation of the default size; the default

@@ -1,12 +1,13 @@
 //! `Vmem`: an integer arena with vmem's interface (Bonwick and Adams, "Magazines and Vmem",
 //! 2001; illumos and FreeBSD `vmem(9)`): spans of any integers with a quantum, allocation with
-//! alignment, phase, nocross and a min/max address, lowest fit or instant fit, spans added by
+//! alignment, phase, nocross and a min/max address, lowest, instant or best fit, spans added by
 //! the caller or imported from a parent arena and returned to it when they empty.
 //!
 //! Owns: its spans (`span.rs`), each with an index of its quanta: for lowest fit an
 //! engine [`Arena`], so that small allocations are served by the arena's thread caches and
-//! per-CPU nodes (vmem's quantum caches) and the rest by its free tree; for instant fit per-CPU
-//! stripes of segregated free lists ([`vmarena_core::SegFit`]), constant time. A handle on its
+//! per-CPU nodes (vmem's quantum caches) and the rest by its free tree; for instant and best
+//! fit per-CPU stripes of segregated free lists ([`vmarena_core::SegFit`]), instant fit in
+//! constant time. A handle on its
 //! parent, which it keeps alive.
 //!
 //! Locks: the span list is replicated per CPU, each replica under an `RwLock` of its own,
@@ -75,7 +76,7 @@ pub struct VmemOptions {
     pub quantum: u64,
     /// How each span indexes its quanta.
     pub fit: Fit,
-    /// Stripes of an instant-fit span: 0 means one per CPU where each holds at least 16,384
+    /// Stripes of an instant- or best-fit span: 0 means one per CPU where each holds at least 16,384
     /// quanta (one stripe for smaller spans).
     pub stripes: usize,
     /// Imports from the parent are rounded up to a multiple of this (0: the quantum).

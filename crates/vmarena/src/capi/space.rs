@@ -45,7 +45,7 @@ const NO_HUGE_PAGES: u64 = 2;
 
 /// The space behind a handle: its own, or the default space.
 enum Held {
-    Own(VmSpace),
+    Own(Box<VmSpace>),
     Default(&'static VmSpace),
 }
 
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn vmarena_space_create(
             return null_mut();
         };
         match VmSpace::new(&name, space, arena) {
-            Ok(s) => Box::into_raw(Box::new(SpaceHandle { magic: SPACE_MAGIC, space: Held::Own(s) })),
+            Ok(s) => Box::into_raw(Box::new(SpaceHandle { magic: SPACE_MAGIC, space: Held::Own(Box::new(s)) })),
             Err(_) => {
                 set_errno(libc::ENOMEM);
                 null_mut()

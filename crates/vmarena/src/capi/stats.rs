@@ -142,7 +142,7 @@ pub(crate) fn stats_json() -> String {
             ",\"space_figures\":{{\"vzalloc_memsets\":{},\"guard_calls\":{},\"map_calls\":{},\
              \"mapped_areas\":{},\"vmap_blocks\":{},\"map_ram_lingering\":{},\"huge_advised\":{},\
              \"huge_small\":{},\"huge_refused\":{},\"hugetlb_mapped\":{},\"hugetlb_refused\":{},\
-             \"committed_bytes\":{}}}",
+             \"committed_bytes\":{},\"extensions\":{},\"extension_live_areas\":{},\"extension_live_pages\":{}}}",
             st.vzalloc_memsets,
             st.guard_calls,
             st.map_calls,
@@ -154,7 +154,10 @@ pub(crate) fn stats_json() -> String {
             st.huge_refused,
             st.hugetlb_mapped,
             st.hugetlb_refused,
-            s.committed_bytes()
+            s.committed_bytes(),
+            st.extensions,
+            st.extension_live_areas,
+            st.extension_live_pages
         );
         out.push_str(",\"locks\":{");
         for (i, (class, l)) in s.lock_stats().into_iter().enumerate() {

@@ -25,7 +25,11 @@ impl VmSpace {
     /// failure for lack of room is also reported on stderr (`crate::exhaustion`).
     pub(super) fn map_alloc_error(&self, e: AllocError, bytes: usize) -> VmError {
         let e = self.alloc_error(e, bytes);
-        if matches!(e, VmError::NoSpace(_)) && self.reports_exhaustion.load(Relaxed) {
+        // A growing space reports only when no further reservation could serve (`alloc_slow`).
+        if matches!(e, VmError::NoSpace(_))
+            && self.reports_exhaustion.load(Relaxed)
+            && self.extensions.is_none()
+        {
             crate::exhaustion::report_once(&e);
         }
         e
@@ -211,6 +215,8 @@ impl VmSpace {
         self.memsets.fetch_add(1, Relaxed);
     }
 
+    /// Past the thread cache: the arena's ladder in the space's own reservation, and for a
+    /// growing space, the further reservations when it has no room (`extensions.rs`).
     #[inline(never)]
     pub(super) fn alloc_slow(
         &self,
@@ -222,6 +228,42 @@ impl VmSpace {
         kind: AreaKind,
     ) -> Result<NonNull<u8>, VmError> {
         let _inside = reentry::enter();
+        let Some(ext) = self.extensions.as_deref().filter(|_| kind == AreaKind::Vmalloc) else {
+            return self.alloc_here(bytes, align_bytes, zeroed, nonblocking, caller, kind);
+        };
+        if !align_bytes.is_power_of_two() {
+            return Err(VmError::BadAlignment(align_bytes));
+        }
+        let own_bytes = self.opts.space_bytes;
+        if ext.own_full() {
+            if let Some(r) = ext.alloc(own_bytes, bytes, align_bytes, zeroed, nonblocking, caller) {
+                return r;
+            }
+        }
+        match self.alloc_here(bytes, align_bytes, zeroed, nonblocking, caller, kind) {
+            Err(VmError::NoSpace(why)) => {
+                ext.set_own_full(true);
+                ext.alloc(own_bytes, bytes, align_bytes, zeroed, nonblocking, caller).unwrap_or_else(|| {
+                    let e = VmError::NoSpace(why);
+                    if self.reports_exhaustion.load(Relaxed) {
+                        crate::exhaustion::report_once(&e);
+                    }
+                    Err(e)
+                })
+            }
+            r => r,
+        }
+    }
+
+    fn alloc_here(
+        &self,
+        bytes: usize,
+        align_bytes: usize,
+        zeroed: bool,
+        nonblocking: bool,
+        caller: &'static Location<'static>,
+        kind: AreaKind,
+    ) -> Result<NonNull<u8>, VmError> {
         if !align_bytes.is_power_of_two() {
             return Err(VmError::BadAlignment(align_bytes));
         }
@@ -396,29 +438,32 @@ impl VmSpace {
             return self.alloc_inner(bytes, 1, false, false, caller, AreaKind::Vmalloc);
         };
         let addr = p.as_ptr() as usize;
-        let start = self.start_page(addr)?;
+        // The reservation that holds the area answers for it; a move allocates from this
+        // space, which may grow.
+        let owner = self.extension_holding(addr).unwrap_or(self);
+        let start = owner.start_page(addr)?;
         // A small area answers from its state word and stays in place without a lock; any
         // other area is looked up in the busy map.
-        let small = self.arena.small_area(start);
+        let small = owner.arena.small_area(start);
         let pages = match small {
             Some(a) if a.free || a.retired => return Err(VmError::NotLive(addr)),
             Some(a) => a.pages,
             None => {
-                let area = self.arena.lookup(start).ok_or(VmError::NotLive(addr))?;
+                let area = owner.arena.lookup(start).ok_or(VmError::NotLive(addr))?;
                 if area.tag.kind != AreaKind::Vmalloc {
                     return Err(VmError::WrongKind(addr));
                 }
                 area.pages
             }
         };
-        let usable = ((pages - self.guard_pages) as usize) << self.page_shift;
+        let usable = ((pages - owner.guard_pages) as usize) << owner.page_shift;
         if bytes == 0 {
             return Err(VmError::ZeroSize);
         }
         if bytes <= usable {
             let still_live = match small {
-                Some(_) => self.arena.resized_in_place(start),
-                None => self.arena.update_tag(start, |t| t.requested_bytes = bytes as u64),
+                Some(_) => owner.arena.resized_in_place(start),
+                None => owner.arena.update_tag(start, |t| t.requested_bytes = bytes as u64),
             };
             return if still_live { Ok(p) } else { Err(VmError::NotLive(addr)) };
         }

@@ -51,6 +51,9 @@ impl VmSpace {
         if p.is_null() {
             return Ok(0);
         }
+        if let Some(x) = self.extension_holding(p as usize) {
+            return x.vfree_sized(p);
+        }
         let start = self.start_page(p as usize)?;
         if self.tools_on() {
             self.announce_free(p as usize);
@@ -102,6 +105,9 @@ impl VmSpace {
     #[inline(never)]
     pub(super) fn vfree_slow(&self, p: *mut u8, start: u64) -> Result<u64, VmError> {
         let _inside = reentry::enter();
+        if let Some(ext) = &self.extensions {
+            ext.set_own_full(false);
+        }
         // `vfree` tried the thread cache already. The kind is checked under the lock that
         // removes the record: no second lookup.
         // Areas of reserved huge pages need their base pages back first; a lookup tells them
@@ -117,6 +123,9 @@ impl VmSpace {
     /// True when `p` starts a live area that [`VmSpace::vfree`] would free (a `vmalloc` area,
     /// not a fixed slot nor a mapping of frames).
     pub fn is_vmalloc_area(&self, p: *const u8) -> bool {
+        if let Some(x) = self.extension_holding(p as usize) {
+            return x.is_vmalloc_area(p);
+        }
         let Ok(start) = self.start_page(p as usize) else { return false };
         // State words track only vmalloc areas of the space's own memory.
         if let Some(a) = self.arena.small_area(start) {
@@ -130,6 +139,9 @@ impl VmSpace {
     /// `size` still reports it (readers may read it). Refused, nothing changed, for anything
     /// `vfree` would refuse.
     pub(crate) fn retire(&self, p: *const u8) -> Result<(), VmError> {
+        if let Some(x) = self.extension_holding(p as usize) {
+            return x.retire(p);
+        }
         let start = self.start_page(p as usize)?;
         self.arena.retire(start).map_err(|e| free_error(p.cast_mut(), e))
     }
@@ -137,6 +149,9 @@ impl VmSpace {
     /// The grace period of the retired area at `p` has passed: make it a live area again, for
     /// the deferred free to release with `vfree`.
     pub(crate) fn unretire(&self, p: *const u8) -> Result<(), VmError> {
+        if let Some(x) = self.extension_holding(p as usize) {
+            return x.unretire(p);
+        }
         let start = self.start_page(p as usize)?;
         self.arena.unretire(start).map_err(|e| free_error(p.cast_mut(), e))
     }

@@ -1,7 +1,8 @@
 //! `VmSpace`: the vmalloc family over one large reservation.
 //!
 //! Owns: one [`Reservation`] (a single mapping, never split) and the [`Arena`] that hands out
-//! its pages. Memory is anonymous memory the kernel faults in on first touch; purges release it
+//! its pages; a growing space (the default space) also its further reservations
+//! (`extensions.rs`), each a space of its own, when its own reservation is full. Memory is anonymous memory the kernel faults in on first touch; purges release it
 //! with `MADV_DONTNEED` (or `MADV_FREE`), batched; guards after each area are guard markers
 //! where the kernel has them.
 //!
@@ -25,8 +26,11 @@
 
 use crate::backing::MemoryBacking;
 mod alloc;
+mod extensions;
 mod free;
 mod tools;
+
+pub use extensions::{set_growth_hook, MAX_EXTENSIONS};
 
 pub use crate::error::VmError;
 use crate::options::SpaceOptions;
@@ -91,6 +95,8 @@ pub struct VmSpace {
     /// The debugging tools found when the space was built (`vmarena_platform::debug_tools`;
     /// `tools.rs` announces areas to them).
     tools: u8,
+    /// Further reservations, for a space that grows ([`VmSpace::growing`]).
+    extensions: Option<Box<extensions::Extensions>>,
 }
 
 /// Figures of a space: the arena's table plus the space's own.
@@ -124,6 +130,13 @@ pub struct SpaceStats {
     /// `vmalloc_hugetlb` requests the system had no reserved huge pages for: served by
     /// `vmalloc_huge` instead (transparent huge pages where allowed, else base pages).
     pub hugetlb_refused: u64,
+    /// Further reservations of a growing space (each a space of its own, named after this one
+    /// with `+1`, `+2`...; `arena` counts only this space's own reservation).
+    pub extensions: u64,
+    /// Live areas in the further reservations.
+    pub extension_live_areas: u64,
+    /// Pages of those live areas, guard pages included.
+    pub extension_live_pages: u64,
 }
 
 impl VmSpace {
@@ -269,7 +282,40 @@ impl VmSpace {
             hugetlb_refused: AtomicU64::new(0),
             reports_exhaustion: Default::default(),
             tools,
+            extensions: None,
         })
+    }
+
+    /// This space, made to grow: when its own reservation has no room for a `vmalloc`-family
+    /// request, further reservations of the same options serve it, each of the size
+    /// `fit(own size)` gives when it is made (at least `min_bytes`, halved while refused), up
+    /// to [`MAX_EXTENSIONS`]. `vmap`, congruent areas, huge-page areas and fixed slots stay in
+    /// the own reservation.
+    pub(crate) fn growing(mut self, fit: fn(u64) -> u64, min_bytes: u64) -> VmSpace {
+        let arena_opts = self.arena.options().clone();
+        self.extensions = Some(Box::new(extensions::Extensions::new(
+            &self.name,
+            self.opts.clone(),
+            arena_opts,
+            fit,
+            min_bytes,
+        )));
+        self
+    }
+
+    /// The further reservation that holds `addr`, when this space grows and its own
+    /// reservation does not hold it.
+    #[inline]
+    pub(crate) fn extension_holding(&self, addr: usize) -> Option<&VmSpace> {
+        match &self.extensions {
+            Some(x) if !self.reservation.contains(addr) && x.len() > 0 => x.holding(addr),
+            _ => None,
+        }
+    }
+
+    /// The further reservations of a growing space, oldest first (none for other spaces).
+    pub fn extensions(&self) -> impl Iterator<Item = &VmSpace> {
+        self.extensions.iter().flat_map(|x| x.all())
     }
 
     /// The space's name.
@@ -322,6 +368,9 @@ impl VmSpace {
     /// Usable bytes of the live area that starts at `p` (whole pages), or `None`. Takes no
     /// lock for a small area (its state word answers).
     pub fn size(&self, p: *const u8) -> Option<usize> {
+        if let Some(x) = self.extension_holding(p as usize) {
+            return x.size(p);
+        }
         let start = self.start_page(p as usize).ok()?;
         Some(self.usable_bytes(self.arena.live_pages(start)?))
     }
@@ -336,18 +385,18 @@ impl VmSpace {
         self.page_bytes
     }
 
-    /// True when `p` lies inside this space's reservation (the kernel's `is_vmalloc_addr`):
-    /// the address test a router uses, not a liveness test.
+    /// True when `p` lies inside this space's reservation or one of its further reservations
+    /// (the kernel's `is_vmalloc_addr`): the address test a router uses, not a liveness test.
     #[inline]
     pub fn contains(&self, p: *const u8) -> bool {
-        self.reservation.contains(p as usize)
+        self.reservation.contains(p as usize) || self.extension_holding(p as usize).is_some()
     }
 
     /// Release the memory of every lazily freed area now (a normal purge). Returns the pages
     /// of the released areas, guard pages included (only data pages are given back).
     pub fn purge(&self) -> u64 {
         let _inside = reentry::enter();
-        self.arena.purge().pages_released
+        self.arena.purge().pages_released + self.extensions().map(|x| x.purge()).sum::<u64>()
     }
 
     /// The shrinker: release all cached memory and return every pooled area to the free tree;
@@ -355,7 +404,7 @@ impl VmSpace {
     pub fn shrink(&self) -> u64 {
         let _inside = reentry::enter();
         self.blocks.unmap_aliases(self);
-        self.arena.shrink().pages_released
+        self.arena.shrink().pages_released + self.extensions().map(|x| x.shrink()).sum::<u64>()
     }
 
     /// Figures of the space. `resident` adds a `mincore` walk of the committed part of the
@@ -377,6 +426,12 @@ impl VmSpace {
             map_ram_lingering: self.blocks.lingering(),
             ..Default::default()
         };
+        for x in self.extensions() {
+            let a = x.arena.stats();
+            s.extensions += 1;
+            s.extension_live_areas += a.live_areas;
+            s.extension_live_pages += a.live_pages;
+        }
         if resident {
             s.resident_bytes = self.resident_bytes();
         }
@@ -387,6 +442,7 @@ impl VmSpace {
     /// can be resident).
     pub fn resident_bytes(&self) -> u64 {
         vmarena_platform::process::resident_bytes(self.reservation.base(), self.committed_bytes())
+            + self.extensions().map(|x| x.resident_bytes()).sum::<u64>()
     }
 
     /// Lock figures by lock class.
@@ -398,12 +454,17 @@ impl VmSpace {
     /// Live and lazy areas in the format of the kernel's `/proc/vmallocinfo`.
     pub fn vmallocinfo(&self) -> String {
         let _inside = reentry::enter();
-        crate::vmallocinfo::format(&self.arena, self.page_shift, self.guard_pages)
+        let mut text = crate::vmallocinfo::format(&self.arena, self.page_shift, self.guard_pages);
+        for x in self.extensions() {
+            text.push_str(&x.vmallocinfo());
+        }
+        text
     }
 
     /// Check every invariant of the arena (call it when no other thread uses the space).
     pub fn check(&self) -> Result<(), String> {
         let _inside = reentry::enter();
-        self.arena.check()
+        self.arena.check()?;
+        self.extensions().try_for_each(|x| x.check())
     }
 }

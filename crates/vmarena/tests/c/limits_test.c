@@ -4,8 +4,10 @@
  *   limits_test semantics   page granularity, writes to every page, the guard page faulting
  *                           where the kernel enforces guards (a child touches it), -EINVAL on a
  *                           double free and a foreign pointer, 64 areas live at once
- *   limits_test big N GIB   N live areas of GIB GiB each, first and last byte written; prints
- *                           "big ok" or "big ENOMEM at K" (errno ENOMEM) and exits 0 either way;
+ *   limits_test big N SIZE  N live areas of SIZE GiB each (SIZE MiB written as 256m), first and
+ *                           last byte written, each refused an interior free; prints
+ *                           "big ok" or "big ENOMEM at K" (errno ENOMEM) and "extensions E"
+ *                           (the default space's further reservations) and exits 0 either way;
  *                           then frees them, raises a low-memory event (vmarena_pressure) and
  *                           prints "commit_drop_kib D", the fall of the system's Committed_AS
  *
@@ -91,8 +93,7 @@ static long committed_kib(void) {
     return v;
 }
 
-static int big(int n, size_t gib) {
-    size_t bytes = gib << 30;
+static int big(int n, size_t bytes) {
     char **p = calloc((size_t)n, sizeof *p);
     if (!p) return 1;
     int k;
@@ -106,12 +107,21 @@ static int big(int n, size_t gib) {
         }
         p[k][0] = (char)k;
         p[k][bytes - 1] = (char)k;
+        CHECK(vmarena_size(p[k]) >= bytes);
+        CHECK(vmarena_vfree(p[k] + 4096) == -EINVAL); /* interior: refused, nothing changed */
     }
     if (k == n) printf("big ok\n");
+    /* How many further reservations the default space made to hold them. */
+    static char json[16384];
+    vmarena_stats_json(json, sizeof json);
+    const char *ext = strstr(json, "\"extensions\":");
+    printf("extensions %ld\n", ext ? atol(ext + strlen("\"extensions\":")) : -1L);
     long before = committed_kib();
     for (int i = 0; i < k; i++) {
         CHECK(p[i][0] == (char)i && p[i][bytes - 1] == (char)i);
         CHECK(vmarena_vfree(p[i]) == 0);
+        CHECK(vmarena_vfree(p[i]) == -EINVAL); /* double free */
+        CHECK(vmarena_size(p[i]) == 0);
     }
     vmarena_pressure();
     printf("commit_drop_kib %ld\n", before - committed_kib());
@@ -121,7 +131,12 @@ static int big(int n, size_t gib) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "semantics") == 0) return semantics();
-    if (argc >= 4 && strcmp(argv[1], "big") == 0) return big(atoi(argv[2]), (size_t)atol(argv[3]));
-    fprintf(stderr, "usage: limits_test semantics | big N GIB\n");
+    if (argc >= 4 && strcmp(argv[1], "big") == 0) {
+        /* SIZE in GiB, or in MiB with an "m" after it. */
+        char *unit = NULL;
+        size_t size = (size_t)strtoul(argv[3], &unit, 10);
+        return big(atoi(argv[2]), unit && *unit == 'm' ? size << 20 : size << 30);
+    }
+    fprintf(stderr, "usage: limits_test semantics | big N SIZE (GiB, or MiB as 256m)\n");
     return 2;
 }
