@@ -28,13 +28,17 @@ fn vmarena_figures() -> (usize, usize, usize) {
         return (0, 0, 0);
     };
     let _inside = reentry::enter();
-    let Ok(st) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.stats(false).arena)) else {
+    let Ok(all) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.stats(false))) else {
         return (0, 0, 0);
     };
+    let st = &all.arena;
     let page = vmarena_platform::page_size() as u64;
-    let guards = st.live_areas * s.options().guard_pages;
-    let live = st.live_pages.saturating_sub(guards) * page;
-    (st.live_areas as usize, live as usize, ((st.lazy_pages + st.cached_pages) * page) as usize)
+    // The further reservations' live areas count as the first's do; their cached memory is
+    // left out (it is not in the first's table).
+    let areas = st.live_areas + all.extension_live_areas;
+    let guards = areas * s.options().guard_pages;
+    let live = (st.live_pages + all.extension_live_pages).saturating_sub(guards) * page;
+    (areas as usize, live as usize, ((st.lazy_pages + st.cached_pages) * page) as usize)
 }
 
 /// `struct mallinfo2 mallinfo2(void)`: the next allocator's, plus vmarena's blocks.

@@ -146,7 +146,9 @@ pub unsafe extern "C" fn vmarena_space_create(
             return null_mut();
         };
         match VmSpace::new(&name, space, arena) {
-            Ok(s) => Box::into_raw(Box::new(SpaceHandle { magic: SPACE_MAGIC, space: Held::Own(Box::new(s)) })),
+            Ok(s) => {
+                Box::into_raw(Box::new(SpaceHandle { magic: SPACE_MAGIC, space: Held::Own(Box::new(s)) }))
+            }
             Err(_) => {
                 set_errno(libc::ENOMEM);
                 null_mut()
