@@ -29,7 +29,7 @@ pub fn report_once(why: &dyn std::fmt::Display) {
     };
     eprintln!(
         "vmarena: {why}. The default space's size comes from VMARENA_SPACE_BYTES, else {} GiB fitted to \
-         the process; address-space limit (RLIMIT_AS): {rlimit}; vm.overcommit_memory: {mode}. \
+         the process and as many further reservations as it fills; address-space limit (RLIMIT_AS): {rlimit}; vm.overcommit_memory: {mode}. \
          Reported once.",
         crate::options::DEFAULT_SPACE_BYTES >> 30
     );

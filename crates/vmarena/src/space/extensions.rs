@@ -32,9 +32,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use vmarena_engine::{AreaKind, ArenaOptions};
 
-/// Further reservations a space may make: 64 of the default 1 TiB cover half of x86-64's user
-/// address space.
-pub const MAX_EXTENSIONS: usize = 64;
+/// Further reservations a space may make: with the first, 128 of the default 1 TiB, x86-64's
+/// whole user address space (the mmap that the address space refuses ends the growth sooner).
+pub const MAX_EXTENSIONS: usize = 127;
 
 /// Called with `[lo, hi)` of each extension before it serves its first request (the shim
 /// lowers its pass-through bound with it). Set once, before the first growth.
