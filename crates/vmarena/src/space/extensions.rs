@@ -237,9 +237,9 @@ mod tests {
     }
 
     /// Four threads keep up to 24 areas of 64 KiB to 4 MiB live each (far more than one
-    /// reservation holds), stamp every page with their own pattern, hand some to a neighbour
-    /// to free, and check every stamp before each free: an overlap between reservations, a
-    /// pointer routed to the wrong one or a lost area would show.
+    /// reservation holds), stamp every page with their own pattern, and check every stamp
+    /// before each free: an overlap between reservations, a pointer routed to the wrong one or
+    /// a lost area would show.
     #[test]
     fn threads_fill_several_reservations_without_overlap() {
         let space = small_growing();
@@ -255,40 +255,72 @@ mod tests {
             (0..len).step_by(page).all(|off| unsafe { ((p + off) as *const u64).read() } == v)
         };
         std::thread::scope(|s| {
-            for t in 0..4u64 {
-                let space = &space;
-                s.spawn(move || {
-                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
-                    let mut live: Vec<(usize, usize, u64)> = Vec::new();
-                    for i in 0..600u64 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        if live.len() >= 24 || (!live.is_empty() && x % 3 == 0) {
-                            let (p, len, v) = live.swap_remove((x % live.len() as u64) as usize);
-                            assert!(check(p, len, v), "thread {t}: area {p:#x} was overwritten");
-                            assert_eq!(space.size(p as *const u8), Some(len.next_multiple_of(page)));
-                            space.vfree(p as *mut u8).unwrap();
-                            assert!(space.vfree(p as *mut u8).is_err(), "a double free is refused");
-                            continue;
+            // Joined one by one: a join waits for the thread's exit, where its magazines are
+            // drained (the scope's own end may return before that).
+            let workers: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let space = &space;
+                    s.spawn(move || {
+                        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                        let mut live: Vec<(usize, usize, u64)> = Vec::new();
+                        for i in 0..600u64 {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            if live.len() >= 24 || (!live.is_empty() && x % 3 == 0) {
+                                let (p, len, v) = live.swap_remove((x % live.len() as u64) as usize);
+                                assert!(check(p, len, v), "thread {t}: area {p:#x} was overwritten");
+                                assert_eq!(space.size(p as *const u8), Some(len.next_multiple_of(page)));
+                                // (No second free here: another thread may own the address now.)
+                                space.vfree(p as *mut u8).unwrap();
+                                continue;
+                            }
+                            let len = (64 << 10) + (x >> 8) as usize % (4 << 20);
+                            let p = space.vmalloc(len).expect("a growing space has room").as_ptr() as usize;
+                            let v = t << 32 | i;
+                            stamp(p, len, v);
+                            live.push((p, len, v));
                         }
-                        let len = (64 << 10) + (x >> 8) as usize % (4 << 20);
-                        let p = space.vmalloc(len).expect("a growing space has room").as_ptr() as usize;
-                        let v = t << 32 | i;
-                        stamp(p, len, v);
-                        live.push((p, len, v));
-                    }
-                    for (p, len, v) in live {
-                        assert!(check(p, len, v), "thread {t}: area {p:#x} was overwritten");
-                        space.vfree(p as *mut u8).unwrap();
-                    }
-                });
+                        for (p, len, v) in live {
+                            assert!(check(p, len, v), "thread {t}: area {p:#x} was overwritten");
+                            space.vfree(p as *mut u8).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().unwrap();
             }
         });
         let st = space.stats(false);
         assert!(st.extensions >= 1, "96 areas of up to 4 MiB grew the space: {st:?}");
         assert_eq!((st.arena.live_areas, st.extension_live_areas), (0, 0));
         space.check().unwrap();
+    }
+
+    /// A fork while a thread of the parent was building a reservation leaves the child's growth
+    /// word naming the parent: the child's next growth takes it over instead of waiting for a
+    /// thread it does not have.
+    #[test]
+    fn a_growth_word_left_by_the_parent_is_taken_over() {
+        let space = small_growing();
+        let first: Vec<_> = (0..3).map(|_| space.vmalloc(20 << 20).unwrap().as_ptr() as usize).collect();
+        let ext = space.extensions.as_deref().unwrap();
+        assert_eq!(ext.len(), 0, "three areas of 20 MiB fit in the first 64 MiB");
+        // SAFETY: getppid has no preconditions; any process id other than ours stands for it.
+        ext.growing.store(unsafe { libc::getppid() } as u64, Ordering::Release);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send(space.vmalloc(20 << 20).map(|p| p.as_ptr() as usize)).unwrap());
+            let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the growth did not wait");
+            let p = got.expect("grown");
+            assert!(!space.reservation.contains(p) && space.contains(p as *const u8));
+            space.vfree(p as *mut u8).unwrap();
+        });
+        assert_eq!(ext.growing.load(Ordering::Acquire), 0, "released after the growth");
+        for p in first {
+            space.vfree(p as *mut u8).unwrap();
+        }
     }
 
     /// A pointer in a further reservation is answered there; one in none of them is refused
@@ -303,6 +335,7 @@ mod tests {
         let q = space.vrealloc(NonNull::new(grown), 30 << 20).unwrap();
         assert_eq!(space.size(q.as_ptr()), Some(30 << 20));
         assert!(space.vfree(grown.wrapping_add(4096)).is_err());
+        assert!(space.vfree(grown).is_err(), "moved by vrealloc: its old start is freed");
         let foreign = Box::into_raw(Box::new([0u8; 4096])) as *mut u8;
         assert!(!space.contains(foreign) && space.vfree(foreign).is_err());
         // SAFETY: made by Box::into_raw above.
