@@ -24,13 +24,12 @@
 //! it leaves the child's word naming the parent: the child takes it over. Waiters yield.
 //! Nothing here is taken on a fast path or at load.
 
-use super::VmSpace;
 use crate::error::VmError;
 use crate::options::SpaceOptions;
 use std::panic::Location;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use vmarena_engine::{AreaKind, ArenaOptions};
+use vmarena_engine::ArenaOptions;
 
 /// Further reservations a space may make: with the first, 128 of the default 1 TiB, x86-64's
 /// whole user address space (the mmap that the address space refuses ends the growth sooner).
@@ -55,8 +54,28 @@ fn call_growth_hook(lo: usize, hi: usize) {
     }
 }
 
+/// What a growing space needs of each further reservation (`VmSpace` implements it in
+/// `mod.rs`).
+pub(crate) trait Part: Sized {
+    /// A reservation of `opts.space_bytes` named `name`.
+    fn build(name: &str, opts: SpaceOptions, arena_opts: ArenaOptions) -> Result<Self, String>;
+    /// True when `addr` lies in its reservation.
+    fn holds(&self, addr: usize) -> bool;
+    /// `[start, end)` of its reservation.
+    fn bounds(&self) -> (usize, usize);
+    /// A `vmalloc`-family area from it alone.
+    fn alloc_vmalloc(
+        &self,
+        bytes: usize,
+        align_bytes: usize,
+        zeroed: bool,
+        nonblocking: bool,
+        caller: &'static Location<'static>,
+    ) -> Result<NonNull<u8>, VmError>;
+}
+
 /// How a growing space makes its further reservations, and those it has made.
-pub(crate) struct Extensions {
+pub(crate) struct Extensions<S> {
     name: String,
     opts: SpaceOptions,
     arena_opts: ArenaOptions,
@@ -65,7 +84,7 @@ pub(crate) struct Extensions {
     fit: fn(u64) -> u64,
     /// The smallest reservation tried when larger ones are refused.
     min_bytes: u64,
-    slots: [AtomicPtr<VmSpace>; MAX_EXTENSIONS],
+    slots: [AtomicPtr<S>; MAX_EXTENSIONS],
     count: AtomicUsize,
     growing: AtomicU64,
     /// The space's own reservation refused a request for lack of room since its last free
@@ -73,14 +92,14 @@ pub(crate) struct Extensions {
     own_full: AtomicBool,
 }
 
-impl Extensions {
+impl<S: Part> Extensions<S> {
     pub(crate) fn new(
         name: &str,
         opts: SpaceOptions,
         arena_opts: ArenaOptions,
         fit: fn(u64) -> u64,
         min_bytes: u64,
-    ) -> Extensions {
+    ) -> Extensions<S> {
         Extensions {
             name: name.to_string(),
             opts,
@@ -95,7 +114,7 @@ impl Extensions {
     }
 
     /// The extensions built so far, oldest first.
-    pub(crate) fn all(&self) -> impl Iterator<Item = &VmSpace> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &S> {
         let n = self.count.load(Ordering::Acquire);
         // SAFETY: slots below `count` hold leaked spaces, written before `count` was raised
         // past them (release, paired with the acquire above) and never freed.
@@ -103,8 +122,8 @@ impl Extensions {
     }
 
     /// The extension whose reservation holds `addr`.
-    pub(crate) fn holding(&self, addr: usize) -> Option<&VmSpace> {
-        self.all().find(|x| x.reservation.contains(addr))
+    pub(crate) fn holding(&self, addr: usize) -> Option<&S> {
+        self.all().find(|x| x.holds(addr))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -139,7 +158,7 @@ impl Extensions {
             for i in (tried..n).rev() {
                 // SAFETY: as in `all`: below `count`, a leaked space, never freed.
                 let x = unsafe { &*self.slots[i].load(Ordering::Relaxed) };
-                match x.alloc_inner(bytes, align_bytes, zeroed, nonblocking, caller, AreaKind::Vmalloc) {
+                match x.alloc_vmalloc(bytes, align_bytes, zeroed, nonblocking, caller) {
                     Err(VmError::NoSpace(_)) => {}
                     r => return Some(r),
                 }
@@ -179,7 +198,7 @@ impl Extensions {
         loop {
             let opts = SpaceOptions { space_bytes: size, ..self.opts.clone() };
             let name = format!("{}+{}", self.name, n + 1);
-            if let Ok(x) = VmSpace::new(&name, opts, self.arena_opts.clone()) {
+            if let Ok(x) = S::build(&name, opts, self.arena_opts.clone()) {
                 let (lo, hi) = x.bounds();
                 call_growth_hook(lo, hi);
                 self.slots[n].store(Box::into_raw(Box::new(x)), Ordering::Relaxed);
@@ -229,6 +248,7 @@ impl Extensions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::space::VmSpace;
 
     /// A space of 64 MiB that grows by 64 MiB reservations.
     fn small_growing() -> VmSpace {

@@ -96,7 +96,32 @@ pub struct VmSpace {
     /// `tools.rs` announces areas to them).
     tools: u8,
     /// Further reservations, for a space that grows ([`VmSpace::growing`]).
-    extensions: Option<Box<extensions::Extensions>>,
+    extensions: Option<Box<extensions::Extensions<VmSpace>>>,
+}
+
+impl extensions::Part for VmSpace {
+    fn build(name: &str, opts: SpaceOptions, arena_opts: ArenaOptions) -> Result<VmSpace, String> {
+        VmSpace::new(name, opts, arena_opts)
+    }
+
+    fn holds(&self, addr: usize) -> bool {
+        self.reservation.contains(addr)
+    }
+
+    fn bounds(&self) -> (usize, usize) {
+        VmSpace::bounds(self)
+    }
+
+    fn alloc_vmalloc(
+        &self,
+        bytes: usize,
+        align_bytes: usize,
+        zeroed: bool,
+        nonblocking: bool,
+        caller: &'static std::panic::Location<'static>,
+    ) -> Result<std::ptr::NonNull<u8>, VmError> {
+        self.alloc_inner(bytes, align_bytes, zeroed, nonblocking, caller, vmarena_engine::AreaKind::Vmalloc)
+    }
 }
 
 /// Figures of a space: the arena's table plus the space's own.
