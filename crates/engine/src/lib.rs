@@ -37,6 +37,7 @@ pub mod table;
 pub mod vmem;
 
 pub use arena::backing::{Backing, Moved, NoBacking};
+pub use arena::mosaics::MOVE_MIN_PAGES;
 pub use arena::nodes::node::ZONE_PAGES;
 pub use arena::options::ArenaOptions;
 pub use arena::stats::ArenaStats;

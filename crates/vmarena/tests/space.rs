@@ -101,6 +101,52 @@ fn vrealloc_keeps_contents() {
     }
 }
 
+/// A large area that grows moves its pages instead of copying them: every page's bytes
+/// arrive, the old area's memory goes with them (the space holds one copy, not two), and the
+/// arena counts the move. With page moves off the bytes are copied and both copies stay
+/// resident until a purge.
+#[test]
+fn vrealloc_moves_a_large_areas_pages() {
+    let page = vmarena_platform::page_size();
+    for moves in [true, false] {
+        let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+        let ao = ArenaOptions {
+            strategy: Strategy::Nodes,
+            page_moves: moves,
+            purge_thread: false,
+            decay_interval_ms: 0,
+            ..Default::default()
+        };
+        let s = VmSpace::new("moves", so, ao).unwrap();
+        let old_bytes = 8 << 20;
+        let p = s.vmalloc(old_bytes).unwrap();
+        for off in (0..old_bytes).step_by(page) {
+            // SAFETY: inside the live area.
+            unsafe { (p.as_ptr().add(off) as *mut u64).write(off as u64 ^ 0x5a5a) };
+        }
+        let before = s.stats(false).arena.moved_pages;
+        let q = s.vrealloc(Some(p), 2 * old_bytes).unwrap();
+        assert_ne!(q, p);
+        // SAFETY: the first `old_bytes` of the new area hold the old contents.
+        assert!((0..old_bytes)
+            .step_by(page)
+            .all(|off| unsafe { (q.as_ptr().add(off) as *const u64).read() } == off as u64 ^ 0x5a5a));
+        let moved = s.stats(false).arena.moved_pages - before;
+        let resident = s.resident_bytes() as usize;
+        if moves {
+            assert_eq!(moved as usize, old_bytes / page, "every data page moved");
+            assert!(resident < old_bytes + (1 << 20), "one copy resident: {resident}");
+        } else {
+            assert_eq!(moved, 0);
+            assert!(resident >= 2 * old_bytes, "the copy and the lazily freed original: {resident}");
+        }
+        assert_eq!(s.vfree(p.as_ptr()), Err(VmError::NotLive(p.as_ptr() as usize)), "old area freed");
+        s.vfree(q.as_ptr()).unwrap();
+        s.purge();
+        s.check().unwrap();
+    }
+}
+
 #[test]
 fn bad_input_is_refused_and_changes_nothing() {
     for st in Strategy::ALL {

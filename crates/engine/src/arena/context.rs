@@ -15,8 +15,9 @@
 //! (Nodes), exact for Global and Split; `lazy.list_pages[i]` is node `i`'s lazy-list pages as
 //! of its last change ([`Context::sync_node`]). `Arena::check` verifies both.
 
+use super::backing::Moved;
 use super::counters::Counters;
-use super::mosaics::Moves;
+use super::mosaics::{move_max_maps, Moves, MOVE_MIN_PAGES};
 use crate::area::{Allocation, AreaTag, UNKNOWN_BYTES};
 use crate::arena::backing::Backing;
 use crate::arena::nodes::node::{NodeState, ZONE_PAGES};
@@ -214,6 +215,28 @@ impl Context {
     /// Fix up a busy record from the state words: false when the area sits in a thread cache
     /// (free for its user); otherwise the latest caller, and an unknown requested size when
     /// the area went through a cache.
+    /// Move the memory of `pages` data pages at `from` to `to`, both in live areas the
+    /// caller owns ([`Arena::move_data`](super::Arena::move_data)); the target's range is
+    /// recorded for healing when the move made it a mapping of its own.
+    pub(crate) fn move_data(&self, from: u64, to: u64, pages: u64) -> bool {
+        if !self.moves.on || pages < MOVE_MIN_PAGES || self.moves.mosaics.maps() >= move_max_maps() {
+            return false;
+        }
+        let how = self.backing.move_pages(&[(from, to, pages)]);
+        let c = &self.counters;
+        c.page_moves.fetch_add(1, Relaxed);
+        match how.first() {
+            Some(Moved::InPlace) => {}
+            Some(Moved::Remapped) => self.moves.mosaics.add(to, pages, 2),
+            _ => {
+                c.move_failures.fetch_add(1, Relaxed);
+                return false;
+            }
+        }
+        c.moved_pages.fetch_add(pages, Relaxed);
+        true
+    }
+
     pub(crate) fn patch_cached(&self, start: u64, a: &mut BusyArea<AreaTag>) -> bool {
         let Some(c) = &self.cache else { return true };
         match c.states.get(start) {

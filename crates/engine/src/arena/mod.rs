@@ -61,7 +61,7 @@ mod context;
 mod counters;
 mod free;
 mod global;
-mod mosaics;
+pub(crate) mod mosaics;
 pub(crate) mod nodes;
 pub mod options;
 mod purge;
@@ -285,6 +285,16 @@ impl Arena {
     #[inline]
     pub fn resized_in_place(&self, start: u64) -> bool {
         self.shared.ctx.cache.as_ref().is_some_and(|c| c.states.mark_stale(start))
+    }
+
+    /// Move the memory of `pages` pages at `from` to `to`, the data pages of two live areas the
+    /// caller owns, as step Move moves lazy areas' memory: `from` then reads as zero. For a
+    /// resize that moves an area without copying its bytes. False, with `from` as it was and
+    /// `to` reading as zero, when this arena does not move pages (Nodes with `page_moves` and a
+    /// backing that moves), `pages` is below [`MOVE_MIN_PAGES`](crate::MOVE_MIN_PAGES), moves
+    /// have added as many mappings as the process allows, or the kernel refused.
+    pub fn move_data(&self, from: u64, to: u64, pages: u64) -> bool {
+        self.shared.ctx.move_data(from, to, pages)
     }
 
     /// Change the tag of a live area; false if `start` is not live.

@@ -429,7 +429,11 @@ impl VmSpace {
     /// Resize an area, keeping its contents up to the smaller size. `None` allocates. Grows and
     /// shrinks within the area's pages happen in place; otherwise a new area is allocated, the
     /// area's whole usable size (what [`VmSpace::size`] reports, also after a shrink in place)
-    /// copied and the old area freed. On error the old area is untouched.
+    /// moved or copied, and the old area freed. An area of at least
+    /// [`MOVE_MIN_PAGES`](vmarena_engine::MOVE_MIN_PAGES) pages moves its pages (`UFFDIO_MOVE`
+    /// or `mremap`) where the arena moves pages, so the old and the new bytes are never
+    /// resident at once; smaller ones, and any move refused, are copied. On error the old area
+    /// is untouched.
     #[track_caller]
     pub fn vrealloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Result<NonNull<u8>, VmError> {
         let _inside = reentry::enter();
@@ -471,9 +475,24 @@ impl VmSpace {
         // area, so a caller may have written up to its end after a shrink in place.
         let q = self.alloc_inner(bytes, 1, false, false, caller, AreaKind::Vmalloc)?;
         let keep = usable.min(bytes);
-        // SAFETY: `p` is a live area of at least `keep` bytes, `q` a fresh one of at least
-        // `bytes`; two live areas never overlap.
-        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), q.as_ptr(), keep) };
+        // A large area's pages move to the new one instead of being copied (the arena's page
+        // moves, where it has them): the bytes are never held twice, and the time is the page
+        // tables', not the bytes'. Both areas must be in one reservation; the debugging tools
+        // see a copy (they track bytes by address).
+        let q_owner = self.extension_holding(q.as_ptr() as usize).unwrap_or(self);
+        let moved = std::ptr::eq(owner, q_owner)
+            && owner.frames.is_none()
+            && !owner.tools_on()
+            && owner.arena.move_data(
+                start,
+                ((q.as_ptr() as usize) >> owner.page_shift) as u64,
+                (keep >> owner.page_shift) as u64,
+            );
+        if !moved {
+            // SAFETY: `p` is a live area of at least `keep` bytes, `q` a fresh one of at least
+            // `bytes`; two live areas never overlap.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), q.as_ptr(), keep) };
+        }
         if let Err(e) = self.vfree(p.as_ptr()) {
             // `p` was freed by another call while it was copied (a bug of the caller's): the
             // new area goes back and the error is reported.
