@@ -310,6 +310,21 @@ fn mallocs_introspection_sees_vmarenas_blocks() {
     assert!(stderr.contains("vmarena (LD_PRELOAD shim):") && stderr.contains("in use bytes"), "{stderr}");
 }
 
+/// Run `cmd` with its soft and hard `RLIMIT_AS` at `limit` bytes.
+fn limit_address_space(cmd: &mut Command, limit: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's limits.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Under a 4 GB address-space limit the default space first reserves a quarter of the room
 /// (about 950 MB); ten live blocks of 128 MiB pass it, and the space grows by a further
 /// reservation instead of sending the last ones to the next allocator (which printed the
@@ -319,7 +334,6 @@ fn mallocs_introspection_sees_vmarenas_blocks() {
 /// reservation lies below the first, and the bound must follow it).
 #[test]
 fn under_an_address_space_limit_the_space_grows_past_its_first_reservation() {
-    use std::os::unix::process::CommandExt;
     let script = "\
 bs = [bytearray(128 << 20) for _ in range(10)]
 for i, b in enumerate(bs): b[0] = i; b[-1] = i
@@ -332,17 +346,7 @@ print('ok')";
         if stats {
             cmd.env("VMARENA_PRELOAD_STATS", "1");
         }
-        // SAFETY: setrlimit is async-signal-safe and touches only the child's limits.
-        unsafe {
-            cmd.pre_exec(|| {
-                let limit = 4_000_000u64 << 10;
-                let r = libc::rlimit { rlim_cur: limit, rlim_max: limit };
-                if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        limit_address_space(&mut cmd, 4_000_000 << 10);
         let out = cmd.output().expect("python3 starts");
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprintln!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
@@ -359,21 +363,10 @@ print('ok')";
 /// on stderr that says why (the shim's fallback); the program never sees a failure.
 #[test]
 fn under_an_address_space_limit_a_block_past_the_space_goes_to_the_next_allocator() {
-    use std::os::unix::process::CommandExt;
     let script = "b = bytearray(900 << 20); b[-1] = 1; c = bytearray(1 << 20); print('ok', len(b) + len(c))";
     let mut cmd = Command::new("python3");
     cmd.args(["-c", script]).env("LD_PRELOAD", shim()).env_remove("VMARENA_SPACE_BYTES");
-    // SAFETY: setrlimit is async-signal-safe and touches only the child's limits.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = 1_500_000u64 << 10;
-            let r = libc::rlimit { rlim_cur: limit, rlim_max: limit };
-            if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    limit_address_space(&mut cmd, 1_500_000 << 10);
     let out = cmd.output().expect("python3 starts");
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{}{stderr}", String::from_utf8_lossy(&out.stdout));

@@ -235,21 +235,25 @@ impl VmSpace {
             return Err(VmError::BadAlignment(align_bytes));
         }
         let own_bytes = self.opts.space_bytes;
+        // The own reservation was full: the reservations made since first (without growing;
+        // the own one may have room again before any grows).
         if ext.own_full() {
-            if let Some(r) = ext.alloc(own_bytes, bytes, align_bytes, zeroed, nonblocking, caller) {
+            if let Some(r) = ext.alloc(false, own_bytes, bytes, align_bytes, zeroed, nonblocking, caller) {
                 return r;
             }
         }
         match self.alloc_here(bytes, align_bytes, zeroed, nonblocking, caller, kind) {
             Err(VmError::NoSpace(why)) => {
                 ext.set_own_full(true);
-                ext.alloc(own_bytes, bytes, align_bytes, zeroed, nonblocking, caller).unwrap_or_else(|| {
-                    let e = VmError::NoSpace(why);
-                    if self.reports_exhaustion.load(Relaxed) {
-                        crate::exhaustion::report_once(&e);
-                    }
-                    Err(e)
-                })
+                ext.alloc(true, own_bytes, bytes, align_bytes, zeroed, nonblocking, caller).unwrap_or_else(
+                    || {
+                        let e = VmError::NoSpace(why);
+                        if self.reports_exhaustion.load(Relaxed) {
+                            crate::exhaustion::report_once(&e);
+                        }
+                        Err(e)
+                    },
+                )
             }
             r => r,
         }

@@ -141,10 +141,12 @@ impl<S: Part> Extensions<S> {
     }
 
     /// Serve a `vmalloc`-family request from the extensions, newest first, reserving a new one
-    /// when none has room; `None` when none can (the address space or its limit refused).
+    /// when none has room and `may_grow`; `None` when none can (with `may_grow`: the address
+    /// space or its limit refused a new one).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn alloc(
         &self,
+        may_grow: bool,
         own_bytes: u64,
         bytes: usize,
         align_bytes: usize,
@@ -164,7 +166,7 @@ impl<S: Part> Extensions<S> {
                 }
             }
             tried = n;
-            if nonblocking || n == MAX_EXTENSIONS {
+            if !may_grow || nonblocking || n == MAX_EXTENSIONS {
                 return None;
             }
             // One thread grows; the others wait for it and try what it built.
