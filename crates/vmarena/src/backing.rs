@@ -63,25 +63,35 @@ impl MemoryBacking {
         self.granule_pages > 1
     }
 
-    /// One move of `len` bytes (see [`Backing::move_pages`]): by the userfaultfd where it takes
-    /// it, the rest by `mremap`. If the `mremap` is refused after part moved, that part is
-    /// released, so that the target reads as zero as a refused move must leave it.
+    /// One move of `len` bytes (see [`Backing::move_pages`]): [`MemoryBacking::move_keeping`],
+    /// and if it stopped halfway, the part moved is released, so that the target reads as zero
+    /// as a refused move must leave it (the source is a lazy area: its bytes are not kept).
     fn move_one(&self, from: usize, to: usize, len: usize) -> Moved {
+        match self.move_keeping(from, to, len) {
+            (done, how) if done == len => how,
+            (done, _) => {
+                if done > 0 {
+                    release::release(&[(to, done)], Advice::DontNeed);
+                }
+                Moved::No
+            }
+        }
+    }
+
+    /// A move by the userfaultfd where it takes it, the rest by `mremap`: the bytes moved from
+    /// the front and how (after a refused `mremap`, only what the userfaultfd moved counts).
+    fn move_keeping(&self, from: usize, to: usize, len: usize) -> (usize, Moved) {
         let done = self.uffd.as_ref().and_then(|u| u.get()).map_or(0, |u| u.move_pages(from, to, len));
         if done == len {
-            return Moved::InPlace;
+            return (len, Moved::InPlace);
         }
         if page_move::move_pages(from + done, to + done, len - done, self.huge()) {
-            return Moved::Remapped;
+            return (len, Moved::Remapped);
         }
-        // The refused mremap mapped the target afresh: register it again.
         if let Some(u) = self.uffd.as_ref().and_then(|u| u.opened()) {
             u.register(to + done, len - done);
         }
-        if done > 0 {
-            release::release(&[(to, done)], Advice::DontNeed);
-        }
-        Moved::No
+        (done, if done > 0 { Moved::InPlace } else { Moved::No })
     }
 
     fn guard_range(&self, start: u64, pages: u64) -> (usize, usize) {
@@ -172,6 +182,25 @@ impl Backing for MemoryBacking {
     fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<Moved> {
         let b = |p: u64| p as usize * self.page_bytes;
         moves.iter().map(|&(from, to, pages)| self.move_one(b(from), b(to), b(pages))).collect()
+    }
+
+    /// By the userfaultfd alone, which says how far it got: a refused `mremap` of a range
+    /// that spans several mappings may have moved part of it first (Linux 6.17 moves such
+    /// ranges mapping by mapping) without saying which, and here every byte must be kept. The
+    /// target's pages (step Move may have given the fresh area lazy memory) are dropped first:
+    /// `UFFDIO_MOVE` moves only into holes.
+    fn move_prefix(&self, from: u64, to: u64, pages: u64) -> (u64, Moved) {
+        let Some(u) = self.uffd.as_ref().and_then(|u| u.get()) else {
+            return (0, Moved::No);
+        };
+        let (from, to, len) = (
+            from as usize * self.page_bytes,
+            to as usize * self.page_bytes,
+            pages as usize * self.page_bytes,
+        );
+        release::release(&[(to, len)], Advice::DontNeed);
+        let done = u.move_pages(from, to, len);
+        ((done / self.page_bytes) as u64, if done > 0 { Moved::InPlace } else { Moved::No })
     }
 
     fn heal(&self, spans: &[Span]) -> usize {

@@ -87,6 +87,13 @@ fn vrealloc_keeps_contents() {
         unsafe { (0..100).for_each(|i| *p.as_ptr().add(i) = i as u8) };
         let same = s.vrealloc(Some(p), 4000).unwrap();
         assert_eq!(same, p, "growth within the page is in place");
+        // A neighbour right after it.
+        let next = s.vmalloc(4096).unwrap();
+        assert_eq!(
+            next.as_ptr() as usize,
+            p.as_ptr() as usize + 2 * 4096,
+            "{st}: a neighbour after the guard"
+        );
         let big = s.vrealloc(Some(p), 5 * 4096).unwrap();
         assert_ne!(big, p);
         // SAFETY: at least 100 bytes.
@@ -97,51 +104,73 @@ fn vrealloc_keeps_contents() {
         assert!((0..10).all(|i| unsafe { *small.as_ptr().add(i) } == i as u8));
         assert_eq!(s.vrealloc(Some(small), 0), Err(VmError::ZeroSize));
         s.vfree(small.as_ptr()).unwrap();
+        s.vfree(next.as_ptr()).unwrap();
         s.check().unwrap();
     }
 }
 
-/// A large area that grows moves its pages instead of copying them: every page's bytes
-/// arrive, the old area's memory goes with them (the space holds one copy, not two), and the
-/// arena counts the move. With page moves off the bytes are copied and both copies stay
-/// resident until a purge.
+fn moves_space(moves: bool) -> VmSpace {
+    let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
+    let ao = ArenaOptions {
+        strategy: Strategy::Nodes,
+        page_moves: moves,
+        purge_thread: false,
+        decay_interval_ms: 0,
+        ..Default::default()
+    };
+    VmSpace::new("moves", so, ao).unwrap()
+}
+
+fn stamp(p: NonNull<u8>, bytes: usize) {
+    for off in (0..bytes).step_by(4096) {
+        // SAFETY: inside the caller's live area.
+        unsafe { (p.as_ptr().add(off) as *mut u64).write(off as u64 ^ 0x5a5a) };
+    }
+}
+
+fn stamped(p: NonNull<u8>, bytes: usize) -> bool {
+    // SAFETY: inside the caller's live area.
+    (0..bytes)
+        .step_by(4096)
+        .all(|off| unsafe { (p.as_ptr().add(off) as *const u64).read() } == off as u64 ^ 0x5a5a)
+}
+
+/// A large area that grows (a neighbour right after it) moves its pages by `UFFDIO_MOVE`
+/// instead of copying them: every page's bytes arrive, the old area's memory goes with them
+/// (the space holds one copy, not two), and the arena counts the move. With page moves off the
+/// bytes are copied and both copies stay resident until a purge.
 #[test]
 fn vrealloc_moves_a_large_areas_pages() {
-    let page = vmarena_platform::page_size();
+    let old_bytes = 8 << 20;
     for moves in [true, false] {
-        let so = SpaceOptions { space_bytes: 1 << 30, ..Default::default() };
-        let ao = ArenaOptions {
-            strategy: Strategy::Nodes,
-            page_moves: moves,
-            purge_thread: false,
-            decay_interval_ms: 0,
-            ..Default::default()
-        };
-        let s = VmSpace::new("moves", so, ao).unwrap();
-        let old_bytes = 8 << 20;
+        let s = moves_space(moves);
         let p = s.vmalloc(old_bytes).unwrap();
-        for off in (0..old_bytes).step_by(page) {
-            // SAFETY: inside the live area.
-            unsafe { (p.as_ptr().add(off) as *mut u64).write(off as u64 ^ 0x5a5a) };
-        }
+        let next = s.vmalloc(1 << 20).unwrap();
+        assert_eq!(
+            next.as_ptr() as usize,
+            p.as_ptr() as usize + old_bytes + 4096,
+            "a neighbour after the guard"
+        );
+        stamp(p, old_bytes);
         let before = s.stats(false).arena.moved_pages;
         let q = s.vrealloc(Some(p), 2 * old_bytes).unwrap();
         assert_ne!(q, p);
-        // SAFETY: the first `old_bytes` of the new area hold the old contents.
-        assert!((0..old_bytes)
-            .step_by(page)
-            .all(|off| unsafe { (q.as_ptr().add(off) as *const u64).read() } == off as u64 ^ 0x5a5a));
+        assert!(stamped(q, old_bytes), "contents arrived");
         let moved = s.stats(false).arena.moved_pages - before;
         let resident = s.resident_bytes() as usize;
-        if moves {
-            assert_eq!(moved as usize, old_bytes / page, "every data page moved");
-            assert!(resident < old_bytes + (1 << 20), "one copy resident: {resident}");
+        if moves && vmarena_platform::uffd::Uffd::new().is_none() {
+            eprintln!("no UFFDIO_MOVE here (Linux 6.8+, userfaultfd allowed): the bytes were copied");
+            assert_eq!(moved, 0);
+        } else if moves {
+            assert_eq!(moved as usize, old_bytes / 4096, "every data page moved");
+            assert!(resident < old_bytes + (2 << 20), "one copy resident: {resident}");
         } else {
             assert_eq!(moved, 0);
             assert!(resident >= 2 * old_bytes, "the copy and the lazily freed original: {resident}");
         }
         assert_eq!(s.vfree(p.as_ptr()), Err(VmError::NotLive(p.as_ptr() as usize)), "old area freed");
         s.vfree(q.as_ptr()).unwrap();
+        s.vfree(next.as_ptr()).unwrap();
         s.purge();
         s.check().unwrap();
     }
@@ -373,4 +402,80 @@ fn congruent_areas_sit_at_their_offsets_and_are_areas_of_their_own() {
     }
     assert_eq!(s.stats(false).arena.live_areas, 0);
     s.check().unwrap();
+}
+
+/// Four threads grow their own large areas with `vrealloc` (moving or copying their pages)
+/// while the others allocate and free around them; every
+/// page carries its owner's stamp, checked after each growth and before each free: an area
+/// grown over a neighbour, pages moved into the wrong place or lost would show.
+#[test]
+fn concurrent_growth_keeps_every_owners_pages() {
+    let s = moves_space(true);
+    std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let s = &s;
+                sc.spawn(move || {
+                    let mut x = 0x2545_f491_4f6c_dd1du64 ^ ((t + 1) * 0x9e37);
+                    let mut live: Vec<(NonNull<u8>, usize, u64)> = Vec::new();
+                    let fill = |p: NonNull<u8>, from: usize, to: usize, v: u64| {
+                        for off in (from.next_multiple_of(4096)..to).step_by(4096) {
+                            // SAFETY: inside this thread's live area.
+                            unsafe { (p.as_ptr().add(off) as *mut u64).write(v ^ off as u64) };
+                        }
+                    };
+                    let holds = |p: NonNull<u8>, to: usize, v: u64| {
+                        // SAFETY: inside this thread's live area.
+                        (0..to).step_by(4096).all(
+                            |off| unsafe { (p.as_ptr().add(off) as *const u64).read() } == v ^ off as u64,
+                        )
+                    };
+                    for i in 0..300u64 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        match x % 4 {
+                            0 | 1 if !live.is_empty() => {
+                                let k = (x >> 8) as usize % live.len();
+                                let (p, len, v) = live[k];
+                                let grown = len + (1 << 20) + (x >> 20) as usize % (3 << 20);
+                                let q = s.vrealloc(Some(p), grown).unwrap();
+                                assert!(holds(q, len, v), "thread {t}: contents lost in a growth");
+                                fill(q, len, grown, v);
+                                live[k] = (q, grown, v);
+                            }
+                            2 if live.len() > 2 => {
+                                let (p, len, v) = live.swap_remove((x >> 8) as usize % live.len());
+                                assert!(holds(p, len, v), "thread {t}: area overwritten");
+                                s.vfree(p.as_ptr()).unwrap();
+                            }
+                            _ => {
+                                let len = (1 << 20) + (x >> 12) as usize % (2 << 20);
+                                let p = s.vmalloc(len).unwrap();
+                                let v = t << 40 | i << 8;
+                                fill(p, 0, len, v);
+                                live.push((p, len, v));
+                            }
+                        }
+                        if live.iter().map(|l| l.1).sum::<usize>() > (96 << 20) {
+                            let (p, len, v) = live.swap_remove(0);
+                            assert!(holds(p, len, v), "thread {t}: area overwritten");
+                            s.vfree(p.as_ptr()).unwrap();
+                        }
+                    }
+                    for (p, len, v) in live {
+                        assert!(holds(p, len, v), "thread {t}: area overwritten");
+                        s.vfree(p.as_ptr()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+    s.purge();
+    s.check().unwrap();
+    let st = s.stats(false).arena;
+    assert_eq!(st.live_areas, 0);
 }

@@ -52,6 +52,15 @@ pub trait Backing: Send + Sync + 'static {
     fn move_pages(&self, moves: &[(u64, u64, u64)]) -> Vec<Moved> {
         vec![Moved::No; moves.len()]
     }
+    /// Move as much as it can of the memory of `pages` pages at `from` to `to` (plain data
+    /// ranges, disjoint, `to` holding nothing anyone needs), from the front, keeping every
+    /// byte: the pages moved, and how. `[to, to + moved)` then holds the bytes of
+    /// `[from, from + moved)`, which reads as zero; the rest of `from` is exactly as it was,
+    /// for the caller to copy (a resize). Unlike [`Backing::move_pages`], whose sources are
+    /// freed areas, nothing may be lost on the way.
+    fn move_prefix(&self, _from: u64, _to: u64, _pages: u64) -> (u64, Moved) {
+        (0, Moved::No)
+    }
     /// Undo what moves left in these spans, which are free space now (no guard, no data): a
     /// memory space makes each one ordinary memory of its reservation again. Returns the
     /// syscalls made.

@@ -215,26 +215,25 @@ impl Context {
     /// Fix up a busy record from the state words: false when the area sits in a thread cache
     /// (free for its user); otherwise the latest caller, and an unknown requested size when
     /// the area went through a cache.
-    /// Move the memory of `pages` data pages at `from` to `to`, both in live areas the
-    /// caller owns ([`Arena::move_data`](super::Arena::move_data)); the target's range is
-    /// recorded for healing when the move made it a mapping of its own.
-    pub(crate) fn move_data(&self, from: u64, to: u64, pages: u64) -> bool {
+    /// Move the memory of up to `pages` data pages at `from` to `to`, both in live areas the
+    /// caller owns ([`Arena::move_data`](super::Arena::move_data)): the pages moved, from the
+    /// front. The target's range is recorded for healing when the move made it a mapping of
+    /// its own.
+    pub(crate) fn move_data(&self, from: u64, to: u64, pages: u64) -> u64 {
         if !self.moves.on || pages < MOVE_MIN_PAGES || self.moves.mosaics.maps() >= move_max_maps() {
-            return false;
+            return 0;
         }
-        let how = self.backing.move_pages(&[(from, to, pages)]);
+        let (moved, how) = self.backing.move_prefix(from, to, pages);
         let c = &self.counters;
         c.page_moves.fetch_add(1, Relaxed);
-        match how.first() {
-            Some(Moved::InPlace) => {}
-            Some(Moved::Remapped) => self.moves.mosaics.add(to, pages, 2),
-            _ => {
-                c.move_failures.fetch_add(1, Relaxed);
-                return false;
-            }
+        if moved < pages {
+            c.move_failures.fetch_add(1, Relaxed);
         }
-        c.moved_pages.fetch_add(pages, Relaxed);
-        true
+        if how == Moved::Remapped {
+            self.moves.mosaics.add(to, moved, 2);
+        }
+        c.moved_pages.fetch_add(moved, Relaxed);
+        moved
     }
 
     pub(crate) fn patch_cached(&self, start: u64, a: &mut BusyArea<AreaTag>) -> bool {

@@ -287,13 +287,15 @@ impl Arena {
         self.shared.ctx.cache.as_ref().is_some_and(|c| c.states.mark_stale(start))
     }
 
-    /// Move the memory of `pages` pages at `from` to `to`, the data pages of two live areas the
-    /// caller owns, as step Move moves lazy areas' memory: `from` then reads as zero. For a
-    /// resize that moves an area without copying its bytes. False, with `from` as it was and
-    /// `to` reading as zero, when this arena does not move pages (Nodes with `page_moves` and a
-    /// backing that moves), `pages` is below [`MOVE_MIN_PAGES`](crate::MOVE_MIN_PAGES), moves
-    /// have added as many mappings as the process allows, or the kernel refused.
-    pub fn move_data(&self, from: u64, to: u64, pages: u64) -> bool {
+    /// Move the memory of up to `pages` pages at `from` to `to`, the data pages of two live
+    /// areas the caller owns, as step Move moves lazy areas' memory: the pages moved, from the
+    /// front. `[from, from + moved)` then reads as zero and its bytes are at `to`; the rest of
+    /// `from` is as it was, and the caller copies it. For a resize that moves an area without
+    /// copying its bytes. 0 when this arena does not move pages (Nodes with `page_moves` and
+    /// a backing that moves), `pages` is below [`MOVE_MIN_PAGES`](crate::MOVE_MIN_PAGES), or
+    /// moves have added as many mappings as the process allows; fewer than `pages` when the
+    /// kernel refused the rest.
+    pub fn move_data(&self, from: u64, to: u64, pages: u64) -> u64 {
         self.shared.ctx.move_data(from, to, pages)
     }
 

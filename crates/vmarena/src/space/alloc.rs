@@ -484,18 +484,23 @@ impl VmSpace {
         // tables', not the bytes'. Both areas must be in one reservation; the debugging tools
         // see a copy (they track bytes by address).
         let q_owner = self.extension_holding(q.as_ptr() as usize).unwrap_or(self);
-        let moved = std::ptr::eq(owner, q_owner)
-            && owner.frames.is_none()
-            && !owner.tools_on()
-            && owner.arena.move_data(
+        let moved_pages = if std::ptr::eq(owner, q_owner) && owner.frames.is_none() && !owner.tools_on() {
+            owner.arena.move_data(
                 start,
                 ((q.as_ptr() as usize) >> owner.page_shift) as u64,
                 (keep >> owner.page_shift) as u64,
-            );
-        if !moved {
+            )
+        } else {
+            0
+        };
+        // What did not move (all of it, or the rest of a move the kernel refused halfway).
+        let moved = ((moved_pages as usize) << owner.page_shift).min(keep);
+        if moved < keep {
             // SAFETY: `p` is a live area of at least `keep` bytes, `q` a fresh one of at least
             // `bytes`; two live areas never overlap.
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), q.as_ptr(), keep) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr().add(moved), q.as_ptr().add(moved), keep - moved)
+            };
         }
         if let Err(e) = self.vfree(p.as_ptr()) {
             // `p` was freed by another call while it was copied (a bug of the caller's): the
