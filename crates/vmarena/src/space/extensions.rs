@@ -166,33 +166,35 @@ impl<S: Part> Extensions<S> {
                 }
             }
             tried = n;
-            if !may_grow || nonblocking || n == MAX_EXTENSIONS {
+            if !may_grow || nonblocking || n == MAX_EXTENSIONS || Self::need_bytes(bytes) > own_bytes {
                 return None;
             }
-            // One thread grows; the others wait for it and try what it built.
-            if !self.lock_growth() {
-                continue;
-            }
+            // One thread grows; the others wait for it and try what it built. The word is
+            // released when `held` goes, also if building panicked.
+            let Some(held) = self.lock_growth() else { continue };
             if self.count.load(Ordering::Acquire) != n {
-                self.unlock_growth();
                 continue;
             }
             let built = self.grow(n, own_bytes, bytes);
-            self.unlock_growth();
+            drop(held);
             if !built {
                 return None;
             }
         }
     }
 
+    /// What a reservation needs for a request of `bytes`: its pages, a guard page and a page
+    /// table's worth of slack (2 MiB), saturating (a request near `usize::MAX` needs more than
+    /// any reservation).
+    fn need_bytes(bytes: usize) -> u64 {
+        let page = vmarena_platform::page_size() as u64;
+        (bytes as u64).div_ceil(page).saturating_add(2).saturating_mul(page).saturating_add(2 << 20)
+    }
+
     /// Reserve extension `n`: the own reservation's size fitted to the process, halved while
     /// refused down to what the request needs. False when nothing could be reserved.
     fn grow(&self, n: usize, own_bytes: u64, bytes: usize) -> bool {
-        let page = vmarena_platform::page_size() as u64;
-        // The request, its guard and a page table's worth of slack (2 MiB).
-        let need =
-            (bytes as u64).div_ceil(page).saturating_add(self.opts.guard_pages + 1).saturating_mul(page)
-                + (2 << 20);
+        let need = Self::need_bytes(bytes);
         let mut size = (self.fit)(own_bytes).max(self.min_bytes);
         if size < need {
             return false;
@@ -214,9 +216,9 @@ impl<S: Part> Extensions<S> {
         }
     }
 
-    /// Take the growth word: true when this thread holds it, false after waiting for another
-    /// thread of this process to release it (the caller looks again).
-    fn lock_growth(&self) -> bool {
+    /// Take the growth word: `Some` while this thread holds it, `None` after waiting for
+    /// another thread of this process to release it (the caller looks again).
+    fn lock_growth(&self) -> Option<Growing<'_>> {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() } as u64;
         let mut spins = 0u32;
@@ -225,7 +227,7 @@ impl<S: Part> Extensions<S> {
             if cur == 0 || cur != me {
                 // Free, or held by the process this one was forked from: take it.
                 if self.growing.compare_exchange(cur, me, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    return true;
+                    return Some(Growing(&self.growing));
                 }
                 continue;
             }
@@ -238,12 +240,17 @@ impl<S: Part> Extensions<S> {
                     std::thread::sleep(std::time::Duration::from_micros(50));
                 }
             }
-            return false;
+            return None;
         }
     }
+}
 
-    fn unlock_growth(&self) {
-        self.growing.store(0, Ordering::Release);
+/// The growth word, held: released when dropped.
+struct Growing<'a>(&'a AtomicU64);
+
+impl Drop for Growing<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
     }
 }
 
@@ -342,6 +349,29 @@ mod tests {
         assert_eq!(ext.growing.load(Ordering::Acquire), 0, "released after the growth");
         for p in first {
             space.vfree(p as *mut u8).unwrap();
+        }
+    }
+
+    /// A request near `usize::MAX` is refused without growing (it needs more than any
+    /// reservation), and the next one that needs a growth gets it: the fuzz program once
+    /// left the growth word held by a panic in the size arithmetic, and every later growth
+    /// waited for ever.
+    #[test]
+    fn a_huge_request_is_refused_and_growth_goes_on() {
+        let space = small_growing();
+        let first: Vec<_> = (0..3).map(|_| space.vmalloc(20 << 20).unwrap().as_ptr()).collect();
+        for bytes in [usize::MAX - 7196, usize::MAX / 2, 1 << 40] {
+            assert!(space.vmalloc(bytes).is_err(), "{bytes} refused");
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send(space.vmalloc(20 << 20).map(|p| p.as_ptr() as usize)).unwrap());
+            let p = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the growth did not wait");
+            space.vfree(p.expect("grown") as *mut u8).unwrap();
+        });
+        assert_eq!(space.extensions.as_deref().unwrap().growing.load(Ordering::Acquire), 0);
+        for p in first {
+            space.vfree(p).unwrap();
         }
     }
 
