@@ -154,7 +154,7 @@ impl<S: Part> Extensions<S> {
         nonblocking: bool,
         caller: &'static Location<'static>,
     ) -> Option<Result<NonNull<u8>, VmError>> {
-        let mut tried = 0;
+        let (mut tried, mut grew) = (0, false);
         loop {
             let n = self.count.load(Ordering::Acquire);
             for i in (tried..n).rev() {
@@ -166,7 +166,10 @@ impl<S: Part> Extensions<S> {
                 }
             }
             tried = n;
-            if !may_grow || nonblocking || n == MAX_EXTENSIONS || Self::need_bytes(bytes) > own_bytes {
+            // One growth a call: a request the new reservation refused (an alignment no start
+            // of it meets) would refuse the next one too.
+            let need = Self::need_bytes(bytes, align_bytes);
+            if grew || !may_grow || nonblocking || n == MAX_EXTENSIONS || need > own_bytes {
                 return None;
             }
             // One thread grows; the others wait for it and try what it built. The word is
@@ -175,26 +178,30 @@ impl<S: Part> Extensions<S> {
             if self.count.load(Ordering::Acquire) != n {
                 continue;
             }
-            let built = self.grow(n, own_bytes, bytes);
+            grew = self.grow(n, own_bytes, need);
             drop(held);
-            if !built {
+            if !grew {
                 return None;
             }
         }
     }
 
-    /// What a reservation needs for a request of `bytes`: its pages, a guard page and a page
-    /// table's worth of slack (2 MiB), saturating (a request near `usize::MAX` needs more than
-    /// any reservation).
-    fn need_bytes(bytes: usize) -> u64 {
+    /// What a reservation needs for a request of `bytes` aligned to `align_bytes`: its pages, a
+    /// guard page, the alignment and a page table's worth of slack (2 MiB), saturating (a
+    /// request near `usize::MAX` needs more than any reservation).
+    fn need_bytes(bytes: usize, align_bytes: usize) -> u64 {
         let page = vmarena_platform::page_size() as u64;
-        (bytes as u64).div_ceil(page).saturating_add(2).saturating_mul(page).saturating_add(2 << 20)
+        (bytes as u64)
+            .div_ceil(page)
+            .saturating_add(2)
+            .saturating_mul(page)
+            .saturating_add(align_bytes as u64)
+            .saturating_add(2 << 20)
     }
 
     /// Reserve extension `n`: the own reservation's size fitted to the process, halved while
-    /// refused down to what the request needs. False when nothing could be reserved.
-    fn grow(&self, n: usize, own_bytes: u64, bytes: usize) -> bool {
-        let need = Self::need_bytes(bytes);
+    /// refused down to `need` bytes. False when nothing could be reserved.
+    fn grow(&self, n: usize, own_bytes: u64, need: u64) -> bool {
         let mut size = (self.fit)(own_bytes).max(self.min_bytes);
         if size < need {
             return false;
@@ -363,6 +370,9 @@ mod tests {
         for bytes in [usize::MAX - 7196, usize::MAX / 2, 1 << 40] {
             assert!(space.vmalloc(bytes).is_err(), "{bytes} refused");
         }
+        // An alignment larger than any reservation: refused, nothing reserved for it.
+        assert!(space.vmalloc_aligned(4096, 1 << 40).is_err());
+        assert_eq!(space.stats(false).extensions, 0, "no reservation for requests none can hold");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| tx.send(space.vmalloc(20 << 20).map(|p| p.as_ptr() as usize)).unwrap());
