@@ -9,7 +9,7 @@
 
 use crate::bootstrap;
 use std::sync::atomic::{
-    AtomicBool, AtomicUsize,
+    AtomicUsize,
     Ordering::{Acquire, Relaxed, SeqCst},
 };
 
@@ -24,10 +24,9 @@ static FAST_BELOW: AtomicUsize = AtomicUsize::new(0);
 /// The default space's reservation once it exists, as its start and length (0, 0 before).
 static SPACE_LO: AtomicUsize = AtomicUsize::new(0);
 static SPACE_LEN: AtomicUsize = AtomicUsize::new(0);
-/// The default space has further reservations (it grew past its own: `vmarena::space`'s
-/// extensions), and the lowest of their starts (`usize::MAX` before the first). Set by
-/// [`on_growth`] before an extension hands out its first area.
-static GREW: AtomicBool = AtomicBool::new(false);
+/// The lowest start of the default space's further reservations (it grew past its own:
+/// `vmarena::space`'s extensions), `usize::MAX` before the first. Set by [`on_growth`] before
+/// an extension hands out its first area.
 static GROWN_LO: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// A free (or resize) of an address below this goes straight to the next allocator with one
 /// compare ([`pass_below`]): the lower of the bootstrap heap's start and the default space's,
@@ -50,7 +49,8 @@ pub fn threshold() -> usize {
 #[inline]
 pub(crate) fn in_space(p: *const u8) -> bool {
     let len = SPACE_LEN.load(Acquire);
-    (p as usize).wrapping_sub(SPACE_LO.load(Relaxed)) < len || (GREW.load(Relaxed) && in_extension(p))
+    (p as usize).wrapping_sub(SPACE_LO.load(Relaxed)) < len
+        || (GROWN_LO.load(Relaxed) != usize::MAX && in_extension(p))
 }
 
 /// True when `p` lies in one of the default space's further reservations.
@@ -66,7 +66,6 @@ fn in_extension(p: *const u8) -> bool {
 /// [`open_pass_through`]).
 fn on_growth(lo: usize, _hi: usize) {
     GROWN_LO.fetch_min(lo, SeqCst);
-    GREW.store(true, SeqCst);
     if FAST_BELOW.load(SeqCst) != 0 {
         lower_pass_below(pass_bound());
     }
@@ -106,11 +105,11 @@ pub(crate) fn lower_pass_below(v: usize) {
 /// The bound below which frees pass with one compare, from the bootstrap heap's start and the
 /// space's, as far as it is built.
 pub(crate) fn pass_bound() -> usize {
-    let grown = GROWN_LO.load(SeqCst);
+    let bound = bootstrap::start().min(GROWN_LO.load(SeqCst));
     if SPACE_LEN.load(SeqCst) > 0 {
-        bootstrap::start().min(SPACE_LO.load(Relaxed)).min(grown)
+        bound.min(SPACE_LO.load(Relaxed))
     } else {
-        bootstrap::start().min(grown)
+        bound
     }
 }
 
@@ -134,6 +133,12 @@ pub(crate) fn space() -> Option<&'static vmarena::VmSpace> {
     }
     let s = vmarena::default_space().ok()?;
     if SPACE_LEN.load(Relaxed) == 0 {
+        // Reservations the space made before the shim first asked for it (through the C ABI),
+        // whose areas a later request may be served from.
+        for x in s.extensions() {
+            let (lo, hi) = x.bounds();
+            on_growth(lo, hi);
+        }
         let (lo, hi) = s.bounds();
         // The start first: until the length is stored, nothing is in the space.
         SPACE_LO.store(lo, Relaxed);

@@ -63,35 +63,25 @@ impl MemoryBacking {
         self.granule_pages > 1
     }
 
-    /// One move of `len` bytes (see [`Backing::move_pages`]): [`MemoryBacking::move_keeping`],
-    /// and if it stopped halfway, the part moved is released, so that the target reads as zero
-    /// as a refused move must leave it (the source is a lazy area: its bytes are not kept).
+    /// One move of `len` bytes (see [`Backing::move_pages`]): by the userfaultfd where it takes
+    /// it, the rest by `mremap`. If the `mremap` is refused after part moved, that part is
+    /// released, so that the target reads as zero as a refused move must leave it.
     fn move_one(&self, from: usize, to: usize, len: usize) -> Moved {
-        match self.move_keeping(from, to, len) {
-            (done, how) if done == len => how,
-            (done, _) => {
-                if done > 0 {
-                    release::release(&[(to, done)], Advice::DontNeed);
-                }
-                Moved::No
-            }
-        }
-    }
-
-    /// A move by the userfaultfd where it takes it, the rest by `mremap`: the bytes moved from
-    /// the front and how (after a refused `mremap`, only what the userfaultfd moved counts).
-    fn move_keeping(&self, from: usize, to: usize, len: usize) -> (usize, Moved) {
         let done = self.uffd.as_ref().and_then(|u| u.get()).map_or(0, |u| u.move_pages(from, to, len));
         if done == len {
-            return (len, Moved::InPlace);
+            return Moved::InPlace;
         }
         if page_move::move_pages(from + done, to + done, len - done, self.huge()) {
-            return (len, Moved::Remapped);
+            return Moved::Remapped;
         }
+        // The refused mremap mapped the target afresh: register it again.
         if let Some(u) = self.uffd.as_ref().and_then(|u| u.opened()) {
             u.register(to + done, len - done);
         }
-        (done, if done > 0 { Moved::InPlace } else { Moved::No })
+        if done > 0 {
+            release::release(&[(to, done)], Advice::DontNeed);
+        }
+        Moved::No
     }
 
     fn guard_range(&self, start: u64, pages: u64) -> (usize, usize) {

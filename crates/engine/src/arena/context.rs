@@ -212,9 +212,6 @@ impl Context {
         }
     }
 
-    /// Fix up a busy record from the state words: false when the area sits in a thread cache
-    /// (free for its user); otherwise the latest caller, and an unknown requested size when
-    /// the area went through a cache.
     /// Move the memory of up to `pages` data pages at `from` to `to`, both in live areas the
     /// caller owns ([`Arena::move_data`](super::Arena::move_data)): the pages moved, from the
     /// front. The target's range is recorded for healing when the move made it a mapping of
@@ -236,6 +233,9 @@ impl Context {
         moved
     }
 
+    /// Fix up a busy record from the state words: false when the area sits in a thread cache
+    /// (free for its user); otherwise the latest caller, and an unknown requested size when
+    /// the area went through a cache.
     pub(crate) fn patch_cached(&self, start: u64, a: &mut BusyArea<AreaTag>) -> bool {
         let Some(c) = &self.cache else { return true };
         match c.states.get(start) {

@@ -231,9 +231,6 @@ impl VmSpace {
         let Some(ext) = self.extensions.as_deref().filter(|_| kind == AreaKind::Vmalloc) else {
             return self.alloc_here(bytes, align_bytes, zeroed, nonblocking, caller, kind);
         };
-        if !align_bytes.is_power_of_two() {
-            return Err(VmError::BadAlignment(align_bytes));
-        }
         let own_bytes = self.opts.space_bytes;
         // The own reservation was full: the reservations made since first (without growing;
         // the own one may have room again before any grows).
@@ -434,10 +431,10 @@ impl VmSpace {
     /// shrinks within the area's pages happen in place; otherwise a new area is allocated, the
     /// area's whole usable size (what [`VmSpace::size`] reports, also after a shrink in place)
     /// moved or copied, and the old area freed. An area of at least
-    /// [`MOVE_MIN_PAGES`](vmarena_engine::MOVE_MIN_PAGES) pages moves its pages (`UFFDIO_MOVE`
-    /// or `mremap`) where the arena moves pages, so the old and the new bytes are never
-    /// resident at once; smaller ones, and any move refused, are copied. On error the old area
-    /// is untouched.
+    /// [`MOVE_MIN_PAGES`](vmarena_engine::MOVE_MIN_PAGES) pages moves its pages by
+    /// `UFFDIO_MOVE` where the arena moves pages, so the old and the new bytes are never
+    /// resident at once; smaller ones, and whatever the kernel did not move, are copied. On
+    /// error the old area is untouched.
     #[track_caller]
     pub fn vrealloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Result<NonNull<u8>, VmError> {
         let _inside = reentry::enter();

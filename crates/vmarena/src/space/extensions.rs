@@ -231,7 +231,7 @@ impl<S: Part> Extensions<S> {
         let mut spins = 0u32;
         loop {
             let cur = self.growing.load(Ordering::Acquire);
-            if cur == 0 || cur != me {
+            if cur != me {
                 // Free, or held by the process this one was forked from: take it.
                 if self.growing.compare_exchange(cur, me, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     return Some(Growing(&self.growing));

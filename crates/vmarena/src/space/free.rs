@@ -51,10 +51,11 @@ impl VmSpace {
         if p.is_null() {
             return Ok(0);
         }
-        if let Some(x) = self.extension_holding(p as usize) {
-            return x.vfree_sized(p);
-        }
-        let start = self.start_page(p as usize)?;
+        let start = match self.start_page(p as usize) {
+            Ok(s) => s,
+            // Not in the own reservation: a further one's, or refused.
+            Err(e) => return self.extension_holding(p as usize).map_or(Err(e), |x| x.vfree_sized(p)),
+        };
         if self.tools_on() {
             self.announce_free(p as usize);
         }

@@ -2,9 +2,10 @@
 //!
 //! Owns: one [`Reservation`] (a single mapping, never split) and the [`Arena`] that hands out
 //! its pages; a growing space (the default space) also its further reservations
-//! (`extensions.rs`), each a space of its own, when its own reservation is full. Memory is anonymous memory the kernel faults in on first touch; purges release it
-//! with `MADV_DONTNEED` (or `MADV_FREE`), batched; guards after each area are guard markers
-//! where the kernel has them.
+//! (`extensions.rs`), each a space of its own, when its own reservation is full. Memory is
+//! anonymous memory the kernel faults in on first touch; purges release it with
+//! `MADV_DONTNEED` (or `MADV_FREE`), batched; guards after each area are guard markers where
+//! the kernel has them.
 //!
 //! ```text
 //!  reservation  [base ............................................................ base+len)
