@@ -43,15 +43,34 @@ pub(crate) struct LazyAccount {
     /// its own: step Move reads them without the node locks to pass over nodes with nothing to
     /// give.
     pub(crate) list_pages: Box<[Padded<AtomicU64>]>,
-    /// Lazy pages above which a free starts a purge: `max_pages`, plus, with `lazy_headroom`
-    /// (Nodes), the live pages below their high-water mark as the last purge counted them.
-    /// Written by tree allocations and purges; on lines of its own.
-    pub(crate) limit: Padded<AtomicU64>,
-    /// The most live pages a purge has counted since the last purge that was not a threshold
-    /// purge (Nodes, `lazy_headroom`).
+    /// Live pages (busy-map records, thread caches' areas included), arena-wide, folded in by
+    /// the nodes in the same steps as `approx` (Nodes; zero for Global and Split). On lines
+    /// of its own.
+    pub(crate) live_approx: Padded<AtomicI64>,
+    /// The most live pages `live_approx` has shown since the last purge that was not a
+    /// threshold purge (Nodes, `lazy_headroom`): raised by every fold that raises
+    /// `live_approx`, so the peak a program reached while allocating is known when its frees
+    /// begin, before any purge counted it.
     pub(crate) live_high: AtomicU64,
     /// The most lazy pages beyond the limit a free has seen (written only then).
     pub(crate) over_peak: AtomicU64,
+}
+
+impl LazyAccount {
+    /// Lazy pages above which a free starts a purge: `max_pages`, plus, with `headroom`, the
+    /// live pages below their high-water mark (both as folded, so within a quarter of
+    /// `max_pages` of the exact figure). Memory freed below the peak may stay resident up to
+    /// it: a program that frees what it held keeps it until the next idle decay instead of
+    /// releasing it while it frees, and live and lazy pages together stay within the peak
+    /// plus `max_pages`.
+    #[inline]
+    pub(crate) fn limit(&self, headroom: bool) -> u64 {
+        if !headroom {
+            return self.max_pages;
+        }
+        let live = self.live_approx.load(Relaxed).max(0) as u64;
+        self.max_pages + self.live_high.load(Relaxed).saturating_sub(live)
+    }
 }
 
 /// Who purges and when.
@@ -137,7 +156,7 @@ impl Context {
                 approx: Padded(AtomicI64::new(0)),
                 sync_pages: crate::arena::nodes::node::lazy_sync_pages(max_pages, nr_nodes),
                 list_pages: (0..nr_nodes).map(|_| Padded(AtomicU64::new(0))).collect(),
-                limit: Padded(AtomicU64::new(max_pages)),
+                live_approx: Padded(AtomicI64::new(0)),
                 live_high: AtomicU64::new(0),
                 over_peak: AtomicU64::new(0),
             },
@@ -186,29 +205,19 @@ impl Context {
         pages <= self.opts.pool_max_pages && SizePools::class_of(pages).is_some()
     }
 
-    /// After a change to node `g`'s lazy pages: fold it into `lazy.approx` in steps (at once
-    /// with `force`) and publish its lazy-list pages.
+    /// After a change to node `g`'s lazy or live pages: fold each into its arena-wide counter
+    /// in steps (at once with `force`), raising the live high-water mark with a fold that
+    /// raised the live pages, and publish the node's lazy-list pages.
     #[inline]
     pub(crate) fn sync_node(&self, g: &mut NodeState, force: bool) {
         g.sync(&self.lazy.approx, self.lazy.sync_pages, force);
+        if let Some(live) = g.sync_live(&self.lazy.live_approx, self.lazy.sync_pages, force) {
+            self.lazy.live_high.fetch_max(live, Relaxed);
+        }
         let pages = g.lazy_list.pages();
         if pages != g.list_published {
             g.list_published = pages;
             self.lazy.list_pages[g.index].store(pages, Relaxed);
-        }
-    }
-
-    /// Fresh pages went live: the headroom above `lazy_max` shrinks by as many, so that live
-    /// and lazy pages together stay near the high-water mark plus `lazy_max` until the next
-    /// purge counts the live pages again.
-    #[inline]
-    pub(crate) fn took_fresh(&self, pages: u64) {
-        if self.opts.lazy_headroom {
-            let floor = self.lazy.max_pages;
-            let _ = self
-                .lazy
-                .limit
-                .fetch_update(Relaxed, Relaxed, |l| (l > floor).then(|| l.saturating_sub(pages).max(floor)));
         }
     }
 

@@ -154,7 +154,7 @@ impl Shared {
     /// The lazy pages (approximate) and the limit a free compares them with.
     #[inline(always)]
     fn lazy_and_limit(&self) -> (i64, i64) {
-        (self.ctx.lazy.approx.load(Relaxed), self.ctx.lazy.limit.load(Relaxed) as i64)
+        (self.ctx.lazy.approx.load(Relaxed), self.ctx.lazy.limit(self.ctx.opts.lazy_headroom) as i64)
     }
 
     /// The strategy's free of an area made while lazy pages are backlogged.

@@ -84,7 +84,7 @@ impl Shared {
             cache_grows: cf.grows,
             cache_budget_pages: cf.budget_pages,
             moved_maps: self.ctx.moves.mosaics.maps(),
-            lazy_limit: self.ctx.lazy.limit.load(Relaxed),
+            lazy_limit: self.ctx.lazy.limit(self.ctx.opts.lazy_headroom),
             lazy_over_limit_peak: self.ctx.lazy.over_peak.load(Relaxed),
             ..Default::default()
         };

@@ -56,6 +56,15 @@ impl Nodes {
         if approx != synced as i64 {
             return Err(format!("lazy counter {approx}, nodes synced {synced}"));
         }
+        let live_synced: u64 = node_guards.iter().map(|p| p.live_synced).sum();
+        let live_approx = ctx.lazy.live_approx.load(Relaxed);
+        if live_approx != live_synced as i64 {
+            return Err(format!("live counter {live_approx}, nodes synced {live_synced}"));
+        }
+        let live_high = ctx.lazy.live_high.load(Relaxed);
+        if ctx.opts.lazy_headroom && (live_high as i64) < live_approx {
+            return Err(format!("live high-water mark {live_high} below the live counter {live_approx}"));
+        }
         for (i, p) in node_guards.iter().enumerate() {
             for (s, a) in p.busy.sorted() {
                 if ctx.shard_of(s) != i {

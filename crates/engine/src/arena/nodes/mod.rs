@@ -97,6 +97,7 @@ impl StrategyOps for Nodes {
         if home == shard {
             self.node_push(ctx, &mut g, start, a.pages, tagged);
         } else {
+            ctx.sync_node(&mut g, false);
             drop(g);
             self.node_push(ctx, &mut self.nodes[home].lock_at(&site::FREE_HOME_NODE), start, a.pages, tagged);
         }
@@ -117,6 +118,7 @@ impl StrategyOps for Nodes {
             let mut g = self.nodes[ctx.shard_of(start)].lock_at(&site::FREE_SHARD_NODE);
             let a = unbusy(ctx, &mut g, start, kind)?;
             g.frees += 1;
+            ctx.sync_node(&mut g, false);
             a
         };
         release_now(ctx, self, Span::new(start, a.pages));
@@ -334,6 +336,7 @@ impl Nodes {
                 debug_assert!(ok, "chunk handed out a live start");
                 self.track(ctx, start, &area);
                 g.chunk_allocs += 1;
+                ctx.sync_node(&mut g, false);
                 drop(g);
                 ctx.backing.prepare(start, pages);
                 return Some(Allocation { start, pages, fresh: ctx.zeroes_on_release });
@@ -382,6 +385,7 @@ impl Nodes {
             let ok = g.busy.insert(start, area);
             debug_assert!(ok, "tree handed out a live start");
             self.track(ctx, start, &area);
+            ctx.sync_node(&mut g, false);
             let mut leftover = new_chunk;
             if let Some(c) = new_chunk {
                 g.chunk_allocs += 1;
@@ -412,7 +416,6 @@ impl Nodes {
                 let data = pages.saturating_sub(ctx.backing.guard_pages());
                 moved = self.move_into(ctx, me, start, data);
             }
-            ctx.took_fresh(pages - moved);
         }
         Some(Allocation { start, pages, fresh: ctx.zeroes_on_release && moved == 0 })
     }
@@ -454,6 +457,7 @@ impl Nodes {
         let ok = g.busy.insert(start, area);
         debug_assert!(ok, "allocator handed out a live start");
         self.track(ctx, start, &area);
+        ctx.sync_node(&mut g, false);
     }
 
     /// A Nodes area entered the busy map: its state word goes live (under the shard lock).

@@ -57,6 +57,8 @@ pub(crate) struct NodeState {
     pub chunk: (u64, u64),
     /// Lazy pages already added to the arena-wide counter.
     pub synced: u64,
+    /// Live pages (of `busy`) already added to the arena-wide live counter.
+    pub live_synced: u64,
     /// The lazy list's pages as last published for readers without the lock.
     pub list_published: u64,
     pub hits: u64,
@@ -94,6 +96,20 @@ impl NodeState {
             self.synced = now;
             global.fetch_add(d, crate::sync::Ordering::Relaxed);
         }
+    }
+
+    /// Fold the change of the busy shard's pages since the last fold into `global` when it
+    /// reaches `step` pages (or `force`): the new arena-wide figure when the fold raised it.
+    #[inline]
+    pub fn sync_live(&mut self, global: &crate::sync::AtomicI64, step: u64, force: bool) -> Option<u64> {
+        let now = self.busy.pages();
+        let d = now as i64 - self.live_synced as i64;
+        if d.unsigned_abs() >= step || (force && d != 0) {
+            self.live_synced = now;
+            let total = global.fetch_add(d, crate::sync::Ordering::Relaxed) + d;
+            return (d > 0).then_some(total.max(0) as u64);
+        }
+        None
     }
 
     /// Carve `pages` from the front of the chunk.

@@ -73,26 +73,22 @@ impl Nodes {
         }
     }
 
-    /// The lazy threshold from this purge on: `lazy_max`, plus, with `lazy_headroom`, the live
-    /// pages below their high-water mark. Memory freed while the live pages are below their
-    /// peak can stay resident up to that peak, where the next requests are likely to reuse
-    /// it; resident pages (live and lazy) then stay within the peak plus `lazy_max`. A purge
-    /// that is not a threshold purge (idle decay, `purge()`, the shrinker, a failure) starts a
-    /// new high-water mark at the live pages of the moment.
+    /// The lazy threshold from this purge on (`LazyAccount::limit`). A purge that is not a
+    /// threshold purge (idle decay, `purge()`, the shrinker, a failure) starts a new high-water
+    /// mark at the live pages of the moment.
     fn next_lazy_limit(&self, ctx: &Context, kind: PurgeKind) -> u64 {
-        if !ctx.opts.lazy_headroom {
-            return ctx.lazy.max_pages;
+        let headroom = ctx.opts.lazy_headroom;
+        // The counters exact first: the frees that started this purge may not have folded.
+        for node in self.nodes.iter() {
+            ctx.sync_node(&mut node.lock_at(&site::PURGE_DETACH), true);
         }
-        let live: u64 = self.nodes.iter().map(|n| n.lock_at(&site::PURGE_DETACH).busy.pages()).sum();
-        let high = if kind == PurgeKind::Threshold {
-            ctx.lazy.live_high.fetch_max(live, Relaxed).max(live)
-        } else {
-            ctx.lazy.live_high.store(live, Relaxed);
-            live
-        };
-        let limit = ctx.lazy.max_pages + (high - live);
-        ctx.lazy.limit.store(limit, Relaxed);
-        limit
+        if headroom && kind != PurgeKind::Threshold {
+            let live = || ctx.lazy.live_approx.load(Relaxed).max(0) as u64;
+            ctx.lazy.live_high.store(live(), Relaxed);
+            // A fold between the load and the store raised the mark in vain: raise it again.
+            ctx.lazy.live_high.fetch_max(live(), Relaxed);
+        }
+        ctx.lazy.limit(headroom)
     }
 
     /// Detach the node's oldest lazy areas until at most `keep_pages` of them stay; areas that

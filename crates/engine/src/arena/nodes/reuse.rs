@@ -76,6 +76,7 @@ impl Nodes {
             let ok = g.busy.insert(start, area);
             debug_assert!(ok, "a node handed out a live start");
             self.track(ctx, start, &area);
+            ctx.sync_node(&mut g, false);
             drop(g);
         } else {
             drop(g);
@@ -308,12 +309,10 @@ impl Nodes {
         self.finish_take(ctx, g, me, start, area, above > 0);
         // Step Move for the growth: the oldest lazy memory instead of fresh pages, below the
         // run and above it (less the area's guard, which `finish_take` prepared).
-        let mut moved = 0;
         if ctx.moves.on {
-            moved += self.move_into(ctx, me, start, below);
-            moved += self.move_into(ctx, me, e, above.saturating_sub(ctx.backing.guard_pages()));
+            self.move_into(ctx, me, start, below);
+            self.move_into(ctx, me, e, above.saturating_sub(ctx.backing.guard_pages()));
         }
-        ctx.took_fresh(pages - (e - s) - moved);
         Some(Allocation { start, pages, fresh: false })
     }
 }
