@@ -3,9 +3,10 @@
 # compilers (for the C ABI and shim tests and the peers' allocators), strace (for the lab's
 # --syscalls), valgrind and the C compiler's AddressSanitizer and ThreadSanitizer runtimes (the
 # debugging-tool tests run the C ABI under each),
-# xz and python3 (real programs run under the shim in its tests), Debian's jemalloc, mimalloc and
-# tcmalloc shared libraries (preloaded by `vmarena preload`) and the rustfmt/clippy components. Safe to
-# run again.
+# xz and python3 (real programs run under the shim in its tests), zstd, sqlite3 and numpy (the
+# programs `vmarena programs` runs), Debian's jemalloc, mimalloc and tcmalloc shared libraries
+# (preloaded by `vmarena preload`, `user-path` and `programs`) and the rustfmt/clippy
+# components. Safe to run again.
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
@@ -24,6 +25,10 @@ for s in address:libasan8 thread:libtsan2; do
 done
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v zstd >/dev/null 2>&1 || need+=(zstd)
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+python3 -c 'import numpy' >/dev/null 2>&1 || /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 \
+  || need+=(python3-numpy)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need+=(libjemalloc2)
 [ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need+=(libmimalloc2.0)
 [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] || need+=(libtcmalloc-minimal4)

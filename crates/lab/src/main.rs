@@ -18,6 +18,7 @@ mod pair;
 mod paired_ratio;
 mod percpu_counter;
 mod preload;
+mod programs;
 mod python_tests;
 mod suite;
 mod test_vmalloc;
@@ -83,6 +84,15 @@ enum Command {
     /// calls per allocator, ratios to vmarena; every output is checked against the first
     /// allocator's.
     Preload(preload::PreloadConfig),
+    /// Unmodified programs with large buffers (xz, zstd, sort, sqlite3, python with bytes, zlib
+    /// and numpy) and a give-back shape, under glibc, jemalloc, mimalloc, tcmalloc and the shim.
+    ///
+    /// Rounds interleaved (each starting at another allocator), every output checked against
+    /// the first run's: median wall time, CPU time, peak RSS and minor faults, with the shim's
+    /// ratio to the best peer on each and the geometric mean of its time ratios; give-back
+    /// frees 2 GiB of 0.25-4 MiB blocks and reports the resident set 0.1 s, 1 s and 3 s later.
+    /// A program this machine lacks is skipped and named.
+    Programs(programs::ProgramsConfig),
     /// Random sequences of C ABI calls, valid and invalid, checked against a shadow model.
     ///
     /// Areas, fixed pool slots, frames and their mappings, with sizes of 0, sizes that
@@ -244,6 +254,12 @@ fn main() {
         Command::Preload(cfg) => {
             if let Err(e) = preload::main(&cfg, &m) {
                 eprintln!("vmarena preload: {e}");
+                std::process::exit(2);
+            }
+        }
+        Command::Programs(cfg) => {
+            if let Err(e) = programs::main(&cfg, &m) {
+                eprintln!("vmarena programs: {e}");
                 std::process::exit(2);
             }
         }

@@ -412,3 +412,51 @@ fn int_arena_compares_every_contender_and_checks_placement() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown contender 'nosuch'"));
 }
+
+#[test]
+fn programs_checks_outputs_and_reports_the_give_back_shape() {
+    let Some(libs) = lib_dir() else { return };
+    if !libs.join("libvmarena_preload.so").exists() {
+        eprintln!("skipped: no libvmarena_preload.so beside the lab binary in this build");
+        return;
+    }
+    let json = std::env::temp_dir().join(format!("vmarena-programs-{}.json", std::process::id()));
+    let out = vmarena(&[
+        "programs",
+        "--programs",
+        "sqlite3,python-zlib,give-back",
+        "--allocators",
+        "glibc,vmarena",
+        "--rounds",
+        "1",
+        "--scale",
+        "0.02",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for p in ["sqlite3", "python-zlib"] {
+        let row = stdout.lines().find(|l| l.starts_with(&format!("| {p} | time s |")));
+        let row = row.unwrap_or_else(|| panic!("no time row for {p}:\n{stdout}"));
+        assert!(row.contains("x (glibc)"), "{row}");
+    }
+    assert!(stdout.contains("Geometric mean of vmarena's time over the best peer's"), "{stdout}");
+    let j = std::fs::read_to_string(&json).unwrap();
+    std::fs::remove_file(&json).ok();
+    let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
+    assert_eq!(v["command"], "programs");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 6, "3 programs x 2 allocators");
+    for r in results.iter().filter(|r| r["program"] == "give-back") {
+        let g = &r["give_back"];
+        let (held, at_3s) = (g["held_kib"].as_u64().unwrap(), g["at_3s_kib"].as_u64().unwrap());
+        // 41 MiB of blocks were held; three seconds after their frees both allocators gave
+        // them back (glibc unmaps them, vmarena's idle decay releases them).
+        assert!(held > 40 << 10, "{r}");
+        assert!(at_3s < held / 2, "{r}");
+    }
+    let out = vmarena(&["programs", "--programs", "bogus"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown program 'bogus'"), "{out:?}");
+}
