@@ -179,6 +179,12 @@ pub enum PurgeKind {
 
     /// Release lazy memory and return every pooled and lazy area to the free tree.
     Full,
+
+    /// The purge of the worker's periodic tick: as `Normal`, except that Nodes keeps each
+    /// node's pages freed since the previous decay purge (up to its lazy pages): memory a
+    /// program frees and does not reuse goes back one tick or two after its free, memory it
+    /// keeps reusing stays.
+    Decay,
 }
 
 /// What one purge did.

@@ -940,6 +940,42 @@ fn a_purge_releases_the_free_pages_in_a_released_areas_huge_pages() {
     }
 }
 
+/// A decay purge (the worker's tick) releases what was freed before the previous tick and
+/// keeps what was freed since: an area nobody reuses goes at the second tick after its free,
+/// and a program that keeps freeing keeps its newest frees resident.
+#[test]
+fn a_decay_purge_releases_only_what_waited_a_whole_tick() {
+    let rec = Arc::new(Recorder::default());
+    let o = ArenaOptions { nodes: 1, thread_cache: false, purge_thread: false, ..opts(Strategy::Nodes) };
+    let a = Arena::new("decay", 0, 1 << 20, o, Box::new(RecBacking(rec.clone()))).unwrap();
+    let released = || rec.released.lock().unwrap().iter().map(|r| r.0).collect::<Vec<u64>>();
+    // Pool-sized and lazy-list-sized areas alike.
+    let v: Vec<u64> =
+        [4, 300, 4, 300].iter().map(|&p| a.alloc(&AllocRequest::pages(p)).unwrap().start).collect();
+    a.free(v[0]).unwrap();
+    a.free(v[1]).unwrap();
+    assert!(!a.decay_purge(), "freed since the last tick: kept");
+    assert!(released().is_empty());
+    assert_eq!(a.stats().lazy_pages, 304);
+    a.free(v[2]).unwrap();
+    a.free(v[3]).unwrap();
+    assert!(!a.decay_purge(), "the first two waited a whole tick; not idle (two kept)");
+    let mut got = released();
+    got.sort_unstable();
+    assert_eq!(got, vec![v[0], v[1]], "the older frees go, the newer stay");
+    assert_eq!(a.stats().lazy_pages, 304);
+    assert!(a.decay_purge(), "nothing freed since: the rest goes");
+    assert_eq!(released().len(), 4);
+    assert_eq!(a.stats().lazy_pages, 0);
+    assert!(!a.decay_purge(), "nothing lazy");
+    // An explicit purge keeps nothing, whatever the ticks.
+    let x = a.alloc(&AllocRequest::pages(300)).unwrap().start;
+    a.free(x).unwrap();
+    a.purge();
+    assert_eq!(a.stats().lazy_pages, 0);
+    a.check().unwrap();
+}
+
 /// With `lazy_headroom`, the lazy threshold rises by the live pages below their high-water
 /// mark as frees bring them down (a bulk free below the peak purges nothing), the mark follows
 /// live pages up as allocations raise them, and a purge that is not a threshold purge starts a
@@ -985,7 +1021,11 @@ fn the_lazy_threshold_rises_by_the_live_pages_below_their_peak() {
         assert_eq!(a.stats().released_on_free, 0);
         a.free(v[5]).unwrap();
         let st = a.stats();
-        assert_eq!((st.lazy_pages, st.lazy_limit), (300, 400), "1500 lazy pages over 400: the oldest 1200 released");
+        assert_eq!(
+            (st.lazy_pages, st.lazy_limit),
+            (300, 400),
+            "1500 lazy pages over 400: the oldest 1200 released"
+        );
         assert_eq!(
             (st.released_on_free, st.areas_released),
             (1, 4),

@@ -8,7 +8,7 @@
 //!
 //! Programs (sizes scaled by `--scale`):
 //! - `xz`, `zstd`: a compressor with a large window on generated text (`xz -T1 -7`, 16 MiB
-//!   dictionary; `zstd -T1 -6 --long=27`, 128 MiB window);
+//!   dictionary, on 12 MB; `zstd -T1 -6 --long=27`, 128 MiB window, on 100 MB);
 //! - `sort`: GNU sort with a 256 MiB buffer on 3M lines;
 //! - `sqlite3`: an in-memory database with a 256 MiB cache: a table of 1M rows, an index and
 //!   sorts (the sorter's buffer grows by `realloc`);
@@ -165,7 +165,7 @@ SELECT a, b FROM t ORDER BY length(c) DESC, b LIMIT 3 OFFSET 1000;
 SELECT count(DISTINCT b % 1000) FROM t;";
 
 /// The text the compressors and sort read: `lines` lines of about 43 bytes, and its first
-/// quarter for xz.
+/// eighth for xz.
 fn make_data(dir: &Path, lines: u64) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut s = String::with_capacity(lines as usize * 44);
@@ -176,7 +176,7 @@ fn make_data(dir: &Path, lines: u64) -> Result<(), String> {
         x ^= x << 17;
         s.push_str(&format!("{:016x} {} line {i}\n", x, x % 1000));
     }
-    let head = &s[..s.len() / 4];
+    let head = &s[..s.len() / 8];
     let head = &head[..head.rfind('\n').map_or(0, |i| i + 1)];
     for (name, body) in [("lines.txt", s.as_str()), ("head.txt", head)] {
         let p = dir.join(name);

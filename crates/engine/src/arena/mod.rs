@@ -318,6 +318,13 @@ impl Arena {
         self.shared.purge(PurgeKind::Normal)
     }
 
+    /// What the purge worker does at each tick of its decay interval: drain the thread caches
+    /// and release the lazy memory freed before the previous tick (Nodes; the other strategies
+    /// release all of it). True on an idle tick: it released memory and left nothing lazy.
+    pub fn decay_purge(&self) -> bool {
+        crate::arena::worker::Purged::idle_purge(&*self.shared)
+    }
+
     /// The longest free range of the free tree (free ranges held by caches, pools and lazy
     /// lists not counted), in pages.
     pub fn largest_free(&self) -> u64 {

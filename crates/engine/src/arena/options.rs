@@ -15,7 +15,7 @@ options_table! {
         lazy_max_pages: u64 = 0, "pages", "VMARENA_LAZY_MAX_PAGES";
         /// Run purges on a background thread (otherwise the freeing thread purges inline).
         purge_thread: bool = true, "bool", "VMARENA_PURGE_THREAD";
-        /// Idle period after which the background thread purges whatever is lazy; 0 = never.
+        /// Memory freed and not reused for this long goes back to the OS: the background thread purges every half interval what was freed before its previous purge; 0 = never.
         decay_interval_ms: u64 = 500, "ms", "VMARENA_DECAY_INTERVAL_MS";
         /// Share of each pool a normal purge gives back to the free tree (the kernel's 25%).
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";

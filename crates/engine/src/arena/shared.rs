@@ -148,8 +148,8 @@ impl crate::arena::worker::Purged for Shared {
     fn idle_purge(&self) -> bool {
         self.drain_caches();
         if self.ctx.purging.requested.load(Relaxed) || self.lazy_pages_exact() > 0 {
-            self.purge(PurgeKind::Normal);
-            return true;
+            let released = self.purge(PurgeKind::Decay).pages_released;
+            return released > 0 && self.lazy_pages_exact() == 0;
         }
         false
     }

@@ -8,9 +8,11 @@
 //! It purges when:
 //! - a free pushed the lazy pages over `lazy_max_pages` (the kernel's `drain_vmap_work`): a
 //!   threshold purge, which keeps the most recently freed pages up to `purge_keep_percent`, or
-//! - `decay_interval_ms` passed since its last purge and some pages are lazy (the user-space
-//!   addition: memory of an idle program falls back to the OS within one interval): a normal
-//!   purge, which releases all lazy memory.
+//! - half of `decay_interval_ms` passed since its last purge or wake-up and some pages are lazy
+//!   (the user-space addition): a decay purge, which releases the lazy memory freed before the
+//!   previous tick and keeps what was freed since. Memory a program frees and does not reuse
+//!   goes back between half an interval and one interval after its free; memory it keeps
+//!   reusing is not released and faulted in again at every tick.
 //!
 //! After a decay purge the worker calls the process's idle hook, if one was set
 //! ([`set_idle_hook`]); when it starts, the process's start hook ([`set_start_hook`]).
@@ -31,8 +33,9 @@ pub(crate) trait Purged: Send + Sync {
     /// The purge a free that passed the lazy limit asked for.
     fn threshold_purge(&self);
 
-    /// An idle interval passed: give the thread caches' areas back and purge if anything is
-    /// lazy. True when it purged.
+    /// A tick (half the decay interval) passed: give the thread caches' areas back and purge
+    /// if anything is lazy. True on an idle tick: the purge released memory and kept none
+    /// (nothing was freed since the previous tick).
     fn idle_purge(&self) -> bool;
 }
 
@@ -205,7 +208,7 @@ mod thread {
                         st = w.cv.wait(st).unwrap_or_else(|e| e.into_inner());
                     } else {
                         let (s, timeout) =
-                            w.cv.wait_timeout(st, Duration::from_millis(interval))
+                            w.cv.wait_timeout(st, Duration::from_millis((interval / 2).max(1)))
                                 .unwrap_or_else(|e| e.into_inner());
                         st = s;
                         if timeout.timed_out() {

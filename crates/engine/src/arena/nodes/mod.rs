@@ -485,5 +485,6 @@ impl Nodes {
             g.lazy_list.push(LazyArea { start, pages, reusable: tagged });
         }
         g.frees += 1;
+        g.freed_since_tick += pages;
     }
 }

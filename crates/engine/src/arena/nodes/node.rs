@@ -59,6 +59,9 @@ pub(crate) struct NodeState {
     pub synced: u64,
     /// Live pages (of `busy`) already added to the arena-wide live counter.
     pub live_synced: u64,
+    /// Pages made lazy here since the last purge that was not a threshold purge: what a decay
+    /// purge keeps (the newest lazy pages, as many).
+    pub freed_since_tick: u64,
     /// The lazy list's pages as last published for readers without the lock.
     pub list_published: u64,
     pub hits: u64,

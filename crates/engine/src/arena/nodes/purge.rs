@@ -16,7 +16,7 @@ use vmarena_core::{PoolSide, Span};
 
 impl Nodes {
     /// Detach what this purge takes from every node: decayed clean pool entries go to the
-    /// tree; dirty entries and lazy areas (less what a threshold purge keeps) are released and
+    /// tree; dirty entries and lazy areas (less what a threshold or decay purge keeps) are released and
     /// go to the tree (full purge) or back to their pools clean (refill); a full purge takes
     /// the chunks back too.
     pub(super) fn nodes_detach(&self, ctx: &Context, batch: &mut PurgeBatch) {
@@ -35,11 +35,17 @@ impl Nodes {
             let mut p = node.lock_at(&site::PURGE_DETACH);
             let decayed = p.pools.decay(num, den);
             let node_lazy = p.lazy_pages();
-            let keep = if keep_total == 0 || node_lazy == 0 {
-                0
-            } else {
-                (keep_total as u128 * node_lazy as u128 / total.max(node_lazy) as u128) as u64
+            let keep = match kind {
+                PurgeKind::Threshold if keep_total > 0 && node_lazy > 0 => {
+                    (keep_total as u128 * node_lazy as u128 / total.max(node_lazy) as u128) as u64
+                }
+                // What was freed since the last tick may be asked for again: the next tick.
+                PurgeKind::Decay => p.freed_since_tick.min(node_lazy),
+                _ => 0,
             };
+            if kind != PurgeKind::Threshold {
+                p.freed_since_tick = 0;
+            }
             // Pools and the lazy list give up the same share, oldest first.
             let pool_keep = (keep as u128 * p.pools.dirty_pages() as u128)
                 .checked_div(node_lazy as u128)
