@@ -57,6 +57,14 @@ pub(crate) struct LazyAccount {
 }
 
 impl LazyAccount {
+    /// Start a new high-water mark of live pages at the live pages of the moment.
+    pub(crate) fn restart_mark(&self) {
+        let live = || self.live_approx.load(Relaxed).max(0) as u64;
+        self.live_high.store(live(), Relaxed);
+        // A fold between the load and the store raised the mark in vain: raise it again.
+        self.live_high.fetch_max(live(), Relaxed);
+    }
+
     /// Lazy pages above which a free starts a purge: `max_pages`, plus, with `headroom`, the
     /// live pages below their high-water mark (both as folded, so within a quarter of
     /// `max_pages` of the exact figure). Memory freed below the peak may stay resident up to

@@ -149,7 +149,12 @@ impl crate::arena::worker::Purged for Shared {
         self.drain_caches();
         if self.ctx.purging.requested.load(Relaxed) || self.lazy_pages_exact() > 0 {
             let released = self.purge(PurgeKind::Decay).pages_released;
-            return released > 0 && self.lazy_pages_exact() == 0;
+            let idle = released > 0 && self.lazy_pages_exact() == 0;
+            if idle {
+                // Nothing was freed for a tick: the live pages of now are the program's peak.
+                self.ctx.lazy.restart_mark();
+            }
+            return idle;
         }
         false
     }

@@ -42,6 +42,12 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use vmarena_platform::process::monotonic_ns;
 
+/// Rounds of backoff a waiter spins (2, 4, ... 64 pauses each, about 250 pauses in all: a few
+/// microseconds, longer than a batch of frees holds a node) before it yields in a loop. With
+/// 64 rounds (about 4,000 pauses) 64 threads freeing on 2 CPUs spent their time spinning on a
+/// preempted holder: `docs/bench-log/many-workers.md`.
+const SPIN_ROUNDS: u32 = 8;
+
 /// A spin lock around `T` with built-in statistics. See the module documentation.
 pub struct StatLock<T> {
     state: AtomicU32,
@@ -150,7 +156,7 @@ impl<T> StatLock<T> {
             {
                 break;
             }
-            if spins < 64 {
+            if spins < SPIN_ROUNDS {
                 spins += 1;
                 for _ in 0..(1u32 << spins.min(6)) {
                     crate::sync::spin_loop();

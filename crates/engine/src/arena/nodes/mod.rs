@@ -230,7 +230,7 @@ impl StrategyOps for Nodes {
             s.chunk_allocs += p.chunk_allocs;
             s.lazy_pages += p.lazy_pages();
             s.pooled_areas += p.pools.len();
-            s.pooled_pages += p.pools.entries().iter().map(|e| e.0.pages).sum::<u64>();
+            s.pooled_pages += p.pools.class_lens().zip(1..).map(|(n, pages)| n * pages).sum::<u64>();
             s.pool_hits += p.hits;
             s.clean_hit_pages += p.clean_hit_pages;
             s.pool_misses += p.misses;

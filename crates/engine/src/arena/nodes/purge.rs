@@ -43,6 +43,8 @@ impl Nodes {
                 PurgeKind::Decay => p.freed_since_tick.min(node_lazy),
                 _ => 0,
             };
+            // A node that freed nothing for a tick is idle.
+            let idle = kind != PurgeKind::Threshold && (kind != PurgeKind::Decay || p.freed_since_tick == 0);
             if kind != PurgeKind::Threshold {
                 p.freed_since_tick = 0;
             }
@@ -52,8 +54,9 @@ impl Nodes {
                 .unwrap_or(0) as u64;
             let dirty = p.pools.take_dirty_keeping(pool_keep);
             let lazy = Self::take_lazy_keeping(&mut p, keep - pool_keep);
-            if kind != PurgeKind::Threshold {
-                // Not while frees go on: the maps would shrink and grow again.
+            if idle {
+                // Not while frees go on: the maps would shrink and grow again (a table of a
+                // million areas rebuilt at every tick of a bulk free doubled its time).
                 p.lazy_list.compact();
                 p.busy.compact();
             }
@@ -79,20 +82,19 @@ impl Nodes {
         }
     }
 
-    /// The lazy threshold from this purge on (`LazyAccount::limit`). A purge that is not a
-    /// threshold purge (idle decay, `purge()`, the shrinker, a failure) starts a new high-water
-    /// mark at the live pages of the moment.
+    /// The lazy threshold from this purge on (`LazyAccount::limit`). An explicit purge
+    /// (`purge()`, the shrinker, a failure) starts a new high-water mark at the live pages of
+    /// the moment; a threshold or decay purge keeps it (a decay tick in the middle of a bulk
+    /// free would otherwise put the pages freed so far over the limit at once). An idle tick
+    /// starts a new mark too (`Shared::idle_purge`).
     fn next_lazy_limit(&self, ctx: &Context, kind: PurgeKind) -> u64 {
         let headroom = ctx.opts.lazy_headroom;
         // The counters exact first: the frees that started this purge may not have folded.
         for node in self.nodes.iter() {
             ctx.sync_node(&mut node.lock_at(&site::PURGE_DETACH), true);
         }
-        if headroom && kind != PurgeKind::Threshold {
-            let live = || ctx.lazy.live_approx.load(Relaxed).max(0) as u64;
-            ctx.lazy.live_high.store(live(), Relaxed);
-            // A fold between the load and the store raised the mark in vain: raise it again.
-            ctx.lazy.live_high.fetch_max(live(), Relaxed);
+        if headroom && !matches!(kind, PurgeKind::Threshold | PurgeKind::Decay) {
+            ctx.lazy.restart_mark();
         }
         ctx.lazy.limit(headroom)
     }
