@@ -20,7 +20,10 @@
 //!   set 0.1 s, 1 s and 3 s after the free.
 //!
 //! Figures per (program, allocator): median wall time, CPU time (user and system, all
-//! threads), peak RSS and minor faults over the rounds (each its own median), from `wait4`.
+//! threads), peak RSS and minor faults over the rounds (each its own median), from `wait4` in
+//! a small C program between the lab and the program (`c/rusage_run.c`): a child's peak RSS
+//! counts the resident set of the process it was started from, and the lab holds the text
+//! the programs read.
 
 use crate::machine::{write_output, Machine};
 use crate::median::median;
@@ -95,6 +98,9 @@ pub struct Skipped {
 struct Setup {
     data: PathBuf,
     shim: PathBuf,
+    /// `rusage_run`, and the file it writes its report to.
+    wrapper: PathBuf,
+    report: PathBuf,
     give_back: Option<PathBuf>,
     numpy_python: Option<String>,
     lines: u64,
@@ -152,6 +158,35 @@ const BYTEARRAYS: &str = include_str!("../../bench/scripts/bytearrays.py");
 const ZLIB: &str = include_str!("../../bench/scripts/zlib_bytes.py");
 const NUMPY: &str = include_str!("../../bench/scripts/numpy_temporaries.py");
 const GIVE_BACK: &str = include_str!("c/give_back.c");
+const RUSAGE_RUN: &str = include_str!("c/rusage_run.c");
+
+/// `cmd` run by `wrapper`, which writes the program's rusage to `report`.
+fn wrapped(cmd: &Command, wrapper: &Path, report: &Path) -> Command {
+    let mut w = Command::new(wrapper);
+    w.arg(report).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => w.env(k, v),
+            None => w.env_remove(k),
+        };
+    }
+    w
+}
+
+/// What `rusage_run` reported: peak RSS (KiB), minor faults, CPU seconds.
+fn read_report(report: &Path) -> Result<(u64, u64, f64), String> {
+    let text = std::fs::read_to_string(report).map_err(|e| format!("{}: {e}", report.display()))?;
+    let f = |k: &str| field(&text, k).ok_or_else(|| format!("{}: no {k} in '{text}'", report.display()));
+    Ok((f("maxrss_kib")? as u64, f("minflt")? as u64, f("utime_s")? + f("stime_s")?))
+}
+
+/// A 64-bit digest of a program's output (the lab keeps no output whole).
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
+}
 
 /// An in-memory database with a 256 MiB page cache: ROWS rows with text keys and blobs, an
 /// index on the keys, and sorts that the index cannot serve.
@@ -222,13 +257,14 @@ fn field(line: &str, key: &str) -> Option<f64> {
     None
 }
 
-/// What a run's output is compared on: give_back's checksum, every other program's stdout.
-fn output_key(program: &str, stdout: &[u8]) -> Vec<u8> {
+/// What a run's output is compared on: give_back's checksum, a digest of every other
+/// program's stdout.
+fn output_key(program: &str, stdout: &[u8]) -> u64 {
     if program == "give-back" {
         let line = String::from_utf8_lossy(stdout);
-        return field(&line, "checksum").map(|c| c.to_le_bytes().to_vec()).unwrap_or_default();
+        return field(&line, "checksum").map_or(0, |c| c as u64);
     }
-    stdout.to_vec()
+    digest(stdout)
 }
 
 /// Run every program under every allocator, `rounds` times interleaved.
@@ -243,7 +279,10 @@ pub fn run(cfg: &ProgramsConfig) -> Result<(Vec<Outcome>, Vec<Skipped>), String>
     }
     let scratch = crate::cc::scratch("programs")?;
     let lines = scaled(3_000_000.0, cfg.scale);
-    let mut setup = Setup { data: scratch.clone(), shim, give_back: None, numpy_python: None, lines };
+    let wrapper = crate::cc::compile(&scratch, "rusage_run", RUSAGE_RUN, "rusage_run", &[], None)?;
+    let report = scratch.join("rusage.txt");
+    let mut setup =
+        Setup { data: scratch.clone(), shim, wrapper, report, give_back: None, numpy_python: None, lines };
     let mut skipped = Vec::new();
     let mut programs = Vec::new();
     for p in &cfg.programs {
@@ -291,7 +330,7 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
     let mut done = 0;
     // runs[program][allocator]: every round's (wall, cpu, peak RSS, faults, give-back).
     let mut runs = vec![vec![Vec::new(); n_alloc]; programs.len()];
-    let mut first_output: Vec<Option<Vec<u8>>> = vec![None; programs.len()];
+    let mut first_output: Vec<Option<u64>> = vec![None; programs.len()];
     for round in 0..cfg.rounds {
         for (pi, p) in programs.iter().enumerate() {
             for k in 0..n_alloc {
@@ -303,7 +342,9 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
                 if let Some(lib) = preload_of(a, &setup.shim)? {
                     cmd.env("LD_PRELOAD", lib);
                 }
-                let raw = run_child(&mut cmd)?;
+                let _ = std::fs::remove_file(&setup.report);
+                let raw = run_child(&mut wrapped(&cmd, &setup.wrapper, &setup.report))?;
+                let (maxrss_kib, minflt, cpu_seconds) = read_report(&setup.report)?;
                 let key = output_key(p, &raw.stdout);
                 match &first_output[pi] {
                     None => first_output[pi] = Some(key),
@@ -324,7 +365,7 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
                         at_3s_kib: kib("at_3s_kib"),
                     }
                 });
-                runs[pi][ai].push((raw.seconds, raw.cpu_seconds, raw.maxrss_kib, raw.minflt, give_back));
+                runs[pi][ai].push((raw.seconds, cpu_seconds, maxrss_kib, minflt, give_back));
             }
         }
     }

@@ -50,7 +50,7 @@ pub struct UserPathConfig {
     #[arg(long, value_delimiter = ',', default_value = "fix_size,full_fit,random_size,long_busy,mid_size")]
     pub workloads: Vec<String>,
     /// Thread counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,8,64")]
     pub threads: Vec<u32>,
     /// Contenders: vmarena, glibc, jemalloc, mimalloc, tcmalloc, PEER-aligned for each peer,
     /// vmarena:NAME=VALUE+... (vmarena with VMARENA_NAME=VALUE for each pair, an option of
@@ -66,6 +66,10 @@ pub struct UserPathConfig {
     /// Loops per thread (random_size and mid_size run a tenth of them).
     #[arg(long, default_value_t = 200_000)]
     pub loops: u64,
+    /// Write no page of the blocks: the allocator's calls alone, which the page writes of the
+    /// default form (one byte a page, as a program that uses its memory) partly hide.
+    #[arg(long)]
+    pub bare: bool,
     /// Fresh processes per (workload, threads, contender); the median is reported.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -207,6 +211,9 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
                     if s.aligned {
                         cmd.arg("aligned");
                     }
+                    if cfg.bare {
+                        cmd.arg("bare");
+                    }
                     if let Some(p) = &s.preload {
                         cmd.env("LD_PRELOAD", p);
                     }
@@ -264,8 +271,9 @@ fn paired_cell(cells: &[Cell], w: &str, t: u32, c: &str) -> String {
 
 pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
     println!(
-        "# vmarena user-path: ns per operation (wall / (loops x threads)), median of {} fresh processes, every page written",
-        cfg.runs
+        "# vmarena user-path: ns per operation (wall / (loops x threads)), median of {} fresh processes, {}",
+        cfg.runs,
+        if cfg.bare { "no page written (--bare)" } else { "every page written (one byte a page)" }
     );
     println!("# {}", m.line());
     let has = |c: &str| cfg.contenders.iter().any(|x| x == c);
@@ -381,6 +389,7 @@ pub fn json(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) -> String {
     serde_json::json!({
         "command": "user-path",
         "loops": cfg.loops,
+        "bare": cfg.bare,
         "runs": cfg.runs,
         "machine": m,
         "cells": cells,

@@ -460,3 +460,37 @@ fn programs_checks_outputs_and_reports_the_give_back_shape() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown program 'bogus'"), "{out:?}");
 }
+
+/// `--bare` writes no page: long_busy's 15,000 live areas then fault in nothing (a glibc
+/// block's header would be written by malloc itself: vmarena's areas only).
+#[test]
+fn user_path_bare_writes_no_page() {
+    let Some(libs) = lib_dir() else { return };
+    let faults = |bare: bool| {
+        let mut args =
+            vec!["user-path", "--workloads", "long_busy", "--threads", "1", "--loops", "2000", "--runs", "1"];
+        args.extend(["--lib-dir", libs.to_str().unwrap(), "--contenders", "vmarena"]);
+        if bare {
+            args.push("--bare");
+        }
+        let out = vmarena(&args);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let header = if bare { "no page written (--bare)" } else { "every page written" };
+        assert!(text.lines().next().unwrap_or("").contains(header), "{text}");
+        let memory = text.split("Peak RSS (MiB) / minor faults (thousands)").nth(1).expect("memory table");
+        let row =
+            memory.lines().find(|l| l.starts_with("| long_busy | 1 |")).expect("a memory row").to_string();
+        let cells: Vec<f64> = row
+            .split('|')
+            .map(str::trim)
+            .filter(|c| c.contains(" / "))
+            .map(|c| c.split_once(" / ").unwrap().1.parse::<f64>().unwrap())
+            .collect();
+        assert_eq!(cells.len(), 1, "{row}");
+        cells[0]
+    };
+    let (written, bare) = (faults(false), faults(true));
+    assert!(written > 15.0, "15,000 pages written fault at least 15 thousand times: {written}");
+    assert!(bare < written / 2.0, "bare {bare} against written {written} (thousands)");
+}

@@ -5,7 +5,9 @@
  * vmarena_vfree on the default space) and without (malloc and free, or with "aligned"
  * posix_memalign to a page, served by glibc or the allocator preloaded).
  *
- * Usage: user_path WORKLOAD THREADS LOOPS [aligned]
+ * Usage: user_path WORKLOAD THREADS LOOPS [aligned] [bare]
+ *   aligned: posix_memalign to a page instead of malloc (the peers)
+ *   bare:    no page written, so the timing is the allocator's calls alone
  *   fix_size     3 pages: alloc, write, free
  *   full_fit     1 page: alloc a, alloc b, free a, alloc c, free c, free b
  *   random_size  1 to 100 pages: alloc, write, free
@@ -27,7 +29,7 @@
 
 #define PAGE 4096u
 
-static int aligned;
+static int aligned, bare;
 static const char *workload;
 static long loops;
 static pthread_barrier_t start_line, ready_line;
@@ -44,7 +46,8 @@ static void *alloc(size_t n) {
     }
 #endif
     if (!p) { fprintf(stderr, "allocation of %zu bytes failed\n", n); exit(1); }
-    for (size_t i = 0; i < n; i += PAGE) ((volatile char *)p)[i] = 1;
+    if (!bare)
+        for (size_t i = 0; i < n; i += PAGE) ((volatile char *)p)[i] = 1;
     return p;
 }
 
@@ -93,13 +96,22 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy|mid_size THREADS LOOPS [aligned]\n");
+        fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy|mid_size THREADS LOOPS [aligned] [bare]\n");
         return 2;
     }
     workload = argv[1];
     int threads = atoi(argv[2]);
     loops = atol(argv[3]);
-    aligned = argc > 4 && strcmp(argv[4], "aligned") == 0;
+    for (int i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "aligned") == 0) {
+            aligned = 1;
+        } else if (strcmp(argv[i], "bare") == 0) {
+            bare = 1;
+        } else {
+            fprintf(stderr, "user_path: unknown word '%s' (aligned, bare)\n", argv[i]);
+            return 2;
+        }
+    }
     if (threads < 1 || loops < 1 || (strcmp(workload, "fix_size") && strcmp(workload, "full_fit") &&
                                       strcmp(workload, "random_size") && strcmp(workload, "long_busy") &&
                                       strcmp(workload, "mid_size"))) {
