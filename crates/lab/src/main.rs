@@ -20,6 +20,7 @@ mod percpu_counter;
 mod preload;
 mod programs;
 mod python_tests;
+mod rusage;
 mod suite;
 mod test_vmalloc;
 mod user_path;

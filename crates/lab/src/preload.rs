@@ -160,11 +160,13 @@ pub(crate) struct Raw {
     pub stdout: Vec<u8>,
 }
 
-/// Run `cmd` to completion; wall time and the child's own rusage (`wait4`).
+/// Run `cmd` to completion: wall time, and the program's own peak RSS, minor faults and CPU
+/// time, reported by the small program the lab starts it from (`rusage.rs`).
 pub(crate) fn run_child(cmd: &mut Command) -> Result<Raw, String> {
+    let (mut wrapped, report) = crate::rusage::wrapped(cmd)?;
     let t0 = Instant::now();
     let child =
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
+        wrapped.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
     let pid = child.id() as libc::pid_t;
     let out = std::thread::scope(|s| {
         let mut child = child;
@@ -179,22 +181,21 @@ pub(crate) fn run_child(cmd: &mut Command) -> Result<Raw, String> {
             std::io::Read::read_to_end(&mut se, &mut v).map(|_| v)
         });
         let mut status = 0;
-        // SAFETY: wait4 on our own child; the rusage struct is ours.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        // SAFETY: waitpid on our own child, into our own status word.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         let seconds = t0.elapsed().as_secs_f64();
         let stdout = o.join().unwrap().unwrap_or_default();
         let stderr = e.join().unwrap().unwrap_or_default();
-        std::mem::forget(child); // reaped by wait4 above
-        (r, status, ru, seconds, stdout, stderr)
+        std::mem::forget(child); // reaped by waitpid above
+        (r, status, seconds, stdout, stderr)
     });
-    let (r, status, ru, seconds, stdout, stderr) = out;
+    let (r, status, seconds, stdout, stderr) = out;
     if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        let _ = std::fs::remove_file(&report);
         return Err(format!("{cmd:?} failed (status {status:#x}): {}", String::from_utf8_lossy(&stderr)));
     }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    let cpu_seconds = tv(ru.ru_utime) + tv(ru.ru_stime);
-    Ok(Raw { seconds, cpu_seconds, maxrss_kib: ru.ru_maxrss as u64, minflt: ru.ru_minflt as u64, stdout })
+    let (maxrss_kib, minflt, cpu_seconds) = crate::rusage::read_report(&report)?;
+    Ok(Raw { seconds, cpu_seconds, maxrss_kib, minflt, stdout })
 }
 
 fn json_u64(line: &str, key: &str) -> Option<u64> {

@@ -21,9 +21,7 @@
 //!
 //! Figures per (program, allocator): median wall time, CPU time (user and system, all
 //! threads), peak RSS and minor faults over the rounds (each its own median), from `wait4` in
-//! a small C program between the lab and the program (`c/rusage_run.c`): a child's peak RSS
-//! counts the resident set of the process it was started from, and the lab holds the text
-//! the programs read.
+//! a small C program between the lab and the program (`rusage.rs`).
 
 use crate::machine::{write_output, Machine};
 use crate::median::median;
@@ -98,9 +96,6 @@ pub struct Skipped {
 struct Setup {
     data: PathBuf,
     shim: PathBuf,
-    /// `rusage_run`, and the file it writes its report to.
-    wrapper: PathBuf,
-    report: PathBuf,
     give_back: Option<PathBuf>,
     numpy_python: Option<String>,
     lines: u64,
@@ -158,28 +153,6 @@ const BYTEARRAYS: &str = include_str!("../../bench/scripts/bytearrays.py");
 const ZLIB: &str = include_str!("../../bench/scripts/zlib_bytes.py");
 const NUMPY: &str = include_str!("../../bench/scripts/numpy_temporaries.py");
 const GIVE_BACK: &str = include_str!("c/give_back.c");
-const RUSAGE_RUN: &str = include_str!("c/rusage_run.c");
-
-/// `cmd` run by `wrapper`, which writes the program's rusage to `report`.
-fn wrapped(cmd: &Command, wrapper: &Path, report: &Path) -> Command {
-    let mut w = Command::new(wrapper);
-    w.arg(report).arg(cmd.get_program()).args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => w.env(k, v),
-            None => w.env_remove(k),
-        };
-    }
-    w
-}
-
-/// What `rusage_run` reported: peak RSS (KiB), minor faults, CPU seconds.
-fn read_report(report: &Path) -> Result<(u64, u64, f64), String> {
-    let text = std::fs::read_to_string(report).map_err(|e| format!("{}: {e}", report.display()))?;
-    let f = |k: &str| field(&text, k).ok_or_else(|| format!("{}: no {k} in '{text}'", report.display()));
-    Ok((f("maxrss_kib")? as u64, f("minflt")? as u64, f("utime_s")? + f("stime_s")?))
-}
-
 /// A 64-bit digest of a program's output (the lab keeps no output whole).
 fn digest(bytes: &[u8]) -> u64 {
     use std::hash::Hasher;
@@ -279,10 +252,7 @@ pub fn run(cfg: &ProgramsConfig) -> Result<(Vec<Outcome>, Vec<Skipped>), String>
     }
     let scratch = crate::cc::scratch("programs")?;
     let lines = scaled(3_000_000.0, cfg.scale);
-    let wrapper = crate::cc::compile(&scratch, "rusage_run", RUSAGE_RUN, "rusage_run", &[], None)?;
-    let report = scratch.join("rusage.txt");
-    let mut setup =
-        Setup { data: scratch.clone(), shim, wrapper, report, give_back: None, numpy_python: None, lines };
+    let mut setup = Setup { data: scratch.clone(), shim, give_back: None, numpy_python: None, lines };
     let mut skipped = Vec::new();
     let mut programs = Vec::new();
     for p in &cfg.programs {
@@ -342,9 +312,7 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
                 if let Some(lib) = preload_of(a, &setup.shim)? {
                     cmd.env("LD_PRELOAD", lib);
                 }
-                let _ = std::fs::remove_file(&setup.report);
-                let raw = run_child(&mut wrapped(&cmd, &setup.wrapper, &setup.report))?;
-                let (maxrss_kib, minflt, cpu_seconds) = read_report(&setup.report)?;
+                let raw = run_child(&mut cmd)?;
                 let key = output_key(p, &raw.stdout);
                 match &first_output[pi] {
                     None => first_output[pi] = Some(key),
@@ -365,7 +333,7 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
                         at_3s_kib: kib("at_3s_kib"),
                     }
                 });
-                runs[pi][ai].push((raw.seconds, cpu_seconds, maxrss_kib, minflt, give_back));
+                runs[pi][ai].push((raw.seconds, raw.cpu_seconds, raw.maxrss_kib, raw.minflt, give_back));
             }
         }
     }
