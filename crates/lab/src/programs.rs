@@ -86,6 +86,10 @@ pub struct GiveBack {
     pub at_3s_kib: u64,
 }
 
+/// One round of one program under one allocator: wall and CPU seconds, peak RSS (KiB), minor
+/// faults, and give-back's figures.
+type Round = (f64, f64, u64, u64, Option<GiveBack>);
+
 /// A skipped program and why.
 #[derive(Serialize, Clone, Debug)]
 pub struct Skipped {
@@ -299,7 +303,7 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
     let total = programs.len() * n_alloc * cfg.rounds;
     let mut done = 0;
     // runs[program][allocator]: every round's (wall, cpu, peak RSS, faults, give-back).
-    let mut runs = vec![vec![Vec::new(); n_alloc]; programs.len()];
+    let mut runs: Vec<Vec<Vec<Round>>> = vec![vec![Vec::new(); n_alloc]; programs.len()];
     let mut first_output: Vec<Option<u64>> = vec![None; programs.len()];
     for round in 0..cfg.rounds {
         for (pi, p) in programs.iter().enumerate() {
@@ -341,9 +345,7 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
     for (pi, p) in programs.iter().enumerate() {
         for (ai, a) in cfg.allocators.iter().enumerate() {
             let r = &runs[pi][ai];
-            let med = |f: &dyn Fn(&(f64, f64, u64, u64, Option<GiveBack>)) -> f64| {
-                median(&r.iter().map(f).collect::<Vec<_>>())
-            };
+            let med = |f: &dyn Fn(&Round) -> f64| median(&r.iter().map(f).collect::<Vec<_>>());
             let give_back = (p == "give-back").then(|| {
                 let g = |f: &dyn Fn(&GiveBack) -> f64| med(&|x| x.4.as_ref().map_or(0.0, f));
                 GiveBack {
