@@ -39,6 +39,9 @@ fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u6
     let ao = ArenaOptions {
         strategy,
         lazy_max_pages,
+        // A threshold of a few pages is the kernel's, with no headroom below the live peak:
+        // with it, frees that lower the live pages as they go would never pass the threshold.
+        lazy_headroom: lazy_max_pages >= 256,
         decay_interval_ms: 10,
         lazy_slack_percent: slack,
         ..Default::default()
