@@ -26,6 +26,7 @@
 use crate::machine::{write_output, Machine};
 use crate::median::median;
 use crate::preload::run_child;
+use crate::rusage::field;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -221,17 +222,6 @@ fn preload_of(alloc: &str, shim: &Path) -> Result<Option<PathBuf>, String> {
     crate::libs::peer(alloc).ok_or_else(|| {
         format!("unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, vmarena)")
     })?
-}
-
-/// The value after `key` in give_back's line.
-fn field(line: &str, key: &str) -> Option<f64> {
-    let mut words = line.split_whitespace();
-    while let Some(w) = words.next() {
-        if w == key {
-            return words.next()?.parse().ok();
-        }
-    }
-    None
 }
 
 /// What a run's output is compared on: give_back's checksum, a digest of every other

@@ -71,8 +71,8 @@ pub(crate) fn wrapped(cmd: &Command) -> Result<(Command, PathBuf), String> {
     Ok((w, report))
 }
 
-/// The value after the word `key`.
-fn field(text: &str, key: &str) -> Option<f64> {
+/// The value after the word `key` in a line of words ("maxrss_kib 1234 minflt 56").
+pub(crate) fn field(text: &str, key: &str) -> Option<f64> {
     let mut words = text.split_whitespace();
     while let Some(w) = words.next() {
         if w == key {
