@@ -86,9 +86,10 @@ struct Env {
     data: PathBuf,
 }
 
-fn preload_of(alloc: &str, env: &Env) -> Result<Option<PathBuf>, String> {
+/// What `LD_PRELOAD` names for `alloc`: nothing for glibc, a peer's library, or `shim`.
+pub(crate) fn preload_of(alloc: &str, shim: &Path) -> Result<Option<PathBuf>, String> {
     if alloc == "vmarena" {
-        return crate::libs::shim(&Some(env.shim.clone())).map(Some);
+        return crate::libs::shim(&Some(shim.to_path_buf())).map(Some);
     }
     crate::libs::peer(alloc).ok_or_else(|| {
         format!("unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, vmarena)")
@@ -241,7 +242,7 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
     let data = std::env::temp_dir().join(format!("vmarena-preload-{}", std::process::id()));
     let env = Env { exe_dir, shim, data };
     for a in &cfg.allocators {
-        preload_of(a, &env)?;
+        preload_of(a, &env.shim)?;
     }
     if cfg.workloads.iter().any(|w| w == "sort" || w == "xz") {
         eprintln!("preload: writing {} (3M lines)", env.data.join("lines.txt").display());
@@ -258,7 +259,7 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
             for (ai, a) in cfg.allocators.iter().enumerate() {
                 done += 1;
                 eprintln!("preload: [{done}/{total}] {w} under {a}");
-                let preload = preload_of(a, &env)?;
+                let preload = preload_of(a, &env.shim)?;
                 let mut cmd = command(w, cfg, &env)?;
                 if let Some(p) = &preload {
                     cmd.env("LD_PRELOAD", p);
@@ -315,7 +316,7 @@ pub fn run(cfg: &PreloadConfig) -> Result<Vec<Outcome>, String> {
             let mut o = runs[runs.len() / 2].clone();
             if cfg.syscalls {
                 eprintln!("preload: {w} under {} with strace", cfg.allocators[ai]);
-                let preload = preload_of(&cfg.allocators[ai], &env)?;
+                let preload = preload_of(&cfg.allocators[ai], &env.shim)?;
                 o.syscalls = strace_counts(&command(w, cfg, &env)?, &preload, &std::env::temp_dir())?;
             }
             results.push(o);

@@ -25,7 +25,7 @@
 
 use crate::machine::{write_output, Machine};
 use crate::median::median;
-use crate::preload::run_child;
+use crate::preload::{preload_of, run_child};
 use crate::rusage::field;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -213,15 +213,6 @@ fn python_with_numpy() -> Option<String> {
 /// Whether an executable named `exe` is in a folder of `PATH`.
 fn on_path(exe: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(exe).is_file()))
-}
-
-fn preload_of(alloc: &str, shim: &Path) -> Result<Option<PathBuf>, String> {
-    if alloc == "vmarena" {
-        return crate::libs::shim(&Some(shim.to_path_buf())).map(Some);
-    }
-    crate::libs::peer(alloc).ok_or_else(|| {
-        format!("unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, vmarena)")
-    })?
 }
 
 /// What a run's output is compared on: give_back's checksum, a digest of every other

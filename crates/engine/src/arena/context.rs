@@ -220,7 +220,11 @@ impl Context {
     pub(crate) fn sync_node(&self, g: &mut NodeState, force: bool) {
         g.sync(&self.lazy.approx, self.lazy.sync_pages, force);
         if let Some(live) = g.sync_live(&self.lazy.live_approx, self.lazy.sync_pages, force) {
-            self.lazy.live_high.fetch_max(live, Relaxed);
+            // A plain load first: the free path reads the mark's line, so write it only when
+            // the mark rises.
+            if live > self.lazy.live_high.load(Relaxed) {
+                self.lazy.live_high.fetch_max(live, Relaxed);
+            }
         }
         let pages = g.lazy_list.pages();
         if pages != g.list_published {
