@@ -116,7 +116,10 @@ impl Uffd {
     /// target registered and holding no page); pages missing at `from` count as moved and stay
     /// missing. Afterwards `from` holds no page. Returns the bytes moved, from the front: all
     /// of `len`, or fewer where the kernel stopped (an unregistered target, a page shared with
-    /// a forked process, a target that is not empty).
+    /// a forked process, a target that is not empty), and then the rest of `from` holds what
+    /// it held: the kernel can stop with `EAGAIN` after moving pages it does not count (Linux
+    /// 6.18 reported 181 of 308 pages moved when all 308 had), and those are put back
+    /// ([`restore_uncounted`]).
     pub fn move_pages(&self, from: usize, to: usize, len: usize) -> usize {
         // Gone (closed or replaced by the program): nothing moves, the caller uses mremap.
         let Some(fd) = self.fd.get().filter(|_| self.ours()) else {
@@ -133,12 +136,48 @@ impl Uffd {
         // own memory (contract above), and the kernel moves whole pages between them.
         let r = unsafe { libc::ioctl(fd, UFFDIO_MOVE, &mut mv) };
         if r == 0 {
-            len
-        } else {
-            // On failure `moved` is the bytes moved before the error, or a negative errno.
-            usize::try_from(mv.moved).unwrap_or(0).min(len)
+            return len;
         }
+        // On failure `moved` is the bytes moved before the error, or a negative errno.
+        let done = usize::try_from(mv.moved).unwrap_or(0).min(len);
+        restore_uncounted(from + done, to + done, len - done);
+        done
     }
+}
+
+/// After a move that stopped early: every page of `[from, from + len)` that is gone from
+/// `from` and present at `to` moved without being counted; copy it back to `from`, so the rest
+/// of the range is as it was before the move. Returns the pages put back. Both ranges belong
+/// to the caller, and nothing else touched `to` since its pages were dropped before the move,
+/// so a page present there came from `from`. Residency comes from `mincore`, 512 pages at a
+/// time into a buffer on the stack (no allocation on this path).
+pub fn restore_uncounted(from: usize, to: usize, len: usize) -> usize {
+    const CHUNK_PAGES: usize = 512;
+    let page = crate::page_size();
+    let (mut src, mut dst) = ([0u8; CHUNK_PAGES], [0u8; CHUNK_PAGES]);
+    let mut restored = 0;
+    let mut off = 0;
+    while off < len {
+        let l = (CHUNK_PAGES * page).min(len - off);
+        let n = l.div_ceil(page);
+        // SAFETY: both ranges are mappings of this process (the caller's), and each buffer has
+        // a byte for each of the `n` pages asked about.
+        let ok = unsafe {
+            libc::mincore((from + off) as *mut libc::c_void, l, src.as_mut_ptr()) == 0
+                && libc::mincore((to + off) as *mut libc::c_void, l, dst.as_mut_ptr()) == 0
+        };
+        if ok {
+            for i in (0..n).filter(|&i| src[i] & 1 == 0 && dst[i] & 1 != 0) {
+                let o = off + i * page;
+                // SAFETY: a whole page of each range, both the caller's and disjoint; the
+                // page at `to + o` holds the bytes that were at `from + o`.
+                unsafe { std::ptr::copy_nonoverlapping((to + o) as *const u8, (from + o) as *mut u8, page) };
+                restored += 1;
+            }
+        }
+        off += l;
+    }
+    restored
 }
 
 /// A userfaultfd for one range, opened and registered over the whole range on first need
@@ -220,6 +259,39 @@ mod tests {
         assert_eq!(u.move_pages(a, b, page), 0);
         // SAFETY: as above.
         assert_eq!(unsafe { (*(a as *const u8), *(b as *const u8)) }, (1, 0x5a));
+    }
+
+    /// A move that stopped early after moving pages it did not count (as Linux 6.18 was seen
+    /// to do): those pages go back to the source, so the caller's copy of the rest keeps every
+    /// byte; pages that stayed at the source, and holes, are left alone.
+    #[test]
+    fn pages_moved_without_being_counted_are_put_back() {
+        let page = crate::page_size();
+        let r = crate::Reservation::new(64 * page, page).unwrap();
+        let (a, b) = (r.base(), r.base() + 32 * page);
+        for i in 0..12 {
+            // SAFETY: both ranges lie in the reservation, which this test owns.
+            unsafe { std::ptr::write_bytes((a + i * page) as *mut u8, 10 + i as u8, page) };
+        }
+        // What an uncounted move leaves: pages 2, 3 and 7 at the target and gone from the
+        // source; page 9 a hole at both; the others still at the source.
+        for i in [2, 3, 7] {
+            // SAFETY: as above.
+            unsafe {
+                std::ptr::copy_nonoverlapping((a + i * page) as *const u8, (b + i * page) as *mut u8, page)
+            };
+            crate::release::release(&[(a + i * page, page)], crate::release::Advice::DontNeed);
+        }
+        crate::release::release(&[(a + 9 * page, page)], crate::release::Advice::DontNeed);
+        assert_eq!(restore_uncounted(a, b, 12 * page), 3);
+        for i in 0..12 {
+            // SAFETY: as above.
+            let (first, last) =
+                unsafe { (*((a + i * page) as *const u8), *((a + (i + 1) * page - 1) as *const u8)) };
+            let want = if i == 9 { 0 } else { 10 + i as u8 };
+            assert_eq!((first, last), (want, want), "page {i} holds what it held");
+        }
+        assert_eq!(restore_uncounted(a, b, 12 * page), 0, "nothing left to put back");
     }
 
     /// A forked child's call does nothing: through the inherited descriptor it would move the
