@@ -135,6 +135,53 @@ fn stamped(p: NonNull<u8>, bytes: usize) -> bool {
         .all(|off| unsafe { (p.as_ptr().add(off) as *const u64).read() } == off as u64 ^ 0x5a5a)
 }
 
+/// A large area (above the pools and the thread caches) whose next pages are free grows where
+/// it lies: into the tree's free space, into the front of the freed area after it (the rest
+/// stays lazy and is handed out by the next request of its size), or into all of that area
+/// when it is within the slack. Contents stay, nothing moves or is copied, and the arena's
+/// invariants hold after each.
+#[test]
+fn vrealloc_grows_a_large_area_in_place_into_the_free_pages_after_it() {
+    let mib = 1usize << 20;
+    for from in ["tree", "lazy front", "lazy whole"] {
+        let s = moves_space(true);
+        let p = s.vmalloc(2 * mib).unwrap();
+        stamp(p, 2 * mib);
+        let next = (from != "tree").then(|| {
+            let n = s.vmalloc(2 * mib).unwrap();
+            assert_eq!(n.as_ptr() as usize, p.as_ptr() as usize + 2 * mib + 4096, "{from}: a neighbour");
+            s.vfree(n.as_ptr()).unwrap();
+            n
+        });
+        // Into all of the freed neighbour: its pages and its guard, less the grown area's old
+        // guard, which becomes data.
+        let to = if from == "lazy whole" { 4 * mib + 4096 } else { 3 * mib };
+        let moved = s.stats(false).arena.moved_pages;
+        let q = s.vrealloc(Some(p), to).unwrap();
+        assert_eq!(q, p, "{from}: grown in place");
+        assert_eq!(s.size(p.as_ptr()), Some(to), "{from}");
+        assert!(stamped(p, 2 * mib), "{from}: contents kept");
+        let st = s.stats(false).arena;
+        assert_eq!(st.grown_in_place, 1, "{from}");
+        assert_eq!(st.grown_in_place_pages as usize, (to - 2 * mib) / 4096, "{from}");
+        assert_eq!(st.moved_pages, moved, "{from}: nothing moved");
+        s.check().unwrap();
+        stamp(p, to);
+        if from == "lazy front" {
+            // The rest of the freed neighbour is still lazy, and reusable.
+            let rest = s.vmalloc(mib).unwrap();
+            assert_eq!(rest.as_ptr() as usize, next.unwrap().as_ptr() as usize + mib, "the rest");
+            assert!(stamped(p, to), "{from}: the rest's reuse did not touch the grown area");
+            s.vfree(rest.as_ptr()).unwrap();
+        }
+        assert_eq!(s.vfree(p.as_ptr()), Ok(()));
+        assert_eq!(s.vfree(p.as_ptr()), Err(VmError::NotLive(p.as_ptr() as usize)), "{from}: one area");
+        s.purge();
+        s.check().unwrap();
+        assert_eq!(s.stats(false).arena.live_areas, 0);
+    }
+}
+
 /// A large area that grows (a neighbour right after it) moves its pages by `UFFDIO_MOVE`
 /// instead of copying them: every page's bytes arrive, the old area's memory goes with them
 /// (the space holds one copy, not two), and the arena counts the move. With page moves off the
@@ -404,9 +451,8 @@ fn congruent_areas_sit_at_their_offsets_and_are_areas_of_their_own() {
     s.check().unwrap();
 }
 
-/// Four threads grow their own large areas with `vrealloc` (moving or copying their pages)
-/// while the others allocate and free around them; every
-/// page carries its owner's stamp, checked after each growth and before each free: an area
+/// Four threads grow their own large areas with `vrealloc` (in place, or moving or copying
+/// their pages) while the others allocate and free around them; every page carries its owner's stamp, checked after each growth and before each free: an area
 /// grown over a neighbour, pages moved into the wrong place or lost would show.
 #[test]
 fn concurrent_growth_keeps_every_owners_pages() {
@@ -424,12 +470,16 @@ fn concurrent_growth_keeps_every_owners_pages() {
                             unsafe { (p.as_ptr().add(off) as *mut u64).write(v ^ off as u64) };
                         }
                     };
-                    let holds = |p: NonNull<u8>, to: usize, v: u64| {
-                        // SAFETY: inside this thread's live area.
-                        (0..to).step_by(4096).all(
-                            |off| unsafe { (p.as_ptr().add(off) as *const u64).read() } == v ^ off as u64,
-                        )
+                    // The first page of `[0, to)` that lacks its stamp: its offset, and the
+                    // stamp found xor the offset (another owner's stamp, or the offset for zeros).
+                    let lost = |p: NonNull<u8>, to: usize, v: u64| {
+                        (0..to).step_by(4096).find_map(|off| {
+                            // SAFETY: inside this thread's live area.
+                            let got = unsafe { (p.as_ptr().add(off) as *const u64).read() };
+                            (got != v ^ off as u64).then_some((off, got ^ off as u64))
+                        })
                     };
+                    let holds = |p: NonNull<u8>, to: usize, v: u64| lost(p, to, v).is_none();
                     for i in 0..300u64 {
                         x ^= x << 13;
                         x ^= x >> 7;
@@ -439,8 +489,19 @@ fn concurrent_growth_keeps_every_owners_pages() {
                                 let k = (x >> 8) as usize % live.len();
                                 let (p, len, v) = live[k];
                                 let grown = len + (1 << 20) + (x >> 20) as usize % (3 << 20);
+                                let before = lost(p, len, v);
+                                assert!(
+                                    before.is_none(),
+                                    "thread {t}: area overwritten: {before:x?}, stamp {v:x}"
+                                );
                                 let q = s.vrealloc(Some(p), grown).unwrap();
-                                assert!(holds(q, len, v), "thread {t}: contents lost in a growth");
+                                let bad = lost(q, len, v);
+                                assert!(
+                                    bad.is_none(),
+                                    "thread {t}: contents lost in a growth of {len} to {grown} bytes \
+                                     (in place: {}): (offset, stamp found) {bad:x?}, stamp {v:x}",
+                                    q == p
+                                );
                                 fill(q, len, grown, v);
                                 live[k] = (q, grown, v);
                             }
@@ -478,4 +539,7 @@ fn concurrent_growth_keeps_every_owners_pages() {
     s.check().unwrap();
     let st = s.stats(false).arena;
     assert_eq!(st.live_areas, 0);
+    // Both ways of growing ran: where the pages after an area were free, and by a move.
+    assert!(st.grown_in_place > 0, "no growth in place: {st:?}");
+    assert!(st.moved_pages > 0 || vmarena_platform::uffd::Uffd::new().is_none(), "no move: {st:?}");
 }

@@ -48,6 +48,8 @@ counters!(
     bad_frees,
     page_moves,
     moved_pages,
+    grown_in_place,
+    grown_in_place_pages,
     move_failures,
     heals,
     grows,

@@ -287,6 +287,18 @@ impl Arena {
         self.shared.ctx.cache.as_ref().is_some_and(|c| c.states.mark_stale(start))
     }
 
+    /// Grow the live area at `start` to at least `new_pages` pages (guard included) where it
+    /// lies, from the lazy area or the free space right after it: true when it grew (then
+    /// [`Arena::lookup`] reports its new size; a lazy area within the slack is taken whole),
+    /// false with nothing changed otherwise. Only the Nodes strategy grows areas in place,
+    /// and only areas above the pools (`pool_max_pages`) with no state word (larger than a
+    /// thread cache holds), with `shared_lazy` on. The caller owns the area; the grown pages
+    /// hold whatever the lazy area held, or zeros.
+    pub fn grow_in_place(&self, start: u64, new_pages: u64) -> bool {
+        let sh = &*self.shared;
+        with_strategy!(&sh.state, s => s.grow_in_place(&sh.ctx, start, new_pages))
+    }
+
     /// Move the memory of up to `pages` pages at `from` to `to`, the data pages of two live
     /// areas the caller owns, as step Move moves lazy areas' memory: the pages moved, from the
     /// front. `[from, from + moved)` then reads as zero and its bytes are at `to`; the rest of

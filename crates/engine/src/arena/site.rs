@@ -44,8 +44,11 @@ pub static PURGE_HEAL: LockSite = LockSite::new("purge: heal");
 /// Step Grow: merging the pages the backing just made usable into the free tree.
 pub static ALLOC_GROW: LockSite = LockSite::new("alloc: grow");
 
+/// Nodes: a resize growing an area in place (node 0, the area's shard node, the free tree).
+pub static ALLOC_RESIZE: LockSite = LockSite::new("alloc: resize");
+
 /// Every site, for reports.
-pub static ALL: [&LockSite; 17] = [
+pub static ALL: [&LockSite; 18] = [
     &ALLOC_GLOBAL,
     &FREE_GLOBAL,
     &ALLOC_FREE_TREE,
@@ -63,6 +66,7 @@ pub static ALL: [&LockSite; 17] = [
     &ALLOC_MOVE,
     &PURGE_HEAL,
     &ALLOC_GROW,
+    &ALLOC_RESIZE,
 ];
 
 /// `(site, figures)` for every site, process-wide.

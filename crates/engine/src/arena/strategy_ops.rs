@@ -108,6 +108,13 @@ pub(crate) trait StrategyOps {
         Ok(())
     }
 
+    /// Grow the live area at `start` to at least `new_pages` pages (guard included) without
+    /// moving it, from the free pages right after it: true when it grew (Nodes, areas above
+    /// the pools). By default, never.
+    fn grow_in_place(&self, _ctx: &Context, _start: u64, _new_pages: u64) -> bool {
+        false
+    }
+
     /// Run `f` on the busy map (or shard) that holds `start`, under its lock.
     fn with_busy<R>(&self, ctx: &Context, start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R;
 

@@ -428,7 +428,9 @@ impl VmSpace {
     }
 
     /// Resize an area, keeping its contents up to the smaller size. `None` allocates. Grows and
-    /// shrinks within the area's pages happen in place; otherwise a new area is allocated, the
+    /// shrinks within the area's pages happen in place, and so does a growth of an area above
+    /// the pools into the free pages right after it ([`Arena::grow_in_place`](vmarena_engine::Arena::grow_in_place));
+    /// otherwise a new area is allocated, the
     /// area's whole usable size (what [`VmSpace::size`] reports, also after a shrink in place)
     /// moved or copied, and the old area freed. An area of at least
     /// [`MOVE_MIN_PAGES`](vmarena_engine::MOVE_MIN_PAGES) pages moves its pages by
@@ -471,6 +473,16 @@ impl VmSpace {
                 None => owner.arena.update_tag(start, |t| t.requested_bytes = bytes as u64),
             };
             return if still_live { Ok(p) } else { Err(VmError::NotLive(addr)) };
+        }
+        // A large area grows where it lies when the pages after it are free (the lazy area
+        // there, or the tree's free space): nothing copied, nothing moved. Not for frames (the
+        // new pages would have none) nor under the debugging tools (they track the old extent).
+        if small.is_none() && owner.frames.is_none() && !owner.tools_on() {
+            let new_pages = owner.pages_for(bytes)?;
+            if owner.arena.grow_in_place(start, new_pages) {
+                owner.arena.update_tag(start, |t| t.requested_bytes = bytes as u64);
+                return Ok(p);
+            }
         }
         // Moving: every usable byte, not only the latest request's. `size` reports the whole
         // area, so a caller may have written up to its end after a shrink in place.

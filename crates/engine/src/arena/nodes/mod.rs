@@ -13,6 +13,7 @@
 //! `purge.rs`, the invariant check in `check.rs`.
 
 mod check;
+mod grow;
 mod mover;
 pub(crate) mod node;
 mod purge;
@@ -198,6 +199,10 @@ impl StrategyOps for Nodes {
 
     fn reclaim_ranges(&self, ctx: &Context, ranges: &[(u64, u64)]) -> u64 {
         self.nodes_reclaim(ctx, ranges)
+    }
+
+    fn grow_in_place(&self, ctx: &Context, start: u64, new_pages: u64) -> bool {
+        self.grow_area(ctx, start, new_pages)
     }
 
     fn heal_mosaics(&self, ctx: &Context) -> u64 {

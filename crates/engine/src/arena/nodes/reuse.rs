@@ -162,7 +162,7 @@ impl Nodes {
     /// inside resident memory, which costs a TLB shootdown while other threads run
     /// (docs/bench-log/design-notes.md, sections 2 and 14).
     #[inline]
-    fn within_slack(&self, ctx: &Context, pages: u64, area_pages: u64) -> bool {
+    pub(super) fn within_slack(&self, ctx: &Context, pages: u64, area_pages: u64) -> bool {
         if area_pages < pages {
             return false;
         }
