@@ -459,6 +459,8 @@ struct vmarena_stats {
     uint64_t shrinks;
     uint64_t shrunk_pages;
     uint64_t bad_frees;
+    uint64_t grown_in_place;
+    uint64_t grown_in_place_pages;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

@@ -71,10 +71,6 @@ stats_table! {
         page_moves, "moves";
         /// Data pages those moves brought in (pages that did not fault in fresh).
         moved_pages, "pages";
-        /// Resizes that grew a live area above the pools in place, into the lazy area or the free space right after it.
-        grown_in_place, "resizes";
-        /// Pages those growths added to their areas.
-        grown_in_place_pages, "pages";
         /// Moves the kernel refused (the donor was released as a purge would release it).
         move_failures, "moves";
         /// Mappings that moves added to the process and no heal has removed yet (two per move).
@@ -113,5 +109,9 @@ stats_table! {
         shrunk_pages, "pages";
         /// Frees refused: not the start of a live area.
         bad_frees, "frees";
+        /// Resizes that grew a live area above the pools in place, into the lazy area or the free space right after it.
+        grown_in_place, "resizes";
+        /// Pages those growths added to their areas.
+        grown_in_place_pages, "pages";
     }
 }
