@@ -452,18 +452,21 @@ fn congruent_areas_sit_at_their_offsets_and_are_areas_of_their_own() {
 }
 
 /// Four threads grow their own large areas with `vrealloc` (in place, or moving or copying
-/// their pages) while the others allocate and free around them; every page carries its owner's stamp, checked after each growth and before each free: an area
-/// grown over a neighbour, pages moved into the wrong place or lost would show.
+/// their pages) while the others allocate and free around them; every page carries its
+/// owner's stamp, checked after each growth and before each free: an area grown over a
+/// neighbour, pages moved into the wrong place or lost would show.
 #[test]
 fn concurrent_growth_keeps_every_owners_pages() {
     let s = moves_space(true);
-    std::thread::scope(|sc| {
+    let relocated = std::thread::scope(|sc| {
         let workers: Vec<_> = (0..4u64)
             .map(|t| {
                 let s = &s;
                 sc.spawn(move || {
                     let mut x = 0x2545_f491_4f6c_dd1du64 ^ ((t + 1) * 0x9e37);
                     let mut live: Vec<(NonNull<u8>, usize, u64)> = Vec::new();
+                    // Growths that gave the area a new address (moved or copied).
+                    let mut relocated = 0u64;
                     let fill = |p: NonNull<u8>, from: usize, to: usize, v: u64| {
                         for off in (from.next_multiple_of(4096)..to).step_by(4096) {
                             // SAFETY: inside this thread's live area.
@@ -502,6 +505,7 @@ fn concurrent_growth_keeps_every_owners_pages() {
                                      (in place: {}): (offset, stamp found) {bad:x?}, stamp {v:x}",
                                     q == p
                                 );
+                                relocated += u64::from(q != p);
                                 fill(q, len, grown, v);
                                 live[k] = (q, grown, v);
                             }
@@ -528,18 +532,17 @@ fn concurrent_growth_keeps_every_owners_pages() {
                         assert!(holds(p, len, v), "thread {t}: area overwritten");
                         s.vfree(p.as_ptr()).unwrap();
                     }
+                    relocated
                 })
             })
             .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
+        workers.into_iter().map(|w| w.join().unwrap()).sum::<u64>()
     });
     s.purge();
     s.check().unwrap();
     let st = s.stats(false).arena;
     assert_eq!(st.live_areas, 0);
-    // Both ways of growing ran: where the pages after an area were free, and by a move.
+    // Both ways of growing ran: where the pages after an area were free, and to a new address.
     assert!(st.grown_in_place > 0, "no growth in place: {st:?}");
-    assert!(st.moved_pages > 0 || vmarena_platform::uffd::Uffd::new().is_none(), "no move: {st:?}");
+    assert!(relocated > 0, "no growth to a new address");
 }

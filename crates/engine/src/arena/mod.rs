@@ -293,10 +293,11 @@ impl Arena {
     /// false with nothing changed otherwise. Only the Nodes strategy grows areas in place,
     /// and only areas above the pools (`pool_max_pages`) with no state word (larger than a
     /// thread cache holds), with `shared_lazy` on. The caller owns the area; the grown pages
-    /// hold whatever the lazy area held, or zeros.
-    pub fn grow_in_place(&self, start: u64, new_pages: u64) -> bool {
+    /// hold whatever the lazy area held, or zeros. The record's requested size becomes
+    /// `requested_bytes` (what `vmallocinfo` prints).
+    pub fn grow_in_place(&self, start: u64, new_pages: u64, requested_bytes: u64) -> bool {
         let sh = &*self.shared;
-        with_strategy!(&sh.state, s => s.grow_in_place(&sh.ctx, start, new_pages))
+        with_strategy!(&sh.state, s => s.grow_in_place(&sh.ctx, start, new_pages, requested_bytes))
     }
 
     /// Move the memory of up to `pages` pages at `from` to `to`, the data pages of two live

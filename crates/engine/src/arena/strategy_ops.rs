@@ -110,8 +110,8 @@ pub(crate) trait StrategyOps {
 
     /// Grow the live area at `start` to at least `new_pages` pages (guard included) without
     /// moving it, from the free pages right after it: true when it grew (Nodes, areas above
-    /// the pools). By default, never.
-    fn grow_in_place(&self, _ctx: &Context, _start: u64, _new_pages: u64) -> bool {
+    /// the pools), its record's requested size then `requested_bytes`. By default, never.
+    fn grow_in_place(&self, _ctx: &Context, _start: u64, _new_pages: u64, _requested_bytes: u64) -> bool {
         false
     }
 

@@ -479,8 +479,7 @@ impl VmSpace {
         // new pages would have none) nor under the debugging tools (they track the old extent).
         if small.is_none() && owner.frames.is_none() && !owner.tools_on() {
             let new_pages = owner.pages_for(bytes)?;
-            if owner.arena.grow_in_place(start, new_pages) {
-                owner.arena.update_tag(start, |t| t.requested_bytes = bytes as u64);
+            if owner.arena.grow_in_place(start, new_pages, bytes as u64) {
                 return Ok(p);
             }
         }

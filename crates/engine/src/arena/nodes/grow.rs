@@ -23,21 +23,13 @@ use crate::arena::site;
 use crate::sync::Ordering::Relaxed;
 use vmarena_core::{BusyArea, Span};
 
-/// Where the pages of a growth came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Source {
-    /// The front of the lazy area after the area (resident memory); whole when `whole`.
-    Lazy { whole: bool },
-    /// Free space of the tree (fresh pages).
-    Tree,
-}
-
 impl Nodes {
     /// Grow the live area at `start` to `new_pages` pages (guard included) in place: true when
     /// it now has them (at least `new_pages`: a lazy area within the slack is taken whole).
     /// False, with nothing changed, for an area that is not live, is a pool size or has a
     /// state word (a thread cache may hold its size), or when the pages after it are not free.
-    pub(super) fn grow_area(&self, ctx: &Context, start: u64, new_pages: u64) -> bool {
+    /// The grown record's requested size becomes `requested_bytes`.
+    pub(super) fn grow_area(&self, ctx: &Context, start: u64, new_pages: u64, requested_bytes: u64) -> bool {
         if !ctx.opts.shared_lazy || ctx.poolable(new_pages) {
             return false;
         }
@@ -58,10 +50,11 @@ impl Nodes {
         }
         let end = start + area.pages;
         let need = new_pages - area.pages;
-        let Some((taken, source)) = Self::take_after(ctx, &mut lazy_g, self, end, need) else {
+        let Some((taken, guarded)) = Self::take_after(ctx, &mut lazy_g, self, end, need) else {
             return false;
         };
-        let grown = BusyArea { pages: area.pages + taken, ..area };
+        let mut grown = BusyArea { pages: area.pages + taken, ..area };
+        grown.tag.requested_bytes = requested_bytes;
         let g: &mut NodeState = match shard_g.as_deref_mut() {
             Some(g) => g,
             None => &mut lazy_g,
@@ -78,7 +71,7 @@ impl Nodes {
         drop(lazy_g);
         // The old guard is data now; the new end needs one unless the lazy area's came whole.
         ctx.backing.retire(&[Span::new(start, area.pages)]);
-        if source != (Source::Lazy { whole: true }) {
+        if !guarded {
             ctx.backing.prepare(start, grown.pages);
         }
         let c = &ctx.counters;
@@ -89,20 +82,21 @@ impl Nodes {
 
     /// Take `need` pages that start at `end` off node 0's lazy list (locked in `lazy_g`; the
     /// whole lazy area when it is within the slack of `need`), else out of the free tree:
-    /// the pages taken and where from, or `None` when neither holds them.
+    /// the pages taken and whether their end already has a guard (a whole lazy area's), or
+    /// `None` when neither holds them.
     fn take_after(
         ctx: &Context,
         lazy_g: &mut NodeState,
         nodes: &Nodes,
         end: u64,
         need: u64,
-    ) -> Option<(u64, Source)> {
+    ) -> Option<(u64, bool)> {
         if let Some(l) = lazy_g.lazy_list.reusable_at(end).filter(|l| l.pages >= need) {
             let whole = l.pages == need || nodes.within_slack(ctx, need, l.pages);
             if whole || ctx.opts.lazy_split {
                 let take = if whole { l.pages } else { need };
                 lazy_g.lazy_list.take_front(end, take);
-                return Some((take, Source::Lazy { whole }));
+                return Some((take, whole));
             }
         }
         let mut f = nodes.free.lock_at(&site::ALLOC_RESIZE);
@@ -110,6 +104,6 @@ impl Nodes {
             return None;
         }
         f.take(end, end + need).expect("free range after the area");
-        Some((need, Source::Tree))
+        Some((need, false))
     }
 }

@@ -201,8 +201,8 @@ impl StrategyOps for Nodes {
         self.nodes_reclaim(ctx, ranges)
     }
 
-    fn grow_in_place(&self, ctx: &Context, start: u64, new_pages: u64) -> bool {
-        self.grow_area(ctx, start, new_pages)
+    fn grow_in_place(&self, ctx: &Context, start: u64, new_pages: u64, requested_bytes: u64) -> bool {
+        self.grow_area(ctx, start, new_pages, requested_bytes)
     }
 
     fn heal_mosaics(&self, ctx: &Context) -> u64 {
