@@ -461,6 +461,7 @@ struct vmarena_stats {
     uint64_t bad_frees;
     uint64_t grown_in_place;
     uint64_t grown_in_place_pages;
+    uint64_t emptied_on_free;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

@@ -1,7 +1,7 @@
 //! The vocabulary of areas, shared by the arena, its thread caches and the layers above: what
 //! a live area records ([`AreaTag`], [`AreaKind`]), what a caller asks for and gets
 //! ([`AllocRequest`], [`Allocation`]), the allocation ladder's steps ([`Step`]) and what a purge
-//! does ([`PurgeKind`], [`PurgeReport`]).
+//! does ([`PurgeKind`], [`PurgeReport`]) and what a free knows of an area's memory ([`Contents`]).
 //!
 //! Owns: nothing but these types (plain data, no locks, no `unsafe`).
 
@@ -198,4 +198,16 @@ pub struct PurgeReport {
     pub areas_to_tree: u64,
     /// Syscalls made (release and retire).
     pub syscalls: u64,
+}
+
+/// What a free that returns its area to the free tree at once knows of the area's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contents {
+    /// Its pages may be resident: they are released first (a free while the purges have
+    /// fallen behind).
+    Resident,
+    /// A resize moved every data page out ([`Arena::move_data`](crate::Arena::move_data)):
+    /// nothing is resident, so nothing is released unless the backing releases in huge
+    /// pages (a huge page the area's first touch made may reach into free pages beside it).
+    Emptied,
 }

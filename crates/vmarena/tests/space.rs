@@ -184,8 +184,10 @@ fn vrealloc_grows_a_large_area_in_place_into_the_free_pages_after_it() {
 
 /// A large area that grows (a neighbour right after it) moves its pages by `UFFDIO_MOVE`
 /// instead of copying them: every page's bytes arrive, the old area's memory goes with them
-/// (the space holds one copy, not two), and the arena counts the move. With page moves off the
-/// bytes are copied and both copies stay resident until a purge.
+/// (the space holds one copy, not two), the emptied old area goes to the free tree rather than
+/// a lazy list (where it would pass for resident memory), and the arena counts the move. With
+/// page moves off the bytes are copied and both copies stay resident until a purge, the old
+/// one lazy.
 #[test]
 fn vrealloc_moves_a_large_areas_pages() {
     let old_bytes = 8 << 20;
@@ -203,18 +205,29 @@ fn vrealloc_moves_a_large_areas_pages() {
         let q = s.vrealloc(Some(p), 2 * old_bytes).unwrap();
         assert_ne!(q, p);
         assert!(stamped(q, old_bytes), "contents arrived");
-        let moved = s.stats(false).arena.moved_pages - before;
+        let st = s.stats(false).arena;
+        let moved = st.moved_pages - before;
         let resident = s.resident_bytes() as usize;
+        // The old area, lazy after a copy: its data pages and its guard.
+        let old_lazy = (old_bytes / 4096 + 1) as u64;
         if moves && vmarena_platform::uffd::Uffd::new().is_none() {
             eprintln!("no UFFDIO_MOVE here (Linux 6.8+, userfaultfd allowed): the bytes were copied");
             assert_eq!(moved, 0);
+            assert_eq!((st.emptied_on_free, st.lazy_pages), (0, old_lazy));
         } else if moves {
             assert_eq!(moved as usize, old_bytes / 4096, "every data page moved");
             assert!(resident < old_bytes + (2 << 20), "one copy resident: {resident}");
+            assert_eq!((st.emptied_on_free, st.lazy_pages), (1, 0), "the emptied area is not lazy");
+            // Its range is free space again: a request of its size is carved there.
+            let again = s.vmalloc(old_bytes).unwrap();
+            assert_eq!(again, p, "the old range reused from the tree");
+            s.vfree(again.as_ptr()).unwrap();
         } else {
             assert_eq!(moved, 0);
             assert!(resident >= 2 * old_bytes, "the copy and the lazily freed original: {resident}");
+            assert_eq!((st.emptied_on_free, st.lazy_pages), (0, old_lazy));
         }
+        s.check().unwrap();
         assert_eq!(s.vfree(p.as_ptr()), Err(VmError::NotLive(p.as_ptr() as usize)), "old area freed");
         s.vfree(q.as_ptr()).unwrap();
         s.vfree(next.as_ptr()).unwrap();

@@ -50,6 +50,7 @@ counters!(
     moved_pages,
     grown_in_place,
     grown_in_place_pages,
+    emptied_on_free,
     move_failures,
     heals,
     grows,

@@ -12,7 +12,7 @@ use super::shared::Shared;
 use super::strategy_ops::StrategyOps;
 use super::strategy_state::with_strategy;
 use super::Arena;
-use crate::area::{AreaKind, AreaTag, PurgeKind, NO_NODE, UNKNOWN_BYTES};
+use crate::area::{AreaKind, AreaTag, Contents, PurgeKind, NO_NODE, UNKNOWN_BYTES};
 use crate::caches::thread_caches::FreeFast;
 use crate::error::FreeError;
 use crate::sync::Arc;
@@ -116,11 +116,29 @@ impl Arena {
         self.free_uncached_as(start, Some(kind))
     }
 
+    /// Free the live area of `kind` at `start` whose data pages a resize moved out, every one
+    /// ([`Arena::move_data`] answered all of them), so that nothing of it is resident: it goes
+    /// to the free tree at once ([`Contents::Emptied`]), not on a lazy list whose areas count
+    /// as resident memory a later request would find already faulted in. Not for an area that
+    /// [`Arena::small_area`] reports (those go through [`Arena::free`]).
+    pub fn free_emptied_of(&self, start: u64, kind: AreaKind) -> Result<BusyArea<AreaTag>, FreeError> {
+        let sh = &*self.shared;
+        let r = sh.free_released(start, Some(kind), Contents::Emptied);
+        match r {
+            Err(_) => {
+                sh.ctx.counters.bad_frees.fetch_add(1, Relaxed);
+            }
+            // A strategy that has no free to the tree made the area lazy.
+            Ok(_) => Shared::freed(&self.shared),
+        }
+        r
+    }
+
     #[inline(always)]
     fn free_uncached_as(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
         let sh = &*self.shared;
         let r = if !sh.ctx.opts.lazy_free || sh.lazy_backlogged() {
-            sh.free_released(start, kind)
+            sh.free_released(start, kind, Contents::Resident)
         } else {
             sh.free(start, kind)
         };
@@ -157,11 +175,17 @@ impl Shared {
         (self.ctx.lazy.approx.load(Relaxed), self.ctx.lazy.limit(self.ctx.opts.lazy_headroom) as i64)
     }
 
-    /// The strategy's free of an area made while lazy pages are backlogged.
+    /// The strategy's free of an area made while lazy pages are backlogged, or of one a
+    /// resize emptied.
     #[cold]
     #[inline(never)]
-    fn free_released(&self, start: u64, kind: Option<AreaKind>) -> Result<BusyArea<AreaTag>, FreeError> {
-        with_strategy!(&self.state, s => s.free_released(&self.ctx, start, kind))
+    fn free_released(
+        &self,
+        start: u64,
+        kind: Option<AreaKind>,
+        contents: Contents,
+    ) -> Result<BusyArea<AreaTag>, FreeError> {
+        with_strategy!(&self.state, s => s.free_released(&self.ctx, start, kind, contents))
     }
 
     /// Areas went lazy: start the decay worker, and a purge if the lazy pages passed their

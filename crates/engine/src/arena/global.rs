@@ -11,7 +11,7 @@
 use super::context::Context;
 use super::release::free_released_via_busy;
 use super::strategy_ops::{check_free_tree, remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
-use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind, NO_NODE};
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, Contents, PurgeKind, NO_NODE};
 use crate::arena::site;
 use crate::arena::stats::ArenaStats;
 use crate::error::FreeError;
@@ -144,8 +144,9 @@ impl StrategyOps for Global {
         ctx: &Context,
         start: u64,
         kind: Option<AreaKind>,
+        contents: Contents,
     ) -> Result<BusyArea<AreaTag>, FreeError> {
-        free_released_via_busy(ctx, self, start, kind)
+        free_released_via_busy(ctx, self, start, kind, contents)
     }
 
     fn with_busy<R>(&self, _ctx: &Context, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {

@@ -9,7 +9,7 @@
 
 use super::context::Context;
 use super::strategy_ops::{remove_record, tree_alloc, StrategyOps};
-use crate::area::{AreaKind, AreaTag};
+use crate::area::{AreaKind, AreaTag, Contents};
 use crate::arena::site;
 use crate::error::FreeError;
 use crate::sync::Ordering::Relaxed;
@@ -31,15 +31,21 @@ pub(crate) fn release_batch<S: StrategyOps>(ctx: &Context, st: &S, release: &[Sp
     (calls, spill)
 }
 
-/// Release the memory of one area that is in no list and no map, retire its guard and merge
-/// it into the free tree: a purge of one area, made by a freeing thread
-/// ([`StrategyOps::free_released`]), without
-/// the purge mutex.
-pub(crate) fn release_now<S: StrategyOps>(ctx: &Context, st: &S, area: Span) {
-    let (calls, spill) = release_batch(ctx, st, &[area]);
-    let calls = calls + merge_batch(ctx, st, &[area], &[], &spill);
+/// Release the memory of one area that is in no list and no map (unless `contents` says there
+/// is none), retire its guard and merge it into the free tree: a purge of one area, made by a
+/// freeing thread ([`StrategyOps::free_released`]), without the purge mutex.
+pub(crate) fn release_now<S: StrategyOps>(ctx: &Context, st: &S, area: Span, contents: Contents) {
     let c = &ctx.counters;
-    c.released_on_free.fetch_add(1, Relaxed);
+    let calls = if contents == Contents::Emptied && ctx.backing.release_granule_pages() <= 1 {
+        merge_batch(ctx, st, &[area], &[], &[])
+    } else {
+        let (calls, spill) = release_batch(ctx, st, &[area]);
+        calls + merge_batch(ctx, st, &[area], &[], &spill)
+    };
+    match contents {
+        Contents::Resident => c.released_on_free.fetch_add(1, Relaxed),
+        Contents::Emptied => c.emptied_on_free.fetch_add(1, Relaxed),
+    };
     c.release_calls.fetch_add(calls, Relaxed);
 }
 
@@ -51,9 +57,10 @@ pub(crate) fn free_released_via_busy<S: StrategyOps>(
     st: &S,
     start: u64,
     kind: Option<AreaKind>,
+    contents: Contents,
 ) -> Result<BusyArea<AreaTag>, FreeError> {
     let a = st.with_busy(ctx, start, |b| remove_record(b, start, kind))?;
-    release_now(ctx, st, Span::new(start, a.pages));
+    release_now(ctx, st, Span::new(start, a.pages), contents);
     Ok(a)
 }
 

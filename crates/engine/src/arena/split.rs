@@ -10,7 +10,7 @@ use super::context::Context;
 use super::global::BusyLazy;
 use super::release::free_released_via_busy;
 use super::strategy_ops::{check_free_tree, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
-use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag};
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, Contents};
 use crate::arena::site;
 use crate::arena::stats::ArenaStats;
 use crate::error::FreeError;
@@ -70,8 +70,9 @@ impl StrategyOps for Split {
         ctx: &Context,
         start: u64,
         kind: Option<AreaKind>,
+        contents: Contents,
     ) -> Result<BusyArea<AreaTag>, FreeError> {
-        free_released_via_busy(ctx, self, start, kind)
+        free_released_via_busy(ctx, self, start, kind, contents)
     }
 
     fn with_busy<R>(&self, _ctx: &Context, _start: u64, f: impl FnOnce(&mut BusyMap<AreaTag>) -> R) -> R {

@@ -113,5 +113,7 @@ stats_table! {
         grown_in_place, "resizes";
         /// Pages those growths added to their areas.
         grown_in_place_pages, "pages";
+        /// Frees of areas whose every data page a resize had moved to its new area: returned to the free tree at once, nothing to release.
+        emptied_on_free, "frees";
     }
 }

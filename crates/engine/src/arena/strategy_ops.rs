@@ -11,7 +11,7 @@
 //! [`with_strategy!`](super::strategy_state::with_strategy).
 
 use super::context::Context;
-use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, PurgeKind};
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, Contents, PurgeKind};
 use crate::error::FreeError;
 use crate::sync::lock_stats::{LockSite, LockStats};
 use vmarena_core::{BusyArea, BusyMap, FreeTree, Request, Span};
@@ -86,14 +86,17 @@ pub(crate) trait StrategyOps {
     fn free(&self, ctx: &Context, start: u64, kind: Option<AreaKind>)
         -> Result<BusyArea<AreaTag>, FreeError>;
 
-    /// [`StrategyOps::free`] for a free made while lazy pages stand past twice their limit:
-    /// where the strategy can, the area's memory is released and the area returned to the free
-    /// tree at once instead of going lazy. By default, the plain free.
+    /// [`StrategyOps::free`] for a free made while lazy pages stand past twice their limit
+    /// ([`Contents::Resident`]) or of an area a resize's page move emptied
+    /// ([`Contents::Emptied`]): where the strategy can, the area's memory is released (when
+    /// it holds any) and the area returned to the free tree at once instead of going lazy.
+    /// By default, the plain free.
     fn free_released(
         &self,
         ctx: &Context,
         start: u64,
         kind: Option<AreaKind>,
+        _contents: Contents,
     ) -> Result<BusyArea<AreaTag>, FreeError> {
         self.free(ctx, start, kind)
     }

@@ -435,8 +435,9 @@ impl VmSpace {
     /// moved or copied, and the old area freed. An area of at least
     /// [`MOVE_MIN_PAGES`](vmarena_engine::MOVE_MIN_PAGES) pages moves its pages by
     /// `UFFDIO_MOVE` where the arena moves pages, so the old and the new bytes are never
-    /// resident at once; smaller ones, and whatever the kernel did not move, are copied. On
-    /// error the old area is untouched.
+    /// resident at once, and the emptied old area goes to the free tree rather than a lazy list
+    /// ([`Arena::free_emptied_of`](vmarena_engine::Arena::free_emptied_of)); smaller ones, and
+    /// whatever the kernel did not move, are copied. On error the old area is untouched.
     #[track_caller]
     pub fn vrealloc(&self, p: Option<NonNull<u8>>, bytes: usize) -> Result<NonNull<u8>, VmError> {
         let _inside = reentry::enter();
@@ -510,7 +511,19 @@ impl VmSpace {
                 std::ptr::copy_nonoverlapping(p.as_ptr().add(moved), q.as_ptr().add(moved), keep - moved)
             };
         }
-        if let Err(e) = self.vfree(p.as_ptr()) {
+        // An area above the pools whose every data page moved holds nothing resident: it goes
+        // to the free tree, not on a lazy list where a later request would take it for
+        // memory already faulted in.
+        let freed = if small.is_none() && moved == usable {
+            owner
+                .arena
+                .free_emptied_of(start, AreaKind::Vmalloc)
+                .map(|_| ())
+                .map_err(|_| VmError::NotLive(addr))
+        } else {
+            self.vfree(p.as_ptr())
+        };
+        if let Err(e) = freed {
             // `p` was freed by another call while it was copied (a bug of the caller's): the
             // new area goes back and the error is reported.
             let _ = self.vfree(q.as_ptr());

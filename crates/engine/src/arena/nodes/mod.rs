@@ -22,7 +22,7 @@ mod reuse;
 use super::context::Context;
 use super::release::release_now;
 use super::strategy_ops::{remove_record, tree_alloc, AreaLists, PurgeBatch, StrategyOps};
-use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, NO_NODE};
+use crate::area::{AllocRequest, Allocation, AreaKind, AreaTag, Contents, NO_NODE};
 use crate::arena::nodes::node::{new_node, LazyArea, Node, NodeState, ZONE_PAGES};
 use crate::arena::site;
 use crate::arena::stats::ArenaStats;
@@ -114,6 +114,7 @@ impl StrategyOps for Nodes {
         ctx: &Context,
         start: u64,
         kind: Option<AreaKind>,
+        contents: Contents,
     ) -> Result<BusyArea<AreaTag>, FreeError> {
         let a = {
             let mut g = self.nodes[ctx.shard_of(start)].lock_at(&site::FREE_SHARD_NODE);
@@ -122,7 +123,7 @@ impl StrategyOps for Nodes {
             ctx.sync_node(&mut g, false);
             a
         };
-        release_now(ctx, self, Span::new(start, a.pages));
+        release_now(ctx, self, Span::new(start, a.pages), contents);
         Ok(a)
     }
 
