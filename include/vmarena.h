@@ -462,6 +462,7 @@ struct vmarena_stats {
     uint64_t grown_in_place;
     uint64_t grown_in_place_pages;
     uint64_t emptied_on_free;
+    uint64_t cache_sheds;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

@@ -257,6 +257,65 @@ fn a_miss_of_a_size_the_magazine_turned_away_grows_its_budget_until_a_drain() {
     a.check().unwrap();
 }
 
+/// The magazines share `thread_cache_cpu_pages` times the CPUs: a thread that registers when
+/// many hold one starts with its share, and a magazine above the share empties itself at its
+/// next miss (a shed; its areas go to the nodes as drained ones) and holds no more than the
+/// share after. With the bound off, the same threads change nothing.
+#[test]
+fn the_magazines_share_a_total_so_more_threads_hold_less_each() {
+    let cpus = vmarena_platform::cpu::count().clamp(1, 1024) as u64;
+    for bound in [true, false] {
+        let o = ArenaOptions {
+            thread_cache_pages_max: 64,
+            thread_cache_cpu_pages: if bound { 64 } else { 0 },
+            ..opts()
+        };
+        let a = Arc::new(Arena::new("tc", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap());
+        alloc_free(&a, 1, 16);
+        let st = a.stats();
+        assert_eq!((st.cached_pages, st.cache_budget_pages), (16, 64), "alone, the whole budget");
+        // 4 threads a CPU register a magazine each (one cached 2-page area) and wait.
+        let others = 4 * cpus as usize;
+        let (ready, done) = (Arc::new(Barrier::new(others + 1)), Arc::new(Barrier::new(others + 1)));
+        let hs: Vec<_> = (0..others)
+            .map(|_| {
+                let (a, ready, done) = (a.clone(), ready.clone(), done.clone());
+                std::thread::spawn(move || {
+                    alloc_free(&a, 2, 1);
+                    ready.wait();
+                    done.wait();
+                })
+            })
+            .collect();
+        ready.wait();
+        let share = (64 * cpus / (others as u64 + 1)).max(8);
+        let before = a.stats();
+        assert_eq!(before.cached_pages, 16 + 2 * others as u64);
+        // A miss: above the share, the main thread's magazine sheds its 16 areas.
+        assert_eq!(a.alloc_cached(3, None), None);
+        let st = a.stats();
+        if bound {
+            // (A thread that registered early may have shed its own as the others came.)
+            assert_eq!(st.cache_sheds - before.cache_sheds, 1, "{st:?}");
+            assert_eq!(st.cache_drained - before.cache_drained, 16);
+            assert_eq!(st.cached_pages, 2 * others as u64, "the others keep theirs");
+            // From now on it holds what its stack may under the share: a quarter of it.
+            alloc_free(&a, 1, 32);
+            assert_eq!(a.stats().cached_pages, 2 * others as u64 + (share / 4).max(1), "{:?}", a.stats());
+        } else {
+            assert_eq!((st.cache_sheds, st.cache_drained), (0, before.cache_drained));
+            alloc_free(&a, 1, 32);
+            assert_eq!(a.stats().cached_pages, 2 * others as u64 + 16, "the stack's cap of 16");
+        }
+        a.check().unwrap();
+        done.wait();
+        for h in hs {
+            h.join().unwrap();
+        }
+        a.check().unwrap();
+    }
+}
+
 #[test]
 fn with_the_largest_budget_at_the_base_the_magazine_never_grows() {
     let o = ArenaOptions { thread_cache_pages_max: 0, ..opts() };

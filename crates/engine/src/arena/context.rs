@@ -140,6 +140,9 @@ impl Context {
             let budget = crate::caches::thread_caches::Budget {
                 base_pages: opts.thread_cache_pages,
                 max_pages: opts.thread_cache_pages_max,
+                total_pages: opts
+                    .thread_cache_cpu_pages
+                    .saturating_mul(vmarena_platform::cpu::count().clamp(1, 1024) as u64),
                 slack_percent: opts.lazy_slack_percent,
             };
             let cpu_pages = opts.cpu_cache.then_some(opts.cpu_cache_pages);

@@ -47,6 +47,8 @@ options_table! {
         thread_cache_pages: u64 = 512, "pages", "VMARENA_THREAD_CACHE_PAGES";
         /// Pages a magazine may grow to, by the size of each miss of a size it had turned away for want of room (at most thread_cache_pages: no growth).
         thread_cache_pages_max: u64 = 2048, "pages", "VMARENA_THREAD_CACHE_PAGES_MAX";
+        /// Pages the magazines of one arena may hold together, per CPU: a magazine's budget is at most this times the CPUs, shared out among the threads that have one (at least 8 pages; 0: no such bound).
+        thread_cache_cpu_pages: u64 = 16384, "pages", "VMARENA_THREAD_CACHE_CPU_PAGES";
         /// Per-CPU stacks of freed areas of 1 to 8 pages (guard included) in front of the magazines, pushed and popped in restartable sequences (Nodes, with thread_cache; x86-64 with glibc's rseq).
         cpu_cache: bool = true, "bool", "VMARENA_CPU_CACHE";
         /// Pages each CPU's stacks may hold, split evenly between the 8 sizes.

@@ -82,6 +82,7 @@ impl Shared {
             cache_flushes: cf.flushes,
             cache_drained: cf.drained,
             cache_grows: cf.grows,
+            cache_sheds: cf.sheds,
             cache_budget_pages: cf.budget_pages,
             moved_maps: self.ctx.moves.mosaics.maps(),
             lazy_limit: self.ctx.lazy.limit(self.ctx.opts.lazy_headroom),

@@ -115,5 +115,7 @@ stats_table! {
         grown_in_place_pages, "pages";
         /// Frees of areas whose every data page a resize had moved to its new area: returned to the free tree at once, nothing to release.
         emptied_on_free, "frees";
+        /// Times a thread emptied its magazine because more threads had come to share the magazines' total (thread_cache_cpu_pages); its areas count as drained.
+        cache_sheds, "sheds";
     }
 }

@@ -25,9 +25,28 @@ pub(crate) enum FreeFast {
 pub(crate) struct Budget {
     pub(crate) base_pages: u64,
     pub(crate) max_pages: u64,
+    /// Pages all magazines of the arena may hold together (0: no such bound): each one's
+    /// budget is at most this over the magazines registered ([`Budget::ceiling`]).
+    pub(crate) total_pages: u64,
     /// A cached area at most this share (percent) larger than a request may serve it whole
     /// when the request's own size has none (`lazy_slack_percent`).
     pub(crate) slack_percent: u64,
+}
+
+/// The smallest budget [`Budget::ceiling`] gives a magazine, however many threads share the
+/// total: two entries of a 1-page area, one of a 4-page area (the per-CPU stacks hold sizes of
+/// up to 8 pages beside it).
+pub(crate) const MAGAZINE_MIN_PAGES: u64 = 8;
+
+impl Budget {
+    /// The most a magazine's budget may be while `magazines` are registered: the total shared
+    /// out equally, within [`MAGAZINE_MIN_PAGES`] and `max_pages`.
+    pub(crate) fn ceiling(&self, magazines: u64) -> u64 {
+        if self.total_pages == 0 {
+            return self.max_pages;
+        }
+        (self.total_pages / magazines.max(1)).clamp(MAGAZINE_MIN_PAGES.min(self.max_pages), self.max_pages)
+    }
 }
 
 /// Counters of the thread caches of one arena.
@@ -45,6 +64,8 @@ pub(crate) struct CacheFigures {
     pub(crate) flushes: u64,
     pub(crate) drained: u64,
     pub(crate) grows: u64,
+    /// Times an owner emptied its magazine because more threads had come to share the total.
+    pub(crate) sheds: u64,
     /// The largest budget of a live magazine now.
     pub(crate) budget_pages: u64,
 }

@@ -153,6 +153,8 @@ pub(crate) struct Magazine {
     /// cache. Same writers as `budget`.
     ghosts: LineWords,
     pub(crate) grows: AtomicU64,
+    /// Times the owner emptied it because more threads came to share the arena's total.
+    pub(crate) sheds: AtomicU64,
     pub(crate) hits: AtomicU64,
     pub(crate) slack_hits: AtomicU64,
     pub(crate) misses: AtomicU64,
@@ -190,7 +192,8 @@ pub(crate) fn bump(c: &AtomicU64) {
 }
 
 impl Magazine {
-    /// Add this magazine's counters (hits, slack hits, misses, pushes, flushes, growths) to `f`.
+    /// Add this magazine's counters (hits, slack hits, misses, pushes, flushes, growths,
+    /// sheds) to `f`.
     pub(crate) fn add_counters(&self, f: &mut CacheFigures) {
         f.hits += self.hits.load(Relaxed);
         f.slack_hits += self.slack_hits.load(Relaxed);
@@ -198,6 +201,7 @@ impl Magazine {
         f.pushes += self.pushes.load(Relaxed);
         f.flushes += self.flushes.load(Relaxed);
         f.grows += self.grows.load(Relaxed);
+        f.sheds += self.sheds.load(Relaxed);
     }
 
     /// Areas and pages held, summed over the stacks.
@@ -230,6 +234,7 @@ impl Magazine {
             budget: AtomicU64::new(budget.base_pages),
             ghosts: LineWords::new(words),
             grows: AtomicU64::new(0),
+            sheds: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             slack_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),

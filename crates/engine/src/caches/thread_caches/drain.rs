@@ -19,7 +19,7 @@ impl ThreadCaches {
     pub(super) fn owner_drain<A: CacheOwner + ?Sized>(&self, arena: &A, m: &Magazine) {
         if m.hs.claim_drain() {
             let mut areas = Vec::new();
-            m.take(&mut areas, self.budget.base_pages);
+            m.take(&mut areas, self.base_now());
             m.hs.release();
             self.give_areas(arena, &mut areas);
         }
@@ -38,8 +38,9 @@ impl ThreadCaches {
         {
             let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             reg.retain(|m| !Arc::ptr_eq(m, mag));
+            self.magazines.store(reg.len() as u64, Relaxed);
             // Unregistered under the mutex: no drainer holds it now, and its owner is here.
-            mag.take(&mut areas, self.budget.base_pages);
+            mag.take(&mut areas, self.base_now());
             mag.add_counters(&mut self.retired.lock().unwrap_or_else(|e| e.into_inner()));
         }
         self.give_areas(arena, &mut areas);
@@ -67,7 +68,7 @@ impl ThreadCaches {
             let fenced = heavy_fence();
             for m in held {
                 if m.hs.settle(fenced) {
-                    m.take(&mut areas, self.budget.base_pages);
+                    m.take(&mut areas, self.base_now());
                     m.hs.release();
                 }
             }

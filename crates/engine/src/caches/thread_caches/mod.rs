@@ -152,6 +152,9 @@ pub(crate) struct ThreadCaches {
     cpu_off: Option<String>,
     budget: Budget,
     registry: Mutex<Vec<Arc<Magazine>>>,
+    /// Magazines registered (the registry's length, read without its mutex): the share of
+    /// the total budget each may hold ([`Budget::ceiling`]).
+    magazines: AtomicU64,
     /// Counters of magazines given back, and areas drained.
     retired: Mutex<CacheFigures>,
 }
@@ -188,8 +191,33 @@ impl ThreadCaches {
             cpu_off,
             budget,
             registry: Mutex::new(Vec::new()),
+            magazines: AtomicU64::new(0),
             retired: Mutex::new(CacheFigures::default()),
         })
+    }
+
+    /// The most a magazine's budget may be now ([`Budget::ceiling`] of the magazines
+    /// registered).
+    fn ceiling(&self) -> u64 {
+        self.budget.ceiling(self.magazines.load(Relaxed))
+    }
+
+    /// The budget a magazine starts again at after it is emptied: the base, within the
+    /// ceiling.
+    pub(super) fn base_now(&self) -> u64 {
+        self.budget.base_pages.min(self.ceiling())
+    }
+
+    /// More threads share the total than when `m` last grew: when its budget stands above
+    /// the ceiling, empty it (owner, inside an operation) into `out` and start it again at
+    /// the base within the ceiling. Rare: once per magazine for each rise in the thread count
+    /// that matters.
+    fn shed(&self, m: &Magazine, out: &mut Vec<Span>) {
+        let ceiling = self.ceiling();
+        if m.budget_pages() > ceiling {
+            m.take(out, self.budget.base_pages.min(ceiling));
+            bump(&m.sheds);
+        }
     }
 
     /// Make the state words of the arena's first `pages` pages writable (the arena grew to
@@ -272,7 +300,10 @@ impl ThreadCaches {
                 let e = o.0.remove(i);
                 o.0.insert(0, e);
             } else {
-                let mag = Arc::new(Magazine::new(self.states.max_pages(), self.budget));
+                let n = self.magazines.fetch_add(1, Relaxed) + 1;
+                let base_pages = self.budget.base_pages.min(self.budget.ceiling(n));
+                let mag =
+                    Arc::new(Magazine::new(self.states.max_pages(), Budget { base_pages, ..self.budget }));
                 self.registry.lock().unwrap_or_else(|e| e.into_inner()).push(mag.clone());
                 let owner: Arc<dyn CacheOwner> = arena.clone();
                 o.0.insert(0, Entry { id: self.id, mag, arena: Arc::downgrade(&owner) });
@@ -448,29 +479,42 @@ impl ThreadCaches {
         hi_pages: u64,
         caller: Option<&'static Location<'static>>,
     ) -> Option<(u64, u64)> {
-        self.with_magazine(arena, |m| {
-            if m.hs.enter() != Enter::Go {
-                self.owner_drain(&**arena, m);
-                return None;
-            }
-            let mut got = m.pop(pages, align_pages).map(|s| (s, pages));
-            if got.is_none() && hi_pages > pages {
-                got = m.pop_within(pages, hi_pages);
-                if got.is_some() {
-                    bump(&m.slack_hits);
+        let mut shed = Vec::new();
+        let got = self
+            .with_magazine(arena, |m| {
+                if m.hs.enter() != Enter::Go {
+                    self.owner_drain(&**arena, m);
+                    return None;
                 }
-            }
-            if let Some((s, p)) = got {
-                self.states.reuse(s, p, caller);
-                bump(&m.hits);
-            } else {
-                bump(&m.misses);
-                m.missed(pages, self.budget.max_pages);
-            }
-            m.hs.leave();
-            got
-        })
-        .flatten()
+                self.shed(m, &mut shed);
+                let mut got = m.pop(pages, align_pages).map(|s| (s, pages));
+                if got.is_none() && hi_pages > pages {
+                    got = m.pop_within(pages, hi_pages);
+                    if got.is_some() {
+                        bump(&m.slack_hits);
+                    }
+                }
+                if let Some((s, p)) = got {
+                    self.states.reuse(s, p, caller);
+                    bump(&m.hits);
+                } else {
+                    bump(&m.misses);
+                    m.missed(pages, self.ceiling());
+                }
+                m.hs.leave();
+                got
+            })
+            .flatten();
+        self.give_shed(&**arena, &mut shed);
+        got
+    }
+
+    /// Give back what [`ThreadCaches::shed`] took (nothing when it took nothing).
+    fn give_shed<A: CacheOwner + ?Sized>(&self, arena: &A, shed: &mut [Span]) {
+        if !shed.is_empty() {
+            let _inside = vmarena_platform::reentry::enter();
+            self.give_areas(arena, shed);
+        }
     }
 
     /// Free through the magazine (see [`FreeFast`]).
@@ -518,11 +562,13 @@ impl ThreadCaches {
         let mut spill = Spill::default();
         // Spilled areas of the freed area's own size (a full stack's oldest half).
         let mut flushed = 0;
+        let mut shed = Vec::new();
         let cached = self.with_magazine(arena, |m| {
             if m.hs.enter() != Enter::Go {
                 self.owner_drain(&**arena, m);
                 return false;
             }
+            self.shed(m, &mut shed);
             let ok = m.push(pages, start, &mut spill);
             bump(if ok { &m.pushes } else { &m.flushes });
             // The oldest areas of a full stack go the way a refused free goes: flushes.
@@ -542,6 +588,7 @@ impl ThreadCaches {
             }
             A::spilled(arena);
         }
+        self.give_shed(&**arena, &mut shed);
         if cached == Some(true) {
             FreeFast::Cached { pages, caller }
         } else {
