@@ -3,6 +3,7 @@
 //! refusal turned into the space's error; `vrealloc`.
 #![allow(unsafe_code)]
 
+use super::free::free_error;
 use super::VmSpace;
 use crate::error::VmError;
 use std::panic::Location;
@@ -519,7 +520,7 @@ impl VmSpace {
                 .arena
                 .free_emptied_of(start, AreaKind::Vmalloc)
                 .map(|_| ())
-                .map_err(|_| VmError::NotLive(addr))
+                .map_err(|e| free_error(p.as_ptr(), e))
         } else {
             self.vfree(p.as_ptr())
         };

@@ -300,11 +300,19 @@ impl ThreadCaches {
                 let e = o.0.remove(i);
                 o.0.insert(0, e);
             } else {
-                let n = self.magazines.fetch_add(1, Relaxed) + 1;
-                let base_pages = self.budget.base_pages.min(self.budget.ceiling(n));
-                let mag =
-                    Arc::new(Magazine::new(self.states.max_pages(), Budget { base_pages, ..self.budget }));
-                self.registry.lock().unwrap_or_else(|e| e.into_inner()).push(mag.clone());
+                let mag = {
+                    let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = reg.len() as u64 + 1;
+                    let base_pages = self.budget.base_pages.min(self.budget.ceiling(n));
+                    let mag = Arc::new(Magazine::new(
+                        self.states.max_pages(),
+                        Budget { base_pages, ..self.budget },
+                    ));
+                    reg.push(mag.clone());
+                    // Under the registry mutex, as `retire` stores it: the count is the length.
+                    self.magazines.store(n, Relaxed);
+                    mag
+                };
                 let owner: Arc<dyn CacheOwner> = arena.clone();
                 o.0.insert(0, Entry { id: self.id, mag, arena: Arc::downgrade(&owner) });
                 // Cached areas are given back on idle intervals by the worker.
