@@ -1208,3 +1208,58 @@ fn without_lazy_free_a_free_merges_at_once() {
         a.check().unwrap();
     }
 }
+
+/// An area a resize emptied goes straight to the free tree, in every strategy: not lazy, no
+/// release asked of the backing (nothing is resident), its guard retired, counted as
+/// `emptied_on_free`; where the backing releases in huge pages it is released all the same
+/// (a huge page of its first touch may reach past it). A second free of it, or a free of the
+/// wrong kind, is refused and changes nothing.
+#[test]
+fn an_emptied_area_goes_to_the_tree_without_a_release() {
+    for s in Strategy::ALL {
+        for granule in [1, 512] {
+            let rec = Arc::new(Recorder::default());
+            rec.granule.store(granule, std::sync::atomic::Ordering::Relaxed);
+            let a =
+                Arena::new(format!("test-{s}"), 1 << 12, 1 << 14, opts(s), Box::new(RecBacking(rec.clone())))
+                    .unwrap();
+            let x = a.alloc(&AllocRequest::pages(300)).unwrap();
+            let free_before = a.stats().free_pages;
+            assert_eq!(a.free_emptied_of(x.start, AreaKind::Vmalloc).unwrap().pages, 300, "{s}");
+            let st = a.stats();
+            assert_eq!((st.emptied_on_free, st.released_on_free, st.lazy_pages), (1, 0, 0), "{s}/{granule}");
+            assert_eq!(st.free_pages, free_before + 300, "{s}/{granule}: back in the tree");
+            assert_eq!(
+                rec.retired.lock().unwrap().as_slice(),
+                &[(x.start, 300)],
+                "{s}/{granule}: guard retired"
+            );
+            let released = rec.released.lock().unwrap().clone();
+            if granule == 1 {
+                assert!(released.is_empty(), "{s}: nothing to release: {released:?}");
+            } else {
+                assert_eq!(released, vec![(x.start, 300)], "{s}: released in huge pages");
+            }
+            a.check().unwrap_or_else(|e| panic!("{s}/{granule}: {e}"));
+            let before = a.stats();
+            assert_eq!(
+                a.free_emptied_of(x.start, AreaKind::Vmalloc),
+                Err(FreeError::NotLive { start: x.start })
+            );
+            let slot = a
+                .alloc(&AllocRequest {
+                    tag: AreaTag { kind: AreaKind::FixedSlot, ..AreaTag::default() },
+                    ..AllocRequest::pages(300)
+                })
+                .unwrap();
+            assert_eq!(
+                a.free_emptied_of(slot.start, AreaKind::Vmalloc),
+                Err(FreeError::WrongKind { start: slot.start, kind: AreaKind::FixedSlot })
+            );
+            let after = a.stats();
+            assert_eq!((after.emptied_on_free, after.bad_frees), (1, before.bad_frees + 2), "{s}/{granule}");
+            assert_eq!(a.lookup(slot.start).map(|b| b.tag.kind), Some(AreaKind::FixedSlot), "{s}: unchanged");
+            a.check().unwrap_or_else(|e| panic!("{s}/{granule}: {e}"));
+        }
+    }
+}
