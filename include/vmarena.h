@@ -463,6 +463,8 @@ struct vmarena_stats {
     uint64_t grown_in_place_pages;
     uint64_t emptied_on_free;
     uint64_t cache_sheds;
+    uint64_t decay_keep_ticks;
+    uint64_t decay_refault_pages;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

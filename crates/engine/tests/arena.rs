@@ -1263,3 +1263,38 @@ fn an_emptied_area_goes_to_the_tree_without_a_release() {
         }
     }
 }
+
+/// Decay that pays, through the ticks the purge worker makes (`decay_purge`): an area freed
+/// and not asked for goes at the second tick; released and then asked for again (carved
+/// fresh from the tree), the keep doubles, and the next free of it survives one more tick.
+/// With `decay_keep_ticks_max` at 1 the keep never grows.
+#[test]
+fn a_decay_release_asked_for_again_lengthens_the_keep() {
+    for max in [8, 1] {
+        let rec = Arc::new(Recorder::default());
+        let o = ArenaOptions { decay_keep_ticks_max: max, ..opts(Strategy::Nodes) };
+        let a = Arena::new("decay", 1 << 12, 1 << 16, o, Box::new(RecBacking(rec.clone()))).unwrap();
+        let released = || rec.released.lock().unwrap().len();
+        let x = a.alloc(&AllocRequest::pages(1000)).unwrap();
+        a.free(x.start).unwrap();
+        a.decay_purge();
+        assert_eq!((a.stats().lazy_pages, released()), (1000, 0), "kept for the tick it was freed in");
+        a.decay_purge();
+        assert_eq!((a.stats().lazy_pages, released()), (0, 1), "released at the next");
+        // Asked for again: carved fresh from the tree, which the next tick counts.
+        let y = a.alloc(&AllocRequest::pages(1000)).unwrap();
+        a.decay_purge();
+        let st = a.stats();
+        assert_eq!(st.decay_refault_pages, 1000, "max {max}");
+        assert_eq!(st.decay_keep_ticks, if max == 8 { 2 } else { 1 }, "max {max}");
+        a.free(y.start).unwrap();
+        a.decay_purge();
+        a.decay_purge();
+        if max == 8 {
+            assert_eq!((a.stats().lazy_pages, released()), (1000, 1), "two ticks kept");
+            a.decay_purge();
+        }
+        assert_eq!((a.stats().lazy_pages, released()), (0, 2), "max {max}: then released");
+        a.check().unwrap();
+    }
+}

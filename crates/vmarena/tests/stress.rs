@@ -43,6 +43,9 @@ fn run_with(strategy: Strategy, slack: u64, uffd_moves: bool, lazy_max_pages: u6
         // with it, frees that lower the live pages as they go would never pass the threshold.
         lazy_headroom: lazy_max_pages >= 256,
         decay_interval_ms: 10,
+        // Ticks of 5 ms release what the workers free soon, so that areas carved from the tree
+        // take moved memory (a keep lengthened by refaults would serve them from lazy areas).
+        decay_keep_ticks_max: 1,
         lazy_slack_percent: slack,
         ..Default::default()
     };

@@ -17,6 +17,7 @@
 
 use super::backing::Moved;
 use super::counters::Counters;
+use super::decay::Decay;
 use super::mosaics::{move_max_maps, Moves, MOVE_MIN_PAGES};
 use crate::area::{Allocation, AreaTag, UNKNOWN_BYTES};
 use crate::arena::backing::Backing;
@@ -117,6 +118,8 @@ pub(crate) struct Context {
     pub(crate) cache: Option<ThreadCaches>,
     pub(crate) cache_off: Option<String>,
     pub(crate) moves: Moves,
+    /// How many ticks a decay purge keeps freed memory, learned from refaults.
+    pub(crate) decay: Decay,
 }
 
 impl Context {
@@ -179,6 +182,7 @@ impl Context {
             },
             node_mask: nr_nodes.is_power_of_two().then(|| nr_nodes - 1),
             nr_nodes,
+            decay: Decay::new(opts.decay_keep_ticks_max),
             opts,
             zeroes_on_release: backing.zeroes_on_release(),
             backing,

@@ -59,6 +59,7 @@ mod check;
 mod congruent;
 mod context;
 mod counters;
+pub(crate) mod decay;
 mod free;
 mod global;
 pub(crate) mod mosaics;

@@ -15,8 +15,10 @@ options_table! {
         lazy_max_pages: u64 = 0, "pages", "VMARENA_LAZY_MAX_PAGES";
         /// Run purges on a background thread (otherwise the freeing thread purges inline).
         purge_thread: bool = true, "bool", "VMARENA_PURGE_THREAD";
-        /// Memory freed and not reused for this long goes back to the OS: the background thread purges every half interval what was freed before its previous purge; 0 = never.
+        /// Memory freed and not reused for this long goes back to the OS: the background thread purges every half interval (a tick) what was freed before its previous purge, or before more ticks where released memory was asked for again soon after (up to 8 ticks; decay_keep_ticks); 0 = never.
         decay_interval_ms: u64 = 500, "ms", "VMARENA_DECAY_INTERVAL_MS";
+        /// The most ticks a decay purge keeps freed memory once released memory was asked for again soon after (1 to 8; 1: always one tick, what was freed before the previous purge).
+        decay_keep_ticks_max: u64 = 8, "ticks", "VMARENA_DECAY_KEEP_TICKS_MAX";
         /// Share of each pool a normal purge gives back to the free tree (the kernel's 25%).
         pool_decay_percent: u64 = 25, "percent", "VMARENA_POOL_DECAY_PERCENT";
         /// Share of the lazy limit (lazy_max_pages plus any headroom) a threshold purge leaves resident, newest frees first (Nodes; 0 = release all, as the kernel).

@@ -83,6 +83,8 @@ impl Shared {
             cache_drained: cf.drained,
             cache_grows: cf.grows,
             cache_sheds: cf.sheds,
+            decay_keep_ticks: self.ctx.decay.keep_ticks() as u64,
+            decay_refault_pages: self.ctx.decay.refault_pages.load(Relaxed),
             cache_budget_pages: cf.budget_pages,
             moved_maps: self.ctx.moves.mosaics.maps(),
             lazy_limit: self.ctx.lazy.limit(self.ctx.opts.lazy_headroom),
@@ -148,8 +150,15 @@ impl crate::arena::worker::Purged for Shared {
 
     fn idle_purge(&self) -> bool {
         self.drain_caches();
+        // Fresh pages carved so far, less what moves filled with resident memory: taken
+        // right after a release, they are the released memory asked for again.
+        let c = &self.ctx.counters;
+        let fresh = (c.tree_pages.load(Relaxed) + c.extend_pages.load(Relaxed))
+            .saturating_sub(c.moved_pages.load(Relaxed));
+        self.ctx.decay.before_tick(fresh);
         if self.ctx.purging.requested.load(Relaxed) || self.lazy_pages_exact() > 0 {
             let released = self.purge(PurgeKind::Decay).pages_released;
+            self.ctx.decay.after_tick(released);
             let idle = released > 0 && self.lazy_pages_exact() == 0;
             if idle {
                 // Nothing was freed for a tick: the live pages of now are the program's peak.

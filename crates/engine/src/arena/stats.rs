@@ -117,5 +117,9 @@ stats_table! {
         emptied_on_free, "frees";
         /// Times a thread emptied its magazine because more threads had come to share the magazines' total (thread_cache_cpu_pages); its areas count as drained.
         cache_sheds, "sheds";
+        /// Ticks a decay purge keeps freed memory now (1 to 8), learned from refaults (Nodes).
+        decay_keep_ticks, "ticks";
+        /// Pages counted as asked for again after a decay purge released them: fresh pages carved in the tick after a release, up to what was released.
+        decay_refault_pages, "pages";
     }
 }

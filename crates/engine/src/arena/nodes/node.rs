@@ -23,6 +23,7 @@
 //! Lazy pages of the node are counted exactly under the lock and folded into the arena-wide
 //! approximate counter in steps of [`lazy_sync_pages`], as a kernel `percpu_counter` does.
 
+use crate::arena::decay::DECAY_KEEP_TICKS_MAX;
 use crate::sync::lock::StatLock;
 use crate::sync::lock_rank::LockRank;
 use crate::sync::padded::Padded;
@@ -62,6 +63,9 @@ pub(crate) struct NodeState {
     /// Pages made lazy here since the last purge that was not a threshold purge: what a decay
     /// purge keeps (the newest lazy pages, as many).
     pub freed_since_tick: u64,
+    /// Pages made lazy here in each of the last decay ticks, the newest first: a decay purge
+    /// keeps the sum of the first `Decay::keep_ticks` (the newest lazy pages, as many).
+    pub freed_ticks: [u64; DECAY_KEEP_TICKS_MAX],
     /// The lazy list's pages as last published for readers without the lock.
     pub list_published: u64,
     pub hits: u64,

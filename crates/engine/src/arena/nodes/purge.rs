@@ -31,16 +31,25 @@ impl Nodes {
             _ => 0,
         };
         let total = ctx.lazy.approx.load(Relaxed).max(1) as u64;
+        let keep_ticks = ctx.decay.keep_ticks();
         for (i, node) in self.nodes.iter().enumerate() {
             let mut p = node.lock_at(&site::PURGE_DETACH);
             let decayed = p.pools.decay(num, den);
             let node_lazy = p.lazy_pages();
+            if kind == PurgeKind::Decay {
+                // A tick: the newest tick's frees go to the front of the ring.
+                p.freed_ticks.rotate_right(1);
+                p.freed_ticks[0] = p.freed_since_tick;
+            } else if kind != PurgeKind::Threshold {
+                p.freed_ticks = Default::default();
+            }
             let keep = match kind {
                 PurgeKind::Threshold if keep_total > 0 && node_lazy > 0 => {
                     (keep_total as u128 * node_lazy as u128 / total.max(node_lazy) as u128) as u64
                 }
-                // What was freed since the last tick may be asked for again: the next tick.
-                PurgeKind::Decay => p.freed_since_tick.min(node_lazy),
+                // What was freed in the last ticks may be asked for again: as many ticks as
+                // the arena's decay keep (`arena/decay.rs`).
+                PurgeKind::Decay => p.freed_ticks[..keep_ticks].iter().sum::<u64>().min(node_lazy),
                 _ => 0,
             };
             // A node that freed nothing for a tick is idle.
