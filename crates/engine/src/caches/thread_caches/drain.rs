@@ -1,4 +1,5 @@
-//! The thread caches' registry side: drains (by another thread, or by an owner asked to), the
+//! The thread caches' registry side: the magazines' share of the total budget and the shed of a
+//! magazine above it, drains (by another thread, or by an owner asked to), the
 //! give-back of an exiting thread's magazines, the figures summed over every cache, the
 //! checker's view and the locks `fork()` takes. The fast paths are in `mod.rs`.
 //!
@@ -8,12 +9,44 @@
 
 use super::{CacheFigures, CacheOwner, ThreadCaches};
 use crate::caches::handshake::heavy_fence;
-use crate::caches::magazine::Magazine;
+use crate::caches::magazine::{bump, Magazine};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vmarena_core::Span;
 
 impl ThreadCaches {
+    /// The most a magazine's budget may be now ([`Budget::ceiling`] of the magazines
+    /// registered).
+    pub(super) fn ceiling(&self) -> u64 {
+        self.budget.ceiling(self.magazines.load(Relaxed))
+    }
+
+    /// The budget a magazine starts again at after it is emptied: the base, within the
+    /// ceiling.
+    pub(super) fn base_now(&self) -> u64 {
+        self.budget.base_pages.min(self.ceiling())
+    }
+
+    /// More threads share the total than when `m` last grew: when its budget stands above
+    /// the ceiling, empty it (owner, inside an operation) into `out` and start it again at
+    /// the base within the ceiling. Rare: once per magazine for each rise in the thread count
+    /// that matters.
+    pub(super) fn shed(&self, m: &Magazine, out: &mut Vec<Span>) {
+        let ceiling = self.ceiling();
+        if m.budget_pages() > ceiling {
+            m.take(out, self.budget.base_pages.min(ceiling));
+            bump(&m.sheds);
+        }
+    }
+
+    /// Give back what [`ThreadCaches::shed`] took (nothing when it took nothing).
+    pub(super) fn give_shed<A: CacheOwner + ?Sized>(&self, arena: &A, shed: &mut [Span]) {
+        if !shed.is_empty() {
+            let _inside = vmarena_platform::reentry::enter();
+            self.give_areas(arena, shed);
+        }
+    }
+
     /// The owner could not use its magazine: if a drain was asked for, empty it now.
     #[cold]
     pub(super) fn owner_drain<A: CacheOwner + ?Sized>(&self, arena: &A, m: &Magazine) {

@@ -34,6 +34,9 @@
 //! - budget: a magazine starts at `thread_cache_pages`; a miss of a size it turned away (a
 //!   refused push or an eviction, marked in its ghost bitmap) grows it by that size up to
 //!   `thread_cache_pages_max`; emptying it (a drain, an owner's drain, a give-back) resets it.
+//!   No budget passes the magazines' share of `thread_cache_cpu_pages` times the CPUs; a
+//!   magazine above its share sheds (empties itself) at its owner's next miss or full push
+//!   (`drain.rs`).
 //!   Invariant: the pages held never exceed the budget, and each size's stack holds at most
 //!   its cap under the present budget (`Arena::check` verifies both).
 //!
@@ -194,30 +197,6 @@ impl ThreadCaches {
             magazines: AtomicU64::new(0),
             retired: Mutex::new(CacheFigures::default()),
         })
-    }
-
-    /// The most a magazine's budget may be now ([`Budget::ceiling`] of the magazines
-    /// registered).
-    fn ceiling(&self) -> u64 {
-        self.budget.ceiling(self.magazines.load(Relaxed))
-    }
-
-    /// The budget a magazine starts again at after it is emptied: the base, within the
-    /// ceiling.
-    pub(super) fn base_now(&self) -> u64 {
-        self.budget.base_pages.min(self.ceiling())
-    }
-
-    /// More threads share the total than when `m` last grew: when its budget stands above
-    /// the ceiling, empty it (owner, inside an operation) into `out` and start it again at
-    /// the base within the ceiling. Rare: once per magazine for each rise in the thread count
-    /// that matters.
-    fn shed(&self, m: &Magazine, out: &mut Vec<Span>) {
-        let ceiling = self.ceiling();
-        if m.budget_pages() > ceiling {
-            m.take(out, self.budget.base_pages.min(ceiling));
-            bump(&m.sheds);
-        }
     }
 
     /// Make the state words of the arena's first `pages` pages writable (the arena grew to
@@ -515,14 +494,6 @@ impl ThreadCaches {
             .flatten();
         self.give_shed(&**arena, &mut shed);
         got
-    }
-
-    /// Give back what [`ThreadCaches::shed`] took (nothing when it took nothing).
-    fn give_shed<A: CacheOwner + ?Sized>(&self, arena: &A, shed: &mut [Span]) {
-        if !shed.is_empty() {
-            let _inside = vmarena_platform::reentry::enter();
-            self.give_areas(arena, shed);
-        }
     }
 
     /// Free through the magazine (see [`FreeFast`]).
