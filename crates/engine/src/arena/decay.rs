@@ -17,12 +17,13 @@
 //! jemalloc's decay curve and mimalloc's purge delay answer the same question with a fixed
 //! time (10 s and 10 ms by default); here the time follows the refaults.
 //!
-//! Owns: [`Decay`], in the arena's context. Its state is a mutex the purge worker takes once
-//! a tick (no other lock is held then, and nothing else takes it); `keep_ticks` is an atomic
-//! the Nodes purge reads under its node locks.
+//! Owns: [`Decay`], in the arena's context: relaxed atomics, written by the purge worker once
+//! a tick and read by the Nodes purge under its node locks. No lock, so a `fork()` at any
+//! moment leaves nothing held for the child's worker (two ticks racing, from explicit
+//! `Arena::decay_purge` calls beside the worker, can only miscount a tick's refaults).
 
+use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
-use crate::sync::{AtomicU64, Mutex};
 
 /// The most ticks a decay purge can keep freed memory (2 s at the default 500 ms interval,
 /// whose tick is half of it); the option `decay_keep_ticks_max` may lower it.
@@ -35,17 +36,6 @@ pub(crate) const QUIET_TICKS: u64 = 16;
 /// fresh carving after a large release is noise, not a sign that the release cost a fault.
 pub(crate) const REFAULT_MIN_PAGES: u64 = 256;
 
-/// What the ticks learned (see the module documentation).
-#[derive(Default)]
-struct Learned {
-    /// Pages decay purges released lately and the program has not asked for again.
-    owed: u64,
-    /// The fresh-page total at the previous tick.
-    fresh_seen: u64,
-    /// Ticks since the last refault that counted.
-    quiet: u64,
-}
-
 /// The decay keep of one arena and what it learned.
 pub(crate) struct Decay {
     /// Ticks a decay purge keeps freed memory, 1 to [`DECAY_KEEP_TICKS_MAX`].
@@ -54,7 +44,12 @@ pub(crate) struct Decay {
     pub(crate) refault_pages: AtomicU64,
     /// The most `keep_ticks` may be (1 to [`DECAY_KEEP_TICKS_MAX`]; 1: never lengthened).
     max_ticks: u64,
-    learned: Mutex<Learned>,
+    /// Pages decay purges released lately and the program has not asked for again.
+    owed: AtomicU64,
+    /// The fresh-page total at the previous tick.
+    fresh_seen: AtomicU64,
+    /// Ticks since the last refault that counted.
+    quiet: AtomicU64,
 }
 
 impl Default for Decay {
@@ -71,7 +66,9 @@ impl Decay {
             keep_ticks: AtomicU64::new(1),
             refault_pages: AtomicU64::new(0),
             max_ticks: max_ticks.clamp(1, DECAY_KEEP_TICKS_MAX as u64),
-            learned: Mutex::new(Learned::default()),
+            owed: AtomicU64::new(0),
+            fresh_seen: AtomicU64::new(0),
+            quiet: AtomicU64::new(0),
         }
     }
 
@@ -84,23 +81,21 @@ impl Decay {
     /// Counts the refaults since the previous tick and moves the keep. Returns the pages
     /// counted as refaults.
     pub(crate) fn before_tick(&self, fresh_total: u64) -> u64 {
-        let mut l = self.learned.lock().unwrap_or_else(|e| e.into_inner());
-        let fresh = fresh_total.saturating_sub(l.fresh_seen);
-        l.fresh_seen = fresh_total;
-        let owed = l.owed;
+        let fresh = fresh_total.saturating_sub(self.fresh_seen.swap(fresh_total, Relaxed));
+        let owed = self.owed.load(Relaxed);
         let refault = fresh.min(owed);
-        l.owed = owed - refault;
+        self.owed.store(owed - refault, Relaxed);
         let keep = self.keep_ticks.load(Relaxed);
-        if refault >= REFAULT_MIN_PAGES && refault * 8 >= owed {
+        let quiet = if refault >= REFAULT_MIN_PAGES && refault * 8 >= owed {
             self.keep_ticks.store((keep * 2).min(self.max_ticks), Relaxed);
-            l.quiet = 0;
+            0
+        } else if self.quiet.load(Relaxed) + 1 >= QUIET_TICKS {
+            self.keep_ticks.store((keep / 2).max(1), Relaxed);
+            0
         } else {
-            l.quiet += 1;
-            if l.quiet >= QUIET_TICKS {
-                self.keep_ticks.store((keep / 2).max(1), Relaxed);
-                l.quiet = 0;
-            }
-        }
+            self.quiet.load(Relaxed) + 1
+        };
+        self.quiet.store(quiet, Relaxed);
         if refault > 0 {
             self.refault_pages.fetch_add(refault, Relaxed);
         }
@@ -110,8 +105,8 @@ impl Decay {
     /// A tick, after its purge released `released` pages: they are owed, and older debts fade
     /// by a quarter.
     pub(crate) fn after_tick(&self, released: u64) {
-        let mut l = self.learned.lock().unwrap_or_else(|e| e.into_inner());
-        l.owed = l.owed - l.owed / 4 + released;
+        let owed = self.owed.load(Relaxed);
+        self.owed.store(owed - owed / 4 + released, Relaxed);
     }
 }
 
