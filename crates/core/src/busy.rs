@@ -9,20 +9,31 @@
 //! lookups are needed on the hot paths, so this is a hash table, not an ordered tree; ordered
 //! views (`vmallocinfo`, the checker) sort a copy.
 //!
-//! Table: open addressing with linear probing over a power-of-two number of slots, Fibonacci
-//! hashing of the start page (one multiply), at most half full, and backward-shift deletion (no
-//! tombstones, so probe sequences never degrade). Removals never shrink it: a program that frees
-//! thousands of areas in a row would otherwise rebuild the table, and give the old one back to
-//! the system, while its frees go on (a 4 MiB table's `munmap` took a millisecond there).
-//! [`BusyMap::compact`] shrinks it instead, from the purges that are not threshold purges (idle
-//! decay, explicit purges, the shrinker), as the lazy list's address maps do.
-//! Slots are stored in 64-byte-aligned lines, so the table of one node never shares a cache
-//! line with another allocation (two nodes' tables side by side cost the Nodes strategy its
-//! two-thread scaling when they did: see `docs/bench-log/design-notes.md`).
+//! Table: open addressing with linear probing over a power-of-two number of slots, at most half
+//! full, and backward-shift deletion (no tombstones, so probe sequences never degrade). The home
+//! slot of a start is that of its run of 16 pages (a Fibonacci hash of `start / 16`, one
+//! multiply) plus its offset in the run: areas carved in a row get neighbouring slots, and the
+//! runs spread over the table as single keys would. A slot holds the key and the index of its
+//! record in a slab beside the table; only slots move when a deletion shifts a run back, so a
+//! deletion touches the key lines of its run (four slots to a cache line) and the one record it
+//! removes, never the records of the keys it moves (copying those was most of a bulk free's
+//! time: `docs/bench-log/many-workers.md`, "the busy map's slab"). The slab's free entries form
+//! a stack threaded through them, so the record a deletion frees is the next insertion's, and
+//! records inserted in a row sit in a row: a program that frees in the order it allocated
+//! reads them in address order. Removals never shrink either: a program that frees thousands of
+//! areas in a row would otherwise rebuild the table, and give the old one back to the system,
+//! while its frees go on (a 4 MiB table's `munmap` took a millisecond there).
+//! [`BusyMap::compact`] shrinks both instead, from the purges that are not threshold purges
+//! (idle decay, explicit purges, the shrinker), as the lazy list's address maps do.
+//! Slots and records are stored in 64-byte-aligned lines, so the table of one node never shares
+//! a cache line with another allocation (two nodes' tables side by side cost the Nodes strategy
+//! its two-thread scaling when they did: see `docs/bench-log/design-notes.md`), and a record
+//! never spans two lines.
 //!
 //! Invariants (checked by [`BusyMap::check`]): every key sits in the probe run that starts at
-//! its home slot (no empty slot between home and key); `len` counts the keys; `pages` sums
-//! their sizes.
+//! its home slot (no empty slot between home and key); every record of the slab is named by
+//! exactly one slot or is on the free stack, once; `len` counts the keys; `pages` sums their
+//! sizes.
 
 /// One live area.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,12 +48,18 @@ pub struct BusyArea<T: Copy> {
 
 const EMPTY: u64 = 0;
 const MIN_SLOTS: usize = 16;
-const KEYS_PER_LINE: usize = 8;
-// One value to a line (`Line<_, 1>`): the engine's values are 40 bytes, so two to a line pair
-// would put every second one across two cache lines, for the same memory (a line pair holding
-// two values is 128 bytes, as two lines of one value each are).
+const SLOTS_PER_LINE: usize = 4;
+/// The end of the slab's free stack.
+const NO_RECORD: u32 = u32::MAX;
 
-/// A cache line (or a few) of slots, aligned so that no other data shares it.
+/// A key (`start + 1`; 0 marks an empty slot) and the slab index of its record.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    key: u64,
+    rec: u32,
+}
+
+/// A cache line (or a few) of slots or records, aligned so that no other data shares it.
 #[derive(Clone, Copy, Debug)]
 #[repr(align(64))]
 struct Line<X: Copy, const N: usize>([X; N]);
@@ -50,9 +67,11 @@ struct Line<X: Copy, const N: usize>([X; N]);
 /// Live areas of one shard, keyed by start page.
 #[derive(Clone, Debug)]
 pub struct BusyMap<T: Copy + Default> {
-    /// `start + 1` per slot; 0 marks an empty slot.
-    keys: Vec<Line<u64, KEYS_PER_LINE>>,
-    vals: Vec<Line<BusyArea<T>, 1>>,
+    table: Vec<Line<Slot, SLOTS_PER_LINE>>,
+    /// The records; a free one holds the index of the next free one in `pages`.
+    recs: Vec<Line<BusyArea<T>, 1>>,
+    /// The top of the free stack of `recs`, or [`NO_RECORD`].
+    free_rec: u32,
     slots: usize,
     shift: u32,
     len: usize,
@@ -69,8 +88,9 @@ impl<T: Copy + Default> BusyMap<T> {
     fn with_slots(slots: usize) -> Self {
         debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
         BusyMap {
-            keys: vec![Line([EMPTY; KEYS_PER_LINE]); slots / KEYS_PER_LINE],
-            vals: vec![Line([BusyArea::default()]); slots],
+            table: vec![Line([Slot::default(); SLOTS_PER_LINE]); slots / SLOTS_PER_LINE],
+            recs: Vec::new(),
+            free_rec: NO_RECORD,
             slots,
             shift: 64 - slots.trailing_zeros(),
             len: 0,
@@ -78,19 +98,30 @@ impl<T: Copy + Default> BusyMap<T> {
         }
     }
 
+    /// The home slot of `key` (module documentation).
     #[inline]
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+        let base = ((key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
+        (base + (key & 15) as usize) & self.mask()
     }
 
-    /// The addresses a lookup of `start` reads first, for a batch that prefetches them before
-    /// its removals: its home slot's key and value (each value has a line of its own). Only
-    /// addresses are computed; nothing is read.
+    /// The address a lookup of `start` reads first, for a batch that prefetches it before its
+    /// removals: its home slot's line. Only the address is computed; nothing is read. (What the
+    /// removal reads next follows from the slot: [`BusyMap::removal_lines`].)
     #[inline]
-    pub fn home_lines(&self, start: u64) -> [usize; 2] {
-        let i = self.home(start.wrapping_add(1));
-        let key = &self.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE] as *const u64 as usize;
-        [key, self.val(i) as *const BusyArea<T> as usize]
+    pub fn home_lines(&self, start: u64) -> [usize; 1] {
+        [self.slot_ref(self.home(start.wrapping_add(1))) as *const Slot as usize]
+    }
+
+    /// The addresses a removal of the live area at `start` reads after its slot, for a batch
+    /// that prefetches them after its home lines: its record and the slot after its own (the
+    /// backward shift reads it; another line when the key's slot ends its line). This reads
+    /// the slots (prefetched by then), not the record.
+    #[inline]
+    pub fn removal_lines(&self, start: u64) -> Option<[usize; 2]> {
+        let i = self.find(start.wrapping_add(1))?;
+        let rec = self.rec_ref(self.slot(i).rec) as *const BusyArea<T> as usize;
+        Some([rec, self.slot_ref((i + 1) & self.mask()) as *const Slot as usize])
     }
 
     #[inline]
@@ -99,29 +130,75 @@ impl<T: Copy + Default> BusyMap<T> {
     }
 
     #[inline]
-    fn key(&self, i: usize) -> u64 {
-        self.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE]
+    fn slot_ref(&self, i: usize) -> &Slot {
+        &self.table[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE]
     }
 
     #[inline]
-    fn set_key(&mut self, i: usize, k: u64) {
-        self.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE] = k;
+    fn slot(&self, i: usize) -> Slot {
+        *self.slot_ref(i)
+    }
+
+    #[inline]
+    fn key(&self, i: usize) -> u64 {
+        self.slot_ref(i).key
+    }
+
+    #[inline]
+    fn set_slot(&mut self, i: usize, s: Slot) {
+        self.table[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE] = s;
+    }
+
+    #[inline]
+    fn rec_ref(&self, r: u32) -> &BusyArea<T> {
+        &self.recs[r as usize].0[0]
+    }
+
+    #[inline]
+    fn rec_mut(&mut self, r: u32) -> &mut BusyArea<T> {
+        &mut self.recs[r as usize].0[0]
     }
 
     #[inline]
     fn val(&self, i: usize) -> &BusyArea<T> {
-        &self.vals[i].0[0]
+        self.rec_ref(self.slot(i).rec)
     }
 
     #[inline]
     fn val_mut(&mut self, i: usize) -> &mut BusyArea<T> {
-        &mut self.vals[i].0[0]
+        let r = self.slot(i).rec;
+        self.rec_mut(r)
     }
 
-    /// `(key, value)` of every occupied slot.
+    /// A record slot for `area`: the top of the free stack, else a new one.
+    #[inline]
+    fn new_record(&mut self, area: BusyArea<T>) -> u32 {
+        let r = self.free_rec;
+        if r != NO_RECORD {
+            self.free_rec = self.rec_ref(r).pages as u32;
+            *self.rec_mut(r) = area;
+            r
+        } else {
+            // At most one record per live area of one shard: far below 2^32 - 1 (each area
+            // is a page or more of address space, each record 64 bytes).
+            let r = self.recs.len() as u32;
+            self.recs.push(Line([area]));
+            r
+        }
+    }
+
+    /// Push record `r` on the free stack.
+    #[inline]
+    fn free_record(&mut self, r: u32) {
+        let next = self.free_rec;
+        self.rec_mut(r).pages = next as u64;
+        self.free_rec = r;
+    }
+
+    /// `(slot, key, record)` of every occupied slot.
     fn occupied(&self) -> impl Iterator<Item = (usize, u64, &BusyArea<T>)> + '_ {
-        let keys = self.keys.iter().flat_map(|l| l.0.iter().copied());
-        keys.enumerate().filter(|&(_, k)| k != EMPTY).map(|(i, k)| (i, k, self.val(i)))
+        let slots = self.table.iter().flat_map(|l| l.0.iter().copied());
+        slots.enumerate().filter(|&(_, s)| s.key != EMPTY).map(|(i, s)| (i, s.key, self.rec_ref(s.rec)))
     }
 
     /// The slot holding `key`, if any.
@@ -140,24 +217,27 @@ impl<T: Copy + Default> BusyMap<T> {
         }
     }
 
+    /// A table of `slots` slots over the same records (the slab is kept as it is).
     fn resize(&mut self, slots: usize) {
-        let old = std::mem::replace(self, Self::with_slots(slots));
-        for (_, k, v) in old.occupied() {
-            self.insert_new(k, *v);
+        let mut t = Self::with_slots(slots);
+        for l in &self.table {
+            for s in l.0.iter().filter(|s| s.key != EMPTY) {
+                t.place(*s);
+            }
         }
+        self.table = t.table;
+        self.slots = t.slots;
+        self.shift = t.shift;
     }
 
-    /// Insert a key known to be absent, with room guaranteed.
+    /// Put a slot whose key is known to be absent in the table, with room guaranteed.
     #[inline]
-    fn insert_new(&mut self, key: u64, area: BusyArea<T>) {
-        let mut i = self.home(key);
+    fn place(&mut self, s: Slot) {
+        let mut i = self.home(s.key);
         while self.key(i) != EMPTY {
             i = (i + 1) & self.mask();
         }
-        self.set_key(i, key);
-        *self.val_mut(i) = area;
-        self.len += 1;
-        self.pages += area.pages;
+        self.set_slot(i, s);
     }
 
     /// Record a live area. Returns false (and changes nothing) if the start is already live.
@@ -182,8 +262,8 @@ impl<T: Copy + Default> BusyMap<T> {
             }
             i = (i + 1) & self.mask();
         }
-        self.set_key(i, key);
-        *self.val_mut(i) = area;
+        let rec = self.new_record(area);
+        self.set_slot(i, Slot { key, rec });
         self.len += 1;
         self.pages += area.pages;
         true
@@ -213,43 +293,61 @@ impl<T: Copy + Default> BusyMap<T> {
 
     #[inline]
     fn remove_at(&mut self, mut hole: usize) -> BusyArea<T> {
-        let area = *self.val(hole);
+        let rec = self.slot(hole).rec;
+        let area = *self.rec_ref(rec);
+        self.free_record(rec);
         self.len -= 1;
         self.pages -= area.pages;
         // Backward-shift deletion: pull later members of the run into the hole when the hole
-        // lies on their probe path (between their home and their slot, cyclically).
+        // lies on their probe path (between their home and their slot, cyclically). Only slots
+        // move; their records stay where they are.
         let mask = self.mask();
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            let k = self.key(j);
-            if k == EMPTY {
+            let s = self.slot(j);
+            if s.key == EMPTY {
                 break;
             }
-            let home = self.home(k);
+            let home = self.home(s.key);
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.set_key(hole, k);
-                *self.val_mut(hole) = *self.val(j);
+                self.set_slot(hole, s);
                 hole = j;
             }
         }
-        self.set_key(hole, EMPTY);
+        self.set_slot(hole, Slot::default());
         area
     }
 
     /// Shrink the table when it is under an eighth full, to the smallest size at most a
-    /// quarter full (not below the first size). For the purges that are not threshold purges,
-    /// never while frees go on (module documentation).
+    /// quarter full (not below the first size), and the slab when under half its records are
+    /// live (rebuilt in address order). For the purges that are not threshold purges, never
+    /// while frees go on (module documentation).
     pub fn compact(&mut self) {
+        let mut to = self.slots;
         if self.slots > MIN_SLOTS && self.len * 8 < self.slots {
-            let mut to = self.slots;
             while to > MIN_SLOTS && self.len * 4 < to / 2 {
                 to /= 2;
             }
-            if to < self.slots {
-                self.resize(to);
-            }
         }
+        if to < self.slots || self.recs.len() > 2 * self.len + MIN_SLOTS {
+            let mut live: Vec<(u64, BusyArea<T>)> = self.occupied().map(|(_, k, &a)| (k, a)).collect();
+            live.sort_unstable_by_key(|&(k, _)| k);
+            let mut t = Self::with_slots(to);
+            t.recs.reserve_exact(live.len());
+            for (key, area) in live {
+                let rec = t.new_record(area);
+                t.place(Slot { key, rec });
+                t.len += 1;
+                t.pages += area.pages;
+            }
+            *self = t;
+        }
+    }
+
+    /// Records in the slab, live or free (its memory, in 64-byte lines).
+    pub fn records(&self) -> usize {
+        self.recs.len()
     }
 
     /// Slots of the table (a power of two).
@@ -295,16 +393,39 @@ impl<T: Copy + Default> BusyMap<T> {
     pub fn check(&self) -> Result<(), String> {
         let mask = self.mask();
         let (mut len, mut pages) = (0usize, 0u64);
-        for (i, k, v) in self.occupied() {
+        // How many times each record is named: by a slot, or by the free stack.
+        let mut named = vec![0u8; self.recs.len()];
+        for (i, s) in self.table.iter().flat_map(|l| l.0.iter()).enumerate() {
+            if s.key == EMPTY {
+                continue;
+            }
+            let Some(n) = named.get_mut(s.rec as usize) else {
+                return Err(format!("busy map: start {:#x} names record {} past the slab", s.key - 1, s.rec));
+            };
+            *n += 1;
             len += 1;
-            pages += v.pages;
-            let mut j = self.home(k);
+            pages += self.rec_ref(s.rec).pages;
+            let mut j = self.home(s.key);
             while j != i {
                 if self.key(j) == EMPTY {
-                    return Err(format!("busy map: start {:#x} unreachable from its home slot", k - 1));
+                    return Err(format!("busy map: start {:#x} unreachable from its home slot", s.key - 1));
                 }
                 j = (j + 1) & mask;
             }
+        }
+        let mut r = self.free_rec;
+        while r != NO_RECORD {
+            let Some(n) = named.get_mut(r as usize) else {
+                return Err(format!("busy map: free record {r} past the slab"));
+            };
+            *n += 1;
+            if *n > 1 {
+                break;
+            }
+            r = self.rec_ref(r).pages as u32;
+        }
+        if let Some(r) = named.iter().position(|&n| n != 1) {
+            return Err(format!("busy map: record {r} named {} times (slots and free stack)", named[r]));
         }
         if len != self.len || pages != self.pages {
             return Err(format!(
@@ -320,33 +441,135 @@ impl<T: Copy + Default> BusyMap<T> {
 mod tests {
     use super::*;
 
-    /// The addresses a prefetch asks for are those a lookup reads first: for a key alone in
-    /// its run, its own slot's key and value, whichever start is asked for inside the tables,
-    /// and a value never crosses a line.
+    /// The address a prefetch asks for is the line a lookup reads first (for a key alone in
+    /// its run, its own slot's), inside the table whichever start is asked for; a record's
+    /// address is its own, inside the slab, and a record never crosses a line.
     #[test]
-    fn home_lines_are_what_a_lookup_reads_first() {
+    fn home_and_record_lines_are_what_a_lookup_reads() {
         let mut m: BusyMap<u64> = BusyMap::default();
         for s in (0..600u64).map(|i| i * 2 + 1000) {
             m.insert(s, BusyArea { pages: 2, node: 0, tag: s });
         }
-        let keys = m.keys.as_ptr() as usize..m.keys.as_ptr() as usize + m.keys.len() * 64;
-        let vals = m.vals.as_ptr() as usize
-            ..m.vals.as_ptr() as usize + m.vals.len() * std::mem::size_of::<Line<BusyArea<u64>, 1>>();
+        let table = m.table.as_ptr() as usize..m.table.as_ptr() as usize + m.table.len() * 64;
+        let slab = m.recs.as_ptr() as usize
+            ..m.recs.as_ptr() as usize + m.recs.len() * std::mem::size_of::<Line<BusyArea<u64>, 1>>();
         let mut own = 0;
         for s in (0..1200u64).map(|i| i + 1000) {
-            let [k, v] = m.home_lines(s);
-            assert!(keys.contains(&k) && vals.contains(&v), "start {s}: outside the tables");
-            // The whole value lies in the line it starts in.
-            assert!(v % 64 + std::mem::size_of::<BusyArea<u64>>() <= 64);
+            let [k] = m.home_lines(s);
+            assert!(table.contains(&k), "start {s}: outside the table");
             if let Some(i) = m.find(s + 1) {
+                let [v, next] = m.removal_lines(s).expect("a live start has a record");
+                assert!(table.contains(&next));
+                assert!(slab.contains(&v) && v % 64 + std::mem::size_of::<BusyArea<u64>>() <= 64);
+                assert_eq!(v, m.val(i) as *const BusyArea<u64> as usize);
+                assert_eq!(m.val(i).tag, s, "the record is the start's own");
                 if i == m.home(s + 1) {
                     own += 1;
-                    assert_eq!(k, &m.keys[i / KEYS_PER_LINE].0[i % KEYS_PER_LINE] as *const u64 as usize);
-                    assert_eq!(v, m.val(i) as *const BusyArea<u64> as usize);
+                    assert_eq!(k, m.slot_ref(i) as *const Slot as usize);
                 }
+            } else {
+                assert_eq!(m.removal_lines(s), None);
             }
         }
         assert!(own > 100, "only {own} keys sat in their home slot");
+    }
+
+    /// A deletion that shifts a run back moves slots only: every other record stays at its
+    /// address (and keeps its contents), and the freed record is the next insertion's.
+    #[test]
+    fn a_deletion_moves_no_record() {
+        let mut m: BusyMap<u64> = BusyMap::default();
+        // Scattered starts (an arithmetic run hashes too evenly to collide often).
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut starts: Vec<u64> = (0..7000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % (1 << 36)
+            })
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        for &s in &starts {
+            assert!(m.insert(s, BusyArea { pages: 3, node: 1, tag: s * 7 }));
+        }
+        let at: Vec<usize> = starts.iter().map(|&s| m.removal_lines(s).unwrap()[0]).collect();
+        let mut shifted = 0;
+        for (n, &gone) in starts.iter().enumerate().step_by(5) {
+            let before = m.table.iter().flat_map(|l| l.0.iter()).filter(|x| x.key != EMPTY).count();
+            let hole = m.find(gone + 1).unwrap();
+            let freed = m.removal_lines(gone).unwrap()[0];
+            assert_eq!(m.remove(gone).map(|a| a.tag), Some(gone * 7));
+            shifted += usize::from(m.key(hole) != EMPTY);
+            assert_eq!(before - 1, m.len());
+            let fresh = 1 << 40 | n as u64;
+            assert!(m.insert(fresh, BusyArea { pages: 1, node: 2, tag: 0 }));
+            assert_eq!(m.removal_lines(fresh).map(|l| l[0]), Some(freed), "the freed record is reused first");
+            assert_eq!(m.remove(fresh).map(|a| a.node), Some(2));
+        }
+        assert!(shifted > 50, "only {shifted} deletions shifted a run: the test shows nothing");
+        for (i, &s) in starts.iter().enumerate() {
+            if i % 5 != 0 {
+                assert_eq!(m.removal_lines(s).map(|l| l[0]), Some(at[i]), "record of {s} moved");
+                assert_eq!(m.get(s).map(|a| a.tag), Some(s * 7));
+            }
+        }
+        m.check().unwrap();
+    }
+
+    /// A compaction packs the slab in address order and keeps every record.
+    #[test]
+    fn compact_packs_the_slab_in_address_order() {
+        let mut m: BusyMap<u64> = BusyMap::default();
+        for s in (0..4000u64).rev() {
+            m.insert(s * 2, BusyArea { pages: 2, node: 0, tag: s });
+        }
+        for s in (0..4000u64).filter(|s| s % 4 != 0) {
+            m.remove(s * 2);
+        }
+        assert_eq!(m.records(), 4000, "removals keep the slab");
+        m.compact();
+        assert_eq!(m.records(), 1000);
+        m.check().unwrap();
+        let lines: Vec<usize> = (0..1000u64).map(|s| m.removal_lines(s * 8).unwrap()[0]).collect();
+        assert!(lines.windows(2).all(|w| w[1] == w[0] + 64), "records in address order, packed");
+        assert!((0..1000u64).all(|s| m.get(s * 8).map(|a| a.tag) == Some(s * 4)));
+    }
+
+    /// The home slot keeps runs of 16 pages together (so a free in address order reads slots
+    /// in order) yet spreads the runs: every pattern of starts a program makes keeps its
+    /// lookups short, a dense run of one-page areas included.
+    #[test]
+    fn probe_runs_stay_short_for_every_pattern() {
+        let patterns: [(&str, Box<dyn Fn(u64) -> u64>); 7] = [
+            ("dense", Box::new(|i| i + 7)),
+            ("guarded", Box::new(|i| i * 2)),
+            ("three", Box::new(|i| i * 3 + 1)),
+            ("sixteen", Box::new(|i| i * 16)),
+            ("seventeen", Box::new(|i| i * 17)),
+            ("huge", Box::new(|i| i * 512)),
+            (
+                "scattered",
+                Box::new(|i: u64| i.wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(17) % (1 << 40)),
+            ),
+        ];
+        for (name, start) in patterns {
+            let mut m: BusyMap<()> = BusyMap::default();
+            for i in 0..40_000 {
+                m.insert(start(i), BusyArea { pages: 1, node: 0, tag: () });
+            }
+            let (mut sum, mut max) = (0usize, 0usize);
+            for i in 0..40_000 {
+                let key = start(i) + 1;
+                let d = m.find(key).unwrap().wrapping_sub(m.home(key)) & m.mask();
+                sum += d;
+                max = max.max(d);
+            }
+            let mean = sum as f64 / 40_000.0;
+            eprintln!("{name}: mean {mean:.2}, max {max}");
+            assert!(mean < 2.0 && max < 64, "{name}: mean distance {mean:.2}, max {max} slots");
+        }
     }
 
     #[test]

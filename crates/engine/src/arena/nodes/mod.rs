@@ -141,11 +141,17 @@ impl StrategyOps for Nodes {
             {
                 // Each area's busy-map home slot is far from the others' and rarely cached in
                 // a bulk free: ask for all of them first, so that the misses overlap (under
-                // the lock: the table may be resized). The areas' words were read by their
-                // frees a few dozen frees ago and are still cached.
+                // the lock: the table may be resized), then for their records (whose places
+                // the slots name) and the slots after theirs. The areas' words were read by their frees a few dozen frees
+                // ago and are still cached.
                 let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
                 for a in run {
                     for line in g.busy.home_lines(a.start) {
+                        vmarena_platform::prefetch::prefetch_line(line);
+                    }
+                }
+                for a in run {
+                    for line in g.busy.removal_lines(a.start).into_iter().flatten() {
                         vmarena_platform::prefetch::prefetch_line(line);
                     }
                 }
