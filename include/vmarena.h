@@ -465,6 +465,9 @@ struct vmarena_stats {
     uint64_t cache_sheds;
     uint64_t decay_keep_ticks;
     uint64_t decay_refault_pages;
+    uint64_t depot_pages;
+    uint64_t depot_puts;
+    uint64_t depot_takes;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

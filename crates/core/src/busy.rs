@@ -540,19 +540,19 @@ mod tests {
     /// The home slot keeps runs of 16 pages together (so a free in address order reads slots
     /// in order) yet spreads the runs: every pattern of starts a program makes keeps its
     /// lookups short, a dense run of one-page areas included.
+    /// A named pattern of starts: the `i`-th start.
+    type Pattern = (&'static str, fn(u64) -> u64);
+
     #[test]
     fn probe_runs_stay_short_for_every_pattern() {
-        let patterns: [(&str, Box<dyn Fn(u64) -> u64>); 7] = [
-            ("dense", Box::new(|i| i + 7)),
-            ("guarded", Box::new(|i| i * 2)),
-            ("three", Box::new(|i| i * 3 + 1)),
-            ("sixteen", Box::new(|i| i * 16)),
-            ("seventeen", Box::new(|i| i * 17)),
-            ("huge", Box::new(|i| i * 512)),
-            (
-                "scattered",
-                Box::new(|i: u64| i.wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(17) % (1 << 40)),
-            ),
+        let patterns: [Pattern; 7] = [
+            ("dense", |i| i + 7),
+            ("guarded", |i| i * 2),
+            ("three", |i| i * 3 + 1),
+            ("sixteen", |i| i * 16),
+            ("seventeen", |i| i * 17),
+            ("huge", |i| i * 512),
+            ("scattered", |i: u64| i.wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(17) % (1 << 40)),
         ];
         for (name, start) in patterns {
             let mut m: BusyMap<()> = BusyMap::default();

@@ -12,6 +12,8 @@ use vmarena_engine::{
 /// Areas handed to a worker to free: `(start, pages, owner)`.
 type Mailboxes = Arc<Vec<Mutex<Vec<(u64, u64, usize)>>>>;
 
+/// The magazines alone: no per-CPU stacks in front, no depot behind (what a full stack spills
+/// goes through the busy map at once; the depot's tests below turn it on).
 fn opts() -> ArenaOptions {
     ArenaOptions {
         strategy: Strategy::Nodes,
@@ -21,6 +23,7 @@ fn opts() -> ArenaOptions {
         thread_cache_max_pages: 8,
         thread_cache_pages: 64,
         cpu_cache: false,
+        thread_cache_depot: false,
         ..Default::default()
     }
 }
@@ -555,7 +558,78 @@ fn strategies_without_caches_and_the_switch_say_why() {
     assert_eq!(a.stats().cached_areas, 0);
 }
 
-/// Workers allocate small areas, stamp each page they own, free some of their own and hand the
+/// [`opts`] with the depot behind the magazines.
+fn opts_depot() -> ArenaOptions {
+    ArenaOptions { thread_cache_depot: true, ..opts() }
+}
+
+#[test]
+fn what_a_full_stack_spills_waits_in_the_depot_and_a_miss_takes_it_back() {
+    let a = Arena::new("depot", 0x1000, 0x1000 + (1 << 20), opts_depot(), Box::new(NoBacking)).unwrap();
+    // 64 pages of budget: 16 one-page entries; each full stack spills its oldest 8.
+    let xs: Vec<u64> = (0..40).map(|_| a.alloc(&AllocRequest::pages(1)).unwrap().start).collect();
+    let carved = a.stats();
+    for &x in &xs {
+        a.free(x).unwrap();
+    }
+    let st = a.stats();
+    assert_eq!(
+        (st.cached_areas, st.depot_pages, st.depot_puts, st.cache_flushes),
+        (40, 24, 24, 24),
+        "{st:?}"
+    );
+    assert_eq!((st.live_areas, st.lazy_pages, st.pooled_areas), (0, 0, 0), "nothing went to a node");
+    assert_eq!(st.frees, carved.frees + 40, "every free counted once");
+    a.check().unwrap();
+    // A second free of an area in the depot is refused and changes nothing.
+    let before = a.stats();
+    assert!(matches!(a.free(xs[0]), Err(FreeError::NotLive { .. })));
+    let after = a.stats();
+    assert_eq!(after.bad_frees, before.bad_frees + 1);
+    assert_eq!((after.cached_areas, after.depot_pages, after.frees), (40, 24, before.frees));
+    // The next 40 allocations are the same areas: 16 from the magazine, then the depot's,
+    // taken back a spill at a time with their records as they were.
+    let again: Vec<u64> = (0..40).map(|_| a.alloc(&AllocRequest::pages(1)).unwrap().start).collect();
+    let st = a.stats();
+    assert_eq!((st.depot_pages, st.depot_takes, st.cached_areas, st.live_areas), (0, 24, 0, 40), "{st:?}");
+    assert_eq!(
+        (st.pool_hits, st.chunk_allocs, st.tree_allocs),
+        (carved.pool_hits, carved.chunk_allocs, carved.tree_allocs),
+        "no allocation took the busy-map path"
+    );
+    let (mut want, mut got) = (xs.clone(), again.clone());
+    want.sort_unstable();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    a.check().unwrap();
+    // A purge drains the depot down the busy-map path with the magazines.
+    for &x in &again {
+        a.free(x).unwrap();
+    }
+    assert_eq!(a.stats().depot_pages, 24);
+    a.purge();
+    let st = a.stats();
+    assert_eq!((st.depot_pages, st.cached_areas, st.live_areas), (0, 0, 0), "{st:?}");
+    a.check().unwrap();
+}
+
+#[test]
+fn a_spill_larger_than_the_lazy_limit_leaves_goes_through_the_busy_map() {
+    let o = ArenaOptions { lazy_max_pages: 4, lazy_headroom: false, ..opts_depot() };
+    let a = Arena::new("depot-bound", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();
+    assert_eq!(a.stats().lazy_limit, 4);
+    let xs: Vec<u64> = (0..17).map(|_| a.alloc(&AllocRequest::pages(1)).unwrap().start).collect();
+    for &x in &xs {
+        a.free(x).unwrap();
+    }
+    // The 17th free spilled 8 pages: more than the 4 the limit leaves.
+    let st = a.stats();
+    assert_eq!((st.depot_puts, st.depot_pages, st.cache_flushes), (0, 0, 8), "{st:?}");
+    assert_eq!(st.cached_areas, 9, "the spill left the magazine");
+    a.check().unwrap();
+}
+
+/// Workers allocate small areas, stamp each page they own,/// Workers allocate small areas, stamp each page they own, free some of their own and hand the
 /// rest to other workers to free; a drainer purges all along. The stamp map catches any page
 /// handed to two owners, and the checker any area lost or double-listed.
 #[test]
@@ -569,10 +643,17 @@ fn stress_through_cpu_stacks_with_cross_thread_frees_and_drains_keeps_owners_apa
     cross_thread_stress(opts_cpu());
 }
 
+/// The same with the depot behind the magazines and the per-CPU stacks in front: spilled
+/// areas pass between threads through it while the drainer empties it.
+#[test]
+fn stress_through_the_depot_with_cross_thread_frees_and_drains_keeps_owners_apart() {
+    cross_thread_stress(ArenaOptions { cpu_cache: true, ..opts_depot() });
+}
+
 fn cross_thread_stress(o: ArenaOptions) {
     const WORKERS: usize = 4;
     const ROUNDS: usize = 3000;
-    let cpu = o.cpu_cache;
+    let (cpu, depot) = (o.cpu_cache, o.thread_cache_depot);
     let a = Arc::new(Arena::new("tc", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap());
     let owner: Arc<Mutex<HashMap<u64, usize>>> = Arc::default();
     let mailbox: Mailboxes = Arc::new((0..WORKERS).map(|_| Mutex::default()).collect());
@@ -659,6 +740,11 @@ fn cross_thread_stress(o: ArenaOptions) {
     assert_eq!(st.live_areas, 0, "{st:?}");
     assert!(st.cache_hits > 0 && st.cache_drained > 0, "{st:?}");
     assert_eq!(st.cache_cpu_hits > 0, cpu, "{st:?}");
+    if depot {
+        assert!(st.depot_puts > 0 && st.depot_takes > 0, "the depot was used: {st:?}");
+    } else {
+        assert_eq!(st.depot_puts, 0);
+    }
     a.check().unwrap();
 }
 

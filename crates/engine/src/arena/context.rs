@@ -147,6 +147,7 @@ impl Context {
                     .thread_cache_cpu_pages
                     .saturating_mul(vmarena_platform::cpu::count().clamp(1, 1024) as u64),
                 slack_percent: opts.lazy_slack_percent,
+                depot: opts.thread_cache_depot,
             };
             let cpu_pages = opts.cpu_cache.then_some(opts.cpu_cache_pages);
             match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget, cpu_pages) {

@@ -171,7 +171,7 @@ impl Shared {
 
     /// The lazy pages (approximate) and the limit a free compares them with.
     #[inline(always)]
-    fn lazy_and_limit(&self) -> (i64, i64) {
+    pub(crate) fn lazy_and_limit(&self) -> (i64, i64) {
         (self.ctx.lazy.approx.load(Relaxed), self.ctx.lazy.limit(self.ctx.opts.lazy_headroom) as i64)
     }
 

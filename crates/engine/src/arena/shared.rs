@@ -83,6 +83,9 @@ impl Shared {
             cache_drained: cf.drained,
             cache_grows: cf.grows,
             cache_sheds: cf.sheds,
+            depot_pages: cf.depot_pages,
+            depot_puts: cf.depot_puts,
+            depot_takes: cf.depot_takes,
             decay_keep_ticks: self.ctx.decay.keep_ticks() as u64,
             decay_refault_pages: self.ctx.decay.refault_pages.load(Relaxed),
             cache_budget_pages: cf.budget_pages,
@@ -127,6 +130,11 @@ impl CacheOwner for Shared {
         if let Err(e) = with_strategy!(&self.state, s => s.free_many(&self.ctx, areas)) {
             panic!("{}: a cached area was not busy: {e}", self.ctx.name);
         }
+    }
+
+    fn lazy_room(&self) -> u64 {
+        let (lazy, limit) = self.lazy_and_limit();
+        limit.saturating_sub(lazy).max(0) as u64
     }
 
     fn spilled(me: &Arc<Self>) {

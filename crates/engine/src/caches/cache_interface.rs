@@ -31,6 +31,9 @@ pub(crate) struct Budget {
     /// A cached area at most this share (percent) larger than a request may serve it whole
     /// when the request's own size has none (`lazy_slack_percent`).
     pub(crate) slack_percent: u64,
+    /// Keep what full magazines spill in the depot for magazines that miss (`depot.rs`;
+    /// `thread_cache_depot`), instead of freeing it through the busy map at once.
+    pub(crate) depot: bool,
 }
 
 /// The smallest budget [`Budget::ceiling`] gives a magazine, however many threads share the
@@ -68,4 +71,9 @@ pub(crate) struct CacheFigures {
     pub(crate) sheds: u64,
     /// The largest budget of a live magazine now.
     pub(crate) budget_pages: u64,
+    /// Pages in the depot now (counted in `pages` too).
+    pub(crate) depot_pages: u64,
+    /// Areas spills put in the depot, and misses took back from it.
+    pub(crate) depot_puts: u64,
+    pub(crate) depot_takes: u64,
 }

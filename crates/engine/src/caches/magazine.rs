@@ -43,7 +43,7 @@ impl Default for Spill {
 }
 
 impl Spill {
-    fn push(&mut self, s: Span) {
+    pub(crate) fn push(&mut self, s: Span) {
         self.spans[self.len] = s;
         self.len += 1;
     }
@@ -366,6 +366,15 @@ impl Magazine {
         }
         let slot = class.slots.get(n)?;
         Some(Room { class, slot, n, held })
+    }
+
+    /// How many areas of `pages` pages [`Magazine::room`] would find room for in a row.
+    pub(crate) fn room_for(&self, pages: u64) -> usize {
+        let Some(class) = self.classes.get((pages as usize).wrapping_sub(1)) else { return 0 };
+        let cap = class.cap.load(Relaxed).min(class.slots.len);
+        let slots = cap.saturating_sub(class.len.load(Relaxed));
+        let budget = self.budget.load(Relaxed).saturating_sub(self.pages.load(Relaxed)) / pages;
+        slots.min(budget as usize)
     }
 
     /// Push `start` (of `pages` pages) into the slot [`Magazine::room`] found (owner, inside the

@@ -1,5 +1,6 @@
 //! The caches in front of an arena's nodes: each thread's magazines (`thread_caches/`), the
-//! per-CPU stacks in front of them (`cpu_cache.rs`), the state word of every small area that
+//! per-CPU stacks in front of them (`cpu_cache.rs`), the depot behind them that keeps what full
+//! magazines spill for the magazines that miss (`depot.rs`), the state word of every small area that
 //! tells a free which of them may take it (`area_state.rs`), the handshake between a magazine's
 //! owner and a drainer ([`handshake`]) and the hit paths a front end keeps beside its own
 //! fields ([`hit_path`]).
@@ -12,6 +13,8 @@ pub(crate) mod area_state;
 pub(crate) mod cache_interface;
 #[cfg(not(loom))]
 mod cpu_cache;
+#[cfg(not(loom))]
+mod depot;
 pub mod handshake;
 pub mod hit_path;
 #[cfg(not(loom))]

@@ -1,10 +1,11 @@
 //! The thread caches' registry side: the magazines' share of the total budget and the shed of a
-//! magazine above it, drains (by another thread, or by an owner asked to), the
+//! magazine above it, drains (by another thread, or by an owner asked to; a drain by another
+//! thread empties the depot too), the
 //! give-back of an exiting thread's magazines, the figures summed over every cache, the
 //! checker's view and the locks `fork()` takes. The fast paths are in `mod.rs`.
 //!
-//! Locks: the registry mutex, then the per-CPU stacks' drainer mutex, then the figures of
-//! given-back magazines; nothing else is taken under them but the busy-map frees of drained
+//! Locks: the registry mutex, then the per-CPU stacks' drainer mutex, then the depot's, then
+//! the figures of given-back magazines; nothing else is taken under them but the busy-map frees of drained
 //! areas (node locks), which take nothing of the thread caches.
 
 use super::{CacheFigures, CacheOwner, ThreadCaches};
@@ -92,6 +93,7 @@ impl ThreadCaches {
             // A failed fence takes nothing: the stacks keep their areas for the next drain.
             let _ = c.drain(&mut areas);
         }
+        self.depot.take_all(&mut areas);
         let held: Vec<&Arc<Magazine>> =
             reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
         if held.is_empty() && areas.is_empty() {
@@ -127,6 +129,12 @@ impl ThreadCaches {
             f.cpu_hits = cf.hits;
             f.pushes += cf.pushes;
         }
+        let d = self.depot.figures();
+        f.areas += d.areas;
+        f.pages += d.pages;
+        f.depot_pages = d.pages;
+        f.depot_puts = d.puts;
+        f.depot_takes = d.takes;
         for m in self.registry.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let (areas, pages) = m.held();
             f.areas += areas;
@@ -145,12 +153,18 @@ impl ThreadCaches {
         if let Some(c) = &self.cpu {
             c.starts(&mut all);
         }
-        let starts = reg.iter().try_for_each(|m| m.entries().map(|e| all.extend(e))).map(|()| all);
+        self.depot.starts(&mut all);
+        let starts = self
+            .depot
+            .check()
+            .and_then(|()| reg.iter().try_for_each(|m| m.entries().map(|e| all.extend(e))))
+            .map(|()| all);
         f(starts)
     }
 
-    /// The registry mutex, the per-CPU stacks' drainer mutex (taken under the registry's),
-    /// then the figures of given-back magazines (taken last on every path, with nothing taken
+    /// The registry mutex, the per-CPU stacks' drainer mutex (taken under the registry's), the
+    /// depot's mutex (taken under the registry's by a drain, alone otherwise), then the
+    /// figures of given-back magazines (taken last on every path, with nothing taken
     /// under it), for `fork()`.
     #[cfg(not(loom))]
     pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn crate::sync::fork::Held + '_>> {
@@ -159,6 +173,7 @@ impl ThreadCaches {
         if let Some(c) = &self.cpu {
             held.push(Box::new(c.lock_for_fork()));
         }
+        held.extend(self.depot.lock_for_fork());
         held.push(Box::new(self.retired.lock().unwrap_or_else(|e| e.into_inner())));
         held
     }

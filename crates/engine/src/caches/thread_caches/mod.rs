@@ -55,8 +55,9 @@
 use crate::caches::area_state::{AreaStates, Claim};
 pub(crate) use crate::caches::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::caches::cpu_cache::CpuCache;
+use crate::caches::depot::Depot;
 use crate::caches::handshake::Enter;
-use crate::caches::magazine::{bump, Magazine, Spill};
+use crate::caches::magazine::{bump, Magazine, Spill, SPILL_MAX};
 use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
@@ -81,6 +82,12 @@ pub(crate) trait CacheOwner: Send + Sync {
     /// change). Their words are `cached`, so no other free can race with this; a refusal is a
     /// broken invariant and panics.
     fn free_from_cache(&self, areas: &mut [Span]);
+
+    /// What the lazy limit leaves above the lazy pages now. The depot may hold that much more
+    /// than it does: its areas are freed memory still resident, as lazy areas are, and they
+    /// still count as live, so the limit's headroom (the live pages below their peak) has not
+    /// grown by them.
+    fn lazy_room(&self) -> u64;
 
     /// Areas of a thread's frees went down the busy-map path: start a purge if one is due.
     fn spilled(me: &Arc<Self>)
@@ -155,6 +162,8 @@ pub(crate) struct ThreadCaches {
     cpu_off: Option<String>,
     budget: Budget,
     registry: Mutex<Vec<Arc<Magazine>>>,
+    /// What full stacks spilled, for the magazines that miss (`depot.rs`).
+    depot: Depot,
     /// Magazines registered (the registry's length, read without its mutex): the share of
     /// the total budget each may hold ([`Budget::ceiling`]).
     magazines: AtomicU64,
@@ -194,6 +203,7 @@ impl ThreadCaches {
             cpu_off,
             budget,
             registry: Mutex::new(Vec::new()),
+            depot: Depot::new(max_pages, vmarena_platform::cpu::count()),
             magazines: AtomicU64::new(0),
             retired: Mutex::new(CacheFigures::default()),
         })
@@ -481,6 +491,9 @@ impl ThreadCaches {
                         bump(&m.slack_hits);
                     }
                 }
+                if got.is_none() && align_pages == 1 {
+                    got = self.refill(&**arena, m, pages).map(|s| (s, pages));
+                }
                 if let Some((s, p)) = got {
                     self.states.reuse(s, p, caller);
                     bump(&m.hits);
@@ -494,6 +507,31 @@ impl ThreadCaches {
             .flatten();
         self.give_shed(&**arena, &mut shed);
         got
+    }
+
+    /// A miss of `pages` pages (owner, inside the operation on `m`): take areas of that size
+    /// from the depot, as many as the stack has room for and a spill holds, keep all but one
+    /// in the magazine and return that one (its word still `cached`; the caller makes it
+    /// live). `None` when the depot has none.
+    #[inline(never)]
+    fn refill<A: CacheOwner + ?Sized>(&self, arena: &A, m: &Magazine, pages: u64) -> Option<u64> {
+        let want = (m.room_for(pages) + 1).min(SPILL_MAX);
+        let mut got = [0u64; SPILL_MAX];
+        let n = self.depot.take(pages, &mut got[..want]);
+        let (&last, rest) = got[..n].split_last()?;
+        let mut left = Spill::default();
+        for &s in rest {
+            match m.room(pages) {
+                Some(room) => m.fill(room, pages, s),
+                // Not expected (`room_for` counted the room): back where it came from.
+                None => left.push(Span::new(s, pages)),
+            }
+        }
+        if !left.is_empty() && !self.depot.put(left.as_mut_slice(), u64::MAX) {
+            let _inside = vmarena_platform::reentry::enter();
+            arena.free_from_cache(left.as_mut_slice());
+        }
+        Some(last)
     }
 
     /// Free through the magazine (see [`FreeFast`]).
@@ -561,7 +599,9 @@ impl ThreadCaches {
             let _inside = vmarena_platform::reentry::enter();
             // An area of a larger size taken to make room counts as drained, as before.
             let evicted = spill.len() - flushed;
-            arena.free_from_cache(spill.as_mut_slice());
+            if !(self.budget.depot && self.depot.put(spill.as_mut_slice(), arena.lazy_room())) {
+                arena.free_from_cache(spill.as_mut_slice());
+            }
             if evicted > 0 {
                 self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += evicted as u64;
             }

@@ -1,0 +1,270 @@
+//! `Depot`: the areas full magazines spilled, kept for the magazines that miss, in front of the
+//! busy-map path (the depot layer of Bonwick and Adams' magazines, between the per-CPU
+//! magazines and the vmem arena).
+//!
+//! A spill of a full stack used to go down the busy-map path at once: each area's record
+//! removed from its busy shard and the area pushed on its node's pool, and a later miss of the
+//! same size carved it back with a record inserted again. Both ends of that trip are a hash
+//! table update and a lock per shard for every area. The depot keeps the spilled areas as they
+//! are in a magazine, with their words `cached` and their busy records in place, so a spill is
+//! a copy of starts under one mutex, and a miss takes up to a stack's spill back the same way
+//! (docs/bench-log/many-workers.md, "the depot").
+//!
+//! Owns: starts of cached areas, a stack per size (the newest taken first), and the pages they
+//! hold. Does not own the areas' words (the thread caches') or their records (the busy map's).
+//!
+//! Bound: a put of more pages than the lazy limit leaves above the lazy pages
+//! ([`crate::caches::thread_caches::CacheOwner::lazy_room`]) takes nothing, and the spill goes
+//! down the busy-map path as before. Depot areas still count as live, so the limit's headroom
+//! (the live pages below their peak) does not grow by them: freed memory kept resident, lazy
+//! and in the depot, stays within what the lazy limit allows without the depot. The depot is
+//! emptied down the busy-map path by every drain of the thread caches: at each decay tick, an
+//! explicit purge, the shrinker, a low-memory event and a failed allocation.
+//!
+//! Locks: one mutex, taken by a magazine's owner at a spill or a miss and by a drain under the
+//! registry mutex; nothing is taken under it. Invariant: `pages` is the sum over the stacks of
+//! their lengths times their sizes, and no start is in two places (the checker sees the depot's
+//! starts with the magazines').
+
+use crate::sync::padded::Padded;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Mutex, MutexGuard};
+use vmarena_core::Span;
+
+/// Shards at most: CPUs above share them by index.
+const MAX_SHARDS: usize = 64;
+
+/// The stacks of one shard, under its mutex.
+struct Stacks {
+    /// Starts by size: index `pages - 1`.
+    by_size: Vec<Vec<u64>>,
+    pages: u64,
+    areas: u64,
+    puts: u64,
+    takes: u64,
+}
+
+/// One CPU's part of the depot: its stacks, and whether they hold anything (read without the
+/// mutex by a miss, written under it).
+struct Shard {
+    stacks: Mutex<Stacks>,
+    areas: AtomicU64,
+}
+
+/// What the depot holds and has done, summed over its shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DepotFigures {
+    pub(crate) areas: u64,
+    pub(crate) pages: u64,
+    /// Areas spills put here instead of down the busy-map path.
+    pub(crate) puts: u64,
+    /// Areas misses took back.
+    pub(crate) takes: u64,
+}
+
+/// See the module documentation.
+pub(crate) struct Depot {
+    /// One per CPU (up to [`MAX_SHARDS`]), each on cache lines of its own: a spill and a miss
+    /// use their CPU's, so the threads of different CPUs do not pass a line back and forth.
+    shards: Box<[Padded<Shard>]>,
+}
+
+impl Depot {
+    /// An empty depot for areas of 1 to `max_pages` pages, with `shards` shards (at least one,
+    /// at most [`MAX_SHARDS`]).
+    pub(crate) fn new(max_pages: u64, shards: usize) -> Depot {
+        let shard = || {
+            Padded(Shard {
+                stacks: Mutex::new(Stacks {
+                    by_size: (0..max_pages).map(|_| Vec::new()).collect(),
+                    pages: 0,
+                    areas: 0,
+                    puts: 0,
+                    takes: 0,
+                }),
+                areas: AtomicU64::new(0),
+            })
+        };
+        Depot { shards: (0..shards.clamp(1, MAX_SHARDS)).map(|_| shard()).collect() }
+    }
+
+    fn lock(shard: &Shard) -> MutexGuard<'_, Stacks> {
+        shard.stacks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This CPU's shard.
+    fn here(&self) -> &Shard {
+        &self.shards[vmarena_platform::cpu::current() % self.shards.len()]
+    }
+
+    /// Keep every area of `spans` (cached areas of sizes the depot has stacks for) in this
+    /// CPU's shard when their pages are at most `room_pages`: true. False, with nothing taken,
+    /// when they are more or their stacks cannot grow (no memory).
+    pub(crate) fn put(&self, spans: &[Span], room_pages: u64) -> bool {
+        let add: u64 = spans.iter().map(|s| s.pages).sum();
+        if add > room_pages {
+            return false;
+        }
+        let shard = self.here();
+        let mut st = Self::lock(shard);
+        // Room first, for every stack, so that a refusal changes nothing.
+        for s in spans {
+            let Some(v) = st.by_size.get_mut((s.pages as usize).wrapping_sub(1)) else { return false };
+            if v.try_reserve(spans.len()).is_err() {
+                return false;
+            }
+        }
+        for s in spans {
+            st.by_size[s.pages as usize - 1].push(s.start);
+        }
+        st.pages += add;
+        st.areas += spans.len() as u64;
+        st.puts += spans.len() as u64;
+        shard.areas.store(st.areas, Relaxed);
+        true
+    }
+
+    /// Take up to `out.len()` areas of `pages` pages, the newest first, into `out`: how many.
+    /// This CPU's shard first, then the others in turn.
+    pub(crate) fn take(&self, pages: u64, out: &mut [u64]) -> usize {
+        let n = self.shards.len();
+        let first = vmarena_platform::cpu::current() % n;
+        for i in (0..n).map(|k| (first + k) % n) {
+            let shard = &self.shards[i];
+            if shard.areas.load(Relaxed) == 0 {
+                continue;
+            }
+            let mut st = Self::lock(shard);
+            let Some(v) = st.by_size.get_mut((pages as usize).wrapping_sub(1)) else { return 0 };
+            let got = out.len().min(v.len());
+            if got == 0 {
+                continue;
+            }
+            for (o, s) in out.iter_mut().zip(v.drain(v.len() - got..).rev()) {
+                *o = s;
+            }
+            st.pages -= got as u64 * pages;
+            st.areas -= got as u64;
+            st.takes += got as u64;
+            shard.areas.store(st.areas, Relaxed);
+            return got;
+        }
+        0
+    }
+
+    /// Empty the depot into `out`.
+    pub(crate) fn take_all(&self, out: &mut Vec<Span>) {
+        for shard in self.shards.iter().filter(|s| s.areas.load(Relaxed) > 0) {
+            let mut st = Self::lock(shard);
+            for (i, v) in st.by_size.iter_mut().enumerate() {
+                out.extend(v.drain(..).map(|s| Span::new(s, i as u64 + 1)));
+            }
+            st.pages = 0;
+            st.areas = 0;
+            shard.areas.store(0, Relaxed);
+        }
+    }
+
+    /// The figures, summed over the shards.
+    pub(crate) fn figures(&self) -> DepotFigures {
+        self.shards.iter().fold(DepotFigures::default(), |f, shard| {
+            let st = Self::lock(shard);
+            DepotFigures {
+                areas: f.areas + st.areas,
+                pages: f.pages + st.pages,
+                puts: f.puts + st.puts,
+                takes: f.takes + st.takes,
+            }
+        })
+    }
+
+    /// Every start held, for the checker.
+    pub(crate) fn starts(&self, out: &mut Vec<u64>) {
+        for shard in self.shards.iter() {
+            out.extend(Self::lock(shard).by_size.iter().flatten());
+        }
+    }
+
+    /// Check that each shard's counts are its stacks'.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        for (i, shard) in self.shards.iter().enumerate() {
+            let st = Self::lock(shard);
+            let (areas, pages) = st.by_size.iter().enumerate().fold((0u64, 0u64), |(a, p), (k, v)| {
+                (a + v.len() as u64, p + v.len() as u64 * (k as u64 + 1))
+            });
+            if (areas, pages) != (st.areas, st.pages) || areas != shard.areas.load(Relaxed) {
+                return Err(format!(
+                    "depot shard {i}: {areas} areas of {pages} pages held, counted {} areas of {} ({} outside its mutex)",
+                    st.areas,
+                    st.pages,
+                    shard.areas.load(Relaxed)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every shard's mutex, for `fork()`.
+    #[cfg(not(loom))]
+    pub(crate) fn lock_for_fork(&self) -> Vec<Box<dyn crate::sync::fork::Held + '_>> {
+        self.shards.iter().map(|s| Box::new(Self::lock(s)) as Box<dyn crate::sync::fork::Held + '_>).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_take_and_the_bound() {
+        let d = Depot::new(8, 1);
+        let spill: Vec<Span> = (0..4).map(|i| Span::new(100 + i * 2, 2)).chain([Span::new(300, 5)]).collect();
+        assert!(!d.put(&spill, 12), "13 pages into a room of 12: refused");
+        assert_eq!(d.figures(), DepotFigures::default(), "a refusal takes nothing");
+        assert!(d.put(&spill, 13));
+        assert_eq!(d.figures(), DepotFigures { areas: 5, pages: 13, puts: 5, takes: 0 });
+        assert!(!d.put(&[Span::new(400, 9)], 100), "no stack for 9 pages");
+        let mut out = [0u64; 3];
+        assert_eq!(d.take(2, &mut out), 3);
+        assert_eq!(out, [106, 104, 102], "newest first");
+        assert_eq!(d.take(3, &mut out), 0, "nothing of 3 pages");
+        assert_eq!(d.figures(), DepotFigures { areas: 2, pages: 7, puts: 5, takes: 3 });
+        d.check().unwrap();
+        let mut starts = Vec::new();
+        d.starts(&mut starts);
+        starts.sort_unstable();
+        assert_eq!(starts, [100, 300]);
+        let mut all = Vec::new();
+        d.take_all(&mut all);
+        assert_eq!(all, [Span::new(100, 2), Span::new(300, 5)]);
+        assert_eq!(d.figures().areas + d.figures().pages, 0);
+        d.check().unwrap();
+    }
+
+    /// A miss finds the areas another CPU's shard holds when its own has none.
+    #[test]
+    fn a_take_looks_past_its_own_shard() {
+        let d = Depot::new(4, 3);
+        // One area in each shard (which one a put picks depends on the CPU, so by hand).
+        for (i, shard) in d.shards.iter().enumerate() {
+            let mut st = Depot::lock(shard);
+            st.by_size[0].push(1000 + i as u64);
+            st.pages += 1;
+            st.areas += 1;
+            shard.areas.store(1, Relaxed);
+        }
+        d.check().unwrap();
+        let mut out = [0u64; 4];
+        let mut got: Vec<u64> = (0..3)
+            .map(|_| {
+                assert_eq!(d.take(1, &mut out), 1);
+                out[0]
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, [1000, 1001, 1002], "every shard's area found");
+        assert_eq!(d.take(1, &mut out), 0);
+        d.check().unwrap();
+    }
+}
