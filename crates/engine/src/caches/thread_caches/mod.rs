@@ -19,11 +19,14 @@
 //! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
 //!   the pair; a second free of the area loses it and is refused), then push on this thread's
 //!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
-//!   make room); when its size's stack is full, its oldest half goes down the busy-map path in
-//!   one batch (`CacheOwner::free_from_cache`), which clears the words under each shard's lock
-//!   once, and the area is cached; when no larger area can make room, the area goes that way;
+//!   make room); when its size's stack is full, its oldest half goes to this CPU's part of the
+//!   depot (`depot.rs`) within the lazy limit's room, else down the busy-map path in one batch
+//!   (`CacheOwner::free_from_cache`), which clears the words under each shard's lock once
+//!   (`spill.rs`), and the area is cached; when no larger area can make room, the area goes
+//!   down the busy-map path;
 //! - alloc miss of its size: a larger cached area within the slack (`Budget::slack_percent`)
-//!   is taken whole, else the busy-map path;
+//!   is taken whole, else a refill from the depot (up to a spill of the size, words still
+//!   `cached`, records in place), else the busy-map path;
 //! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
 //!   magazines. Owner and drainer meet through a [`Handshake`] (Dekker's pair with asymmetric
 //!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
@@ -57,7 +60,7 @@ pub(crate) use crate::caches::cache_interface::{Budget, CacheFigures, FreeFast};
 use crate::caches::cpu_cache::CpuCache;
 use crate::caches::depot::Depot;
 use crate::caches::handshake::Enter;
-use crate::caches::magazine::{bump, Magazine, Spill, SPILL_MAX};
+use crate::caches::magazine::{bump, Magazine, Spill};
 use std::cell::RefCell;
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
@@ -66,6 +69,7 @@ use std::sync::{Arc, Mutex, Weak};
 use vmarena_core::Span;
 
 mod drain;
+mod spill;
 
 /// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
 /// is given back.
@@ -509,31 +513,6 @@ impl ThreadCaches {
         got
     }
 
-    /// A miss of `pages` pages (owner, inside the operation on `m`): take areas of that size
-    /// from the depot, as many as the stack has room for and a spill holds, keep all but one
-    /// in the magazine and return that one (its word still `cached`; the caller makes it
-    /// live). `None` when the depot has none.
-    #[inline(never)]
-    fn refill<A: CacheOwner + ?Sized>(&self, arena: &A, m: &Magazine, pages: u64) -> Option<u64> {
-        let want = (m.room_for(pages) + 1).min(SPILL_MAX);
-        let mut got = [0u64; SPILL_MAX];
-        let n = self.depot.take(pages, &mut got[..want]);
-        let (&last, rest) = got[..n].split_last()?;
-        let mut left = Spill::default();
-        for &s in rest {
-            match m.room(pages) {
-                Some(room) => m.fill(room, pages, s),
-                // Not expected (`room_for` counted the room): back where it came from.
-                None => left.push(Span::new(s, pages)),
-            }
-        }
-        if !left.is_empty() && !self.depot.put(left.as_mut_slice(), u64::MAX) {
-            let _inside = vmarena_platform::reentry::enter();
-            arena.free_from_cache(left.as_mut_slice());
-        }
-        Some(last)
-    }
-
     /// Free through the magazine (see [`FreeFast`]).
     ///
     /// The common case (the word was live, the front magazine is this arena's, no drain
@@ -595,17 +574,7 @@ impl ThreadCaches {
             ok
         });
         if !spill.is_empty() {
-            // Their words are `cached`: no other free can race with this.
-            let _inside = vmarena_platform::reentry::enter();
-            // An area of a larger size taken to make room counts as drained, as before.
-            let evicted = spill.len() - flushed;
-            if !(self.budget.depot && self.depot.put(spill.as_mut_slice(), arena.lazy_room())) {
-                arena.free_from_cache(spill.as_mut_slice());
-            }
-            if evicted > 0 {
-                self.retired.lock().unwrap_or_else(|e| e.into_inner()).drained += evicted as u64;
-            }
-            A::spilled(arena);
+            self.spill_out(arena, &mut spill, flushed);
         }
         self.give_shed(&**arena, &mut shed);
         if cached == Some(true) {
