@@ -614,6 +614,24 @@ fn what_a_full_stack_spills_waits_in_the_depot_and_a_miss_takes_it_back() {
 }
 
 #[test]
+fn a_decay_tick_takes_from_the_depot_only_what_the_previous_tick_saw() {
+    let a = Arena::new("depot-tick", 0x1000, 0x1000 + (1 << 20), opts_depot(), Box::new(NoBacking)).unwrap();
+    let xs: Vec<u64> = (0..40).map(|_| a.alloc(&AllocRequest::pages(1)).unwrap().start).collect();
+    for &x in &xs {
+        a.free(x).unwrap();
+    }
+    assert_eq!(a.stats().depot_pages, 24);
+    a.decay_purge();
+    let st = a.stats();
+    assert_eq!(st.depot_pages, 24, "spilled since the last tick: kept, {st:?}");
+    a.check().unwrap();
+    a.decay_purge();
+    let st = a.stats();
+    assert_eq!((st.depot_pages, st.cached_areas), (0, 0), "seen by the previous tick: taken, {st:?}");
+    a.check().unwrap();
+}
+
+#[test]
 fn a_spill_larger_than_the_lazy_limit_leaves_goes_through_the_busy_map() {
     let o = ArenaOptions { lazy_max_pages: 4, lazy_headroom: false, ..opts_depot() };
     let a = Arena::new("depot-bound", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap();

@@ -17,7 +17,7 @@ use crate::area::{AreaTag, PurgeKind};
 use crate::arena::backing::Backing;
 use crate::arena::options::ArenaOptions;
 use crate::arena::stats::ArenaStats;
-use crate::caches::thread_caches::{CacheOwner, ThreadCaches};
+use crate::caches::thread_caches::{CacheOwner, DepotDrain, ThreadCaches};
 use crate::sync::lock_rank::next_owner;
 use crate::sync::Arc;
 use crate::sync::Ordering::Relaxed;
@@ -53,9 +53,9 @@ impl Shared {
         with_strategy!(&self.state, s => s.with_busy(&self.ctx, start, f))
     }
 
-    /// Give cached areas back to the nodes (see [`ThreadCaches::drain_all`]).
+    /// Give cached areas back to the nodes, the depot's too (see [`ThreadCaches::drain_all`]).
     pub(crate) fn drain_caches(&self) -> u64 {
-        self.ctx.cache.as_ref().map_or(0, |c| c.drain_all(self))
+        self.ctx.cache.as_ref().map_or(0, |c| c.drain_all(self, DepotDrain::All))
     }
 
     /// Exact lazy pages (takes each lock briefly).
@@ -157,7 +157,11 @@ impl crate::arena::worker::Purged for Shared {
     }
 
     fn idle_purge(&self) -> bool {
-        self.drain_caches();
+        // Of the depot, what the previous tick saw there: a bulk free under way keeps its
+        // spills for the misses that follow it.
+        if let Some(c) = self.ctx.cache.as_ref() {
+            c.drain_all(self, DepotDrain::Aged);
+        }
         // Fresh pages carved so far, less what moves filled with resident memory: taken
         // right after a release, they are the released memory asked for again.
         let c = &self.ctx.counters;

@@ -18,8 +18,10 @@
 //! down the busy-map path as before. Depot areas still count as live, so the limit's headroom
 //! (the live pages below their peak) does not grow by them: freed memory kept resident, lazy
 //! and in the depot, stays within what the lazy limit allows without the depot. The depot is
-//! emptied down the busy-map path by every drain of the thread caches: at each decay tick, an
-//! explicit purge, the shrinker, a low-memory event and a failed allocation.
+//! emptied down the busy-map path by every full drain of the thread caches (an explicit purge,
+//! the shrinker, a low-memory event, a failed allocation); the decay tick's drain takes only
+//! what the previous tick saw there ([`Depot::take_aged`]), so a bulk free under way is not
+//! undone, and no area stays past the second tick after its put.
 //!
 //! Locks: one mutex, taken by a magazine's owner at a spill or a miss and by a drain under the
 //! registry mutex; nothing is taken under it. Invariant: `pages` is the sum over the stacks of
@@ -39,6 +41,9 @@ const MAX_SHARDS: usize = 64;
 struct Stacks {
     /// Starts by size: index `pages - 1`.
     by_size: Vec<Vec<u64>>,
+    /// By size, how many of the stack's bottom entries were there at the last aged drain
+    /// and have been there since (takes pop the top): the next aged drain takes those.
+    aged: Vec<usize>,
     pages: u64,
     areas: u64,
     puts: u64,
@@ -78,6 +83,7 @@ impl Depot {
             Padded(Shard {
                 stacks: Mutex::new(Stacks {
                     by_size: (0..max_pages).map(|_| Vec::new()).collect(),
+                    aged: vec![0; max_pages as usize],
                     pages: 0,
                     areas: 0,
                     puts: 0,
@@ -136,7 +142,8 @@ impl Depot {
                 continue;
             }
             let mut st = Self::lock(shard);
-            let Some(v) = st.by_size.get_mut((pages as usize).wrapping_sub(1)) else { return 0 };
+            let i = (pages as usize).wrapping_sub(1);
+            let Some(v) = st.by_size.get_mut(i) else { return 0 };
             let got = out.len().min(v.len());
             if got == 0 {
                 continue;
@@ -144,6 +151,8 @@ impl Depot {
             for (o, s) in out.iter_mut().zip(v.drain(v.len() - got..).rev()) {
                 *o = s;
             }
+            let left = v.len();
+            st.aged[i] = st.aged[i].min(left);
             st.pages -= got as u64 * pages;
             st.areas -= got as u64;
             st.takes += got as u64;
@@ -155,14 +164,32 @@ impl Depot {
 
     /// Empty the depot into `out`.
     pub(crate) fn take_all(&self, out: &mut Vec<Span>) {
+        self.take_where(out, |_, len| len);
+    }
+
+    /// Take into `out` what was in the depot at the previous aged drain and is still there
+    /// (the bottom of each stack), and mark what is left as aged: an area a spill put here is
+    /// taken at the second aged drain after its put at the latest. The decay tick's drain,
+    /// which must not undo a bulk free that is going on (its spills refill the next misses),
+    /// yet must not keep memory a program stopped using for more than two ticks.
+    pub(crate) fn take_aged(&self, out: &mut Vec<Span>) {
+        self.take_where(out, |aged, _| aged);
+    }
+
+    /// Take the bottom `count(aged, len)` entries of every stack into `out`, then mark every
+    /// entry left as aged.
+    fn take_where(&self, out: &mut Vec<Span>, count: impl Fn(usize, usize) -> usize) {
         for shard in self.shards.iter().filter(|s| s.areas.load(Relaxed) > 0) {
             let mut st = Self::lock(shard);
-            for (i, v) in st.by_size.iter_mut().enumerate() {
-                out.extend(v.drain(..).map(|s| Span::new(s, i as u64 + 1)));
+            let Stacks { by_size, aged, pages, areas, .. } = &mut *st;
+            for (i, v) in by_size.iter_mut().enumerate() {
+                let n = count(aged[i], v.len()).min(v.len());
+                out.extend(v.drain(..n).map(|s| Span::new(s, i as u64 + 1)));
+                *pages -= n as u64 * (i as u64 + 1);
+                *areas -= n as u64;
+                aged[i] = v.len();
             }
-            st.pages = 0;
-            st.areas = 0;
-            shard.areas.store(0, Relaxed);
+            shard.areas.store(*areas, Relaxed);
         }
     }
 
@@ -193,6 +220,14 @@ impl Depot {
             let (areas, pages) = st.by_size.iter().enumerate().fold((0u64, 0u64), |(a, p), (k, v)| {
                 (a + v.len() as u64, p + v.len() as u64 * (k as u64 + 1))
             });
+            if let Some(k) = (0..st.aged.len()).find(|&k| st.aged[k] > st.by_size[k].len()) {
+                return Err(format!(
+                    "depot shard {i}: {} aged areas of {} pages, {} held",
+                    st.aged[k],
+                    k + 1,
+                    st.by_size[k].len()
+                ));
+            }
             if (areas, pages) != (st.areas, st.pages) || areas != shard.areas.load(Relaxed) {
                 return Err(format!(
                     "depot shard {i}: {areas} areas of {pages} pages held, counted {} areas of {} ({} outside its mutex)",
@@ -239,6 +274,32 @@ mod tests {
         d.take_all(&mut all);
         assert_eq!(all, [Span::new(100, 2), Span::new(300, 5)]);
         assert_eq!(d.figures().areas + d.figures().pages, 0);
+        d.check().unwrap();
+    }
+
+    /// An aged drain takes what the previous one saw and takes nothing newer; a take of the
+    /// newest leaves the aged bottom in place.
+    #[test]
+    fn an_aged_drain_takes_what_was_there_at_the_previous_one() {
+        let d = Depot::new(4, 1);
+        assert!(d.put(&[Span::new(10, 1), Span::new(11, 1)], 100));
+        let mut out = Vec::new();
+        d.take_aged(&mut out);
+        assert!(out.is_empty(), "nothing was there at a previous drain");
+        assert!(d.put(&[Span::new(12, 1), Span::new(20, 2)], 100));
+        let mut one = [0u64; 1];
+        assert_eq!((d.take(1, &mut one), one[0]), (1, 12), "the newest, above the aged two");
+        d.check().unwrap();
+        d.take_aged(&mut out);
+        assert_eq!(out, [Span::new(10, 1), Span::new(11, 1)], "the two seen last time");
+        assert_eq!(d.figures(), DepotFigures { areas: 1, pages: 2, puts: 4, takes: 1 });
+        // A take that reaches into the aged bottom lowers the mark.
+        assert!(d.put(&[Span::new(30, 2)], 100));
+        let mut two = [0u64; 2];
+        assert_eq!(d.take(2, &mut two), 2);
+        out.clear();
+        d.take_aged(&mut out);
+        assert!(out.is_empty(), "{out:?}");
         d.check().unwrap();
     }
 

@@ -22,6 +22,12 @@ pub(crate) trait CacheOwner: Send + Sync {
         Self: Sized;
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DepotDrain {
+    All,
+    Aged,
+}
+
 pub(crate) struct ThreadCaches {
     pub(crate) states: AreaStates,
 }
@@ -77,7 +83,7 @@ impl ThreadCaches {
     pub(crate) fn spans(&self) -> Vec<Vec<std::ops::Range<usize>>> {
         Vec::new()
     }
-    pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, _: &A) -> u64 {
+    pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, _: &A, _: DepotDrain) -> u64 {
         0
     }
     pub(crate) fn figures(&self) -> CacheFigures {

@@ -15,6 +15,15 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vmarena_core::Span;
 
+/// How much of the depot a drain takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DepotDrain {
+    /// Everything (purges, the shrinker, low memory, a failed allocation).
+    All,
+    /// What was there at the previous aged drain (the decay tick).
+    Aged,
+}
+
 impl ThreadCaches {
     /// The most a magazine's budget may be now ([`Budget::ceiling`] of the magazines
     /// registered).
@@ -81,19 +90,23 @@ impl ThreadCaches {
     }
 
     /// Empty every magazine whose owner is not inside an operation; ask the others to empty
-    /// themselves. Returns the areas taken.
+    /// themselves; empty the depot, or with [`DepotDrain::Aged`] take what the previous such
+    /// drain saw there ([`crate::caches::depot::Depot::take_aged`]). Returns the areas taken.
     ///
     /// The registry mutex is held until the areas are back in the busy-map path, so that the
     /// checker, which holds it too, never sees an area in flight: taken from its magazine but
     /// still busy with its word `cached`.
-    pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, arena: &A) -> u64 {
+    pub(crate) fn drain_all<A: CacheOwner + ?Sized>(&self, arena: &A, depot: DepotDrain) -> u64 {
         let mut areas = Vec::new();
         let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = &self.cpu {
             // A failed fence takes nothing: the stacks keep their areas for the next drain.
             let _ = c.drain(&mut areas);
         }
-        self.depot.take_all(&mut areas);
+        match depot {
+            DepotDrain::All => self.depot.take_all(&mut areas),
+            DepotDrain::Aged => self.depot.take_aged(&mut areas),
+        }
         let held: Vec<&Arc<Magazine>> =
             reg.iter().filter(|m| m.pages.load(Relaxed) > 0).filter(|m| m.hs.mark()).collect();
         if held.is_empty() && areas.is_empty() {

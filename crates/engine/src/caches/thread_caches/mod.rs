@@ -69,6 +69,7 @@ use std::sync::{Arc, Mutex, Weak};
 use vmarena_core::Span;
 
 mod drain;
+pub(crate) use drain::DepotDrain;
 mod spill;
 
 /// Magazines a thread keeps (one per arena it used recently); the least recent beyond this
