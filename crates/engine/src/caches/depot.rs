@@ -39,7 +39,8 @@ const MAX_SHARDS: usize = 64;
 
 /// The stacks of one shard, under its mutex.
 struct Stacks {
-    /// Starts by size: index `pages - 1`.
+    /// Starts by size: index `pages - 1`. Empty (no stack at all) until the shard's first put,
+    /// so that an arena's idle CPUs' shards cost no memory.
     by_size: Vec<Vec<u64>>,
     /// By size, how many of the stack's bottom entries were there at the last aged drain
     /// and have been there since (takes pop the top): the next aged drain takes those.
@@ -73,6 +74,8 @@ pub(crate) struct Depot {
     /// One per CPU (up to [`MAX_SHARDS`]), each on cache lines of its own: a spill and a miss
     /// use their CPU's, so the threads of different CPUs do not pass a line back and forth.
     shards: Box<[Padded<Shard>]>,
+    /// The largest size held, in pages.
+    max_pages: usize,
 }
 
 impl Depot {
@@ -82,8 +85,8 @@ impl Depot {
         let shard = || {
             Padded(Shard {
                 stacks: Mutex::new(Stacks {
-                    by_size: (0..max_pages).map(|_| Vec::new()).collect(),
-                    aged: vec![0; max_pages as usize],
+                    by_size: Vec::new(),
+                    aged: Vec::new(),
                     pages: 0,
                     areas: 0,
                     puts: 0,
@@ -92,7 +95,10 @@ impl Depot {
                 areas: AtomicU64::new(0),
             })
         };
-        Depot { shards: (0..shards.clamp(1, MAX_SHARDS)).map(|_| shard()).collect() }
+        Depot {
+            shards: (0..shards.clamp(1, MAX_SHARDS)).map(|_| shard()).collect(),
+            max_pages: max_pages as usize,
+        }
     }
 
     fn lock(shard: &Shard) -> MutexGuard<'_, Stacks> {
@@ -114,6 +120,15 @@ impl Depot {
         }
         let shard = self.here();
         let mut st = Self::lock(shard);
+        if st.by_size.is_empty() {
+            if st.by_size.try_reserve_exact(self.max_pages).is_err()
+                || st.aged.try_reserve_exact(self.max_pages).is_err()
+            {
+                return false;
+            }
+            st.by_size.resize_with(self.max_pages, Vec::new);
+            st.aged.resize(self.max_pages, 0);
+        }
         // Room first, for every stack, so that a refusal changes nothing.
         for s in spans {
             let Some(v) = st.by_size.get_mut((s.pages as usize).wrapping_sub(1)) else { return false };
@@ -143,7 +158,7 @@ impl Depot {
             }
             let mut st = Self::lock(shard);
             let i = (pages as usize).wrapping_sub(1);
-            let Some(v) = st.by_size.get_mut(i) else { return 0 };
+            let Some(v) = st.by_size.get_mut(i) else { continue };
             let got = out.len().min(v.len());
             if got == 0 {
                 continue;
@@ -310,6 +325,8 @@ mod tests {
         // One area in each shard (which one a put picks depends on the CPU, so by hand).
         for (i, shard) in d.shards.iter().enumerate() {
             let mut st = Depot::lock(shard);
+            st.by_size.resize_with(4, Vec::new);
+            st.aged.resize(4, 0);
             st.by_size[0].push(1000 + i as u64);
             st.pages += 1;
             st.areas += 1;

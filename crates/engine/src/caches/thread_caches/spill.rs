@@ -27,9 +27,12 @@ impl ThreadCaches {
                 None => left.push(Span::new(s, pages)),
             }
         }
-        if !left.is_empty() && !self.depot.put(left.as_mut_slice(), u64::MAX) {
+        if !left.is_empty() {
+            // The depot's stacks and the busy-map path may allocate.
             let _inside = vmarena_platform::reentry::enter();
-            arena.free_from_cache(left.as_mut_slice());
+            if !self.depot.put(left.as_mut_slice(), u64::MAX) {
+                arena.free_from_cache(left.as_mut_slice());
+            }
         }
         Some(last)
     }
