@@ -55,6 +55,17 @@ static void *churn(void *arg) {
             if (held[i]) memset(held[i], 1, 4096);
         }
         if (rand_r(&seed) % 256 == 0) vmarena_purge();
+        /* Now and then a burst of one-page areas freed in a row: full thread-cache stacks
+         * spill into the depot, whose mutexes a fork may find held. */
+        if (rand_r(&seed) % 64 == 0) {
+            void *burst[160];
+            int got = 0;
+            for (; got < 160; got++) {
+                if (!(burst[got] = vmarena_vmalloc(4096))) break;
+                memset(burst[got], 2, 64);
+            }
+            for (int k = 0; k < got; k++) vmarena_vfree(burst[k]);
+        }
     }
     for (int i = 0; i < 16; i++) vmarena_vfree(held[i]);
     return NULL;
@@ -70,6 +81,15 @@ static int child_work(void) {
         memset(p, 0x77, 4096);
         if (vmarena_vfree(p) != 0) return 3;
     }
+    /* One-page areas in a row: misses refill from the depot the parent's threads filled,
+     * then full stacks spill into it. */
+    void *burst[200];
+    for (int i = 0; i < 200; i++) {
+        if (!(burst[i] = vmarena_vmalloc(4096))) return 6;
+        memset(burst[i], 0x55, 64);
+    }
+    for (int i = 0; i < 200; i++)
+        if (vmarena_vfree(burst[i]) != 0) return 7;
     char *q = vmarena_vmalloc(4096);
     if (!q || vmarena_read_lock() != 0 || vmarena_kvfree_rcu(q) != 0 || vmarena_read_unlock() != 0) return 4;
     if (vmarena_synchronize() != 0 || vmarena_size(q) != 0) return 5;
@@ -98,6 +118,9 @@ static void fork_during_allocation(int forks) {
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
     fprintf(stderr, "%d of %d children exited 0\n", good, forks);
     CHECK(good == forks);
+    /* The bursts went through the depot (the forks found its mutexes in use). */
+    struct vmarena_stats st = {.size = sizeof st};
+    CHECK(vmarena_stats(&st) == 0 && st.depot_puts > 0 && st.depot_takes > 0);
 }
 
 /* Fork while other threads map frames with vm_map_ram (vmap blocks, the frame map) and unmap
@@ -154,6 +177,9 @@ static void fork_during_mapping(int forks) {
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
     fprintf(stderr, "%d of %d children exited 0\n", good, forks);
     CHECK(good == forks);
+    /* The bursts went through the depot (the forks found its mutexes in use). */
+    struct vmarena_stats st = {.size = sizeof st};
+    CHECK(vmarena_stats(&st) == 0 && st.depot_puts > 0 && st.depot_takes > 0);
 }
 
 /* One process per round: a thread makes the first vmarena call (the default space is being
