@@ -118,9 +118,11 @@ static void fork_during_allocation(int forks) {
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
     fprintf(stderr, "%d of %d children exited 0\n", good, forks);
     CHECK(good == forks);
-    /* The bursts went through the depot (the forks found its mutexes in use). */
+    /* With thread caches (a host that refuses membarrier has none), the bursts went through
+     * the depot: the forks found its mutexes in use. */
     struct vmarena_stats st = {.size = sizeof st};
-    CHECK(vmarena_stats(&st) == 0 && st.depot_puts > 0 && st.depot_takes > 0);
+    CHECK(vmarena_stats(&st) == 0);
+    if (st.cache_hits > 0) CHECK(st.depot_puts > 0 && st.depot_takes > 0);
 }
 
 /* Fork while other threads map frames with vm_map_ram (vmap blocks, the frame map) and unmap
