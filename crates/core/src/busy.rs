@@ -11,7 +11,7 @@
 //!
 //! Table: open addressing with linear probing over a power-of-two number of slots, at most half
 //! full, and backward-shift deletion (no tombstones, so probe sequences never degrade). The home
-//! slot of a start is that of its run of 16 pages (a Fibonacci hash of `start / 16`, one
+//! slot of a start is that of its run of 16 pages (a Fibonacci hash of `(start + 1) / 16`, one
 //! multiply) plus its offset in the run: areas carved in a row get neighbouring slots, and the
 //! runs spread over the table as single keys would. A slot holds the key and the index of its
 //! record in a slab beside the table; only slots move when a deletion shifts a run back, so a
@@ -537,12 +537,12 @@ mod tests {
         assert!((0..1000u64).all(|s| m.get(s * 8).map(|a| a.tag) == Some(s * 4)));
     }
 
-    /// The home slot keeps runs of 16 pages together (so a free in address order reads slots
-    /// in order) yet spreads the runs: every pattern of starts a program makes keeps its
-    /// lookups short, a dense run of one-page areas included.
     /// A named pattern of starts: the `i`-th start.
     type Pattern = (&'static str, fn(u64) -> u64);
 
+    /// The home slot keeps runs of 16 pages together (so a free in address order reads slots
+    /// in order) yet spreads the runs: every pattern of starts a program makes keeps its
+    /// lookups short, a dense run of one-page areas included.
     #[test]
     fn probe_runs_stay_short_for_every_pattern() {
         let patterns: [Pattern; 7] = [

@@ -23,8 +23,9 @@
 //! what the previous tick saw there ([`Depot::take_aged`]), so a bulk free under way is not
 //! undone, and no area stays past the second tick after its put.
 //!
-//! Locks: one mutex, taken by a magazine's owner at a spill or a miss and by a drain under the
-//! registry mutex; nothing is taken under it. Invariant: `pages` is the sum over the stacks of
+//! Locks: one mutex per CPU's part, taken by a magazine's owner at a spill or a miss (a miss
+//! may go on to the other parts, one at a time) and by a drain under the registry mutex;
+//! nothing is taken under it. Invariant: `pages` is the sum over the stacks of
 //! their lengths times their sizes, and no start is in two places (the checker sees the depot's
 //! starts with the magazines').
 

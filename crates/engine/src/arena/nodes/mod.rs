@@ -142,8 +142,8 @@ impl StrategyOps for Nodes {
                 // Each area's busy-map home slot is far from the others' and rarely cached in
                 // a bulk free: ask for all of them first, so that the misses overlap (under
                 // the lock: the table may be resized), then for their records (whose places
-                // the slots name) and the slots after theirs. The areas' words were read by their frees a few dozen frees
-                // ago and are still cached.
+                // the slots name) and the slots after theirs. The areas' words were read by
+                // their frees a few dozen frees ago and are still cached.
                 let mut g = self.nodes[shard].lock_at(&site::FREE_SHARD_NODE);
                 for a in run {
                     for line in g.busy.home_lines(a.start) {

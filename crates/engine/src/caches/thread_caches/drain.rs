@@ -1,12 +1,12 @@
 //! The thread caches' registry side: the magazines' share of the total budget and the shed of a
 //! magazine above it, drains (by another thread, or by an owner asked to; a drain by another
-//! thread empties the depot too), the
-//! give-back of an exiting thread's magazines, the figures summed over every cache, the
-//! checker's view and the locks `fork()` takes. The fast paths are in `mod.rs`.
+//! thread empties the depot too), the give-back of an exiting thread's magazines, the figures
+//! summed over every cache, the checker's view and the locks `fork()` takes. The fast paths are
+//! in `mod.rs`.
 //!
 //! Locks: the registry mutex, then the per-CPU stacks' drainer mutex, then the depot's, then
-//! the figures of given-back magazines; nothing else is taken under them but the busy-map frees of drained
-//! areas (node locks), which take nothing of the thread caches.
+//! the figures of given-back magazines; nothing else is taken under them but the busy-map
+//! frees of drained areas (node locks), which take nothing of the thread caches.
 
 use super::{CacheFigures, CacheOwner, ThreadCaches};
 use crate::caches::handshake::heavy_fence;

@@ -496,7 +496,7 @@ impl ThreadCaches {
                         bump(&m.slack_hits);
                     }
                 }
-                if got.is_none() && align_pages == 1 {
+                if got.is_none() && align_pages == 1 && self.budget.depot {
                     got = self.refill(&**arena, m, pages).map(|s| (s, pages));
                 }
                 if let Some((s, p)) = got {
