@@ -15,9 +15,14 @@
  *   mid_size     17, 32, 64, 128, 192 and 256 pages in turn: alloc, write, free (exact sizes
  *                of the kernel's pool range, each asked for again every six loops)
  * Prints "ns_per_op X" (wall time from the common start to the last thread's end, divided by
- * LOOPS x THREADS). */
+ * LOOPS x THREADS), then "cpu_ns loop X final_frees Y": the threads' CPU time in their loops
+ * per operation, and in long_busy's frees of the live blocks at the end per block (0 for the
+ * other workloads). USER_PATH_BUSY sets long_busy's live blocks per thread (15,000);
+ * USER_PATH_PERF_CTL names a `perf record --control fifo:` file, sent "enable" at the start
+ * line so that a profile covers the timed part only. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +37,15 @@
 static int aligned, bare;
 static const char *workload;
 static long loops;
+static int busy_blocks = 15000;
 static pthread_barrier_t start_line, ready_line;
+static _Atomic long cpu_loop_ns, cpu_final_ns;
+
+static long thread_cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
 
 static void *alloc(size_t n) {
 #ifdef VMARENA_ABI
@@ -63,11 +76,12 @@ static void *worker(void *arg) {
     uint64_t r = 88172645463325252ull + (uintptr_t)arg;
     void **busy = NULL;
     if (strcmp(workload, "long_busy") == 0) {
-        busy = malloc(15000 * sizeof *busy);
-        for (int i = 0; i < 15000; i++) busy[i] = alloc(PAGE);
+        busy = malloc((size_t)busy_blocks * sizeof *busy);
+        for (int i = 0; i < busy_blocks; i++) busy[i] = alloc(PAGE);
     }
     pthread_barrier_wait(&ready_line);
     pthread_barrier_wait(&start_line);
+    long c0 = thread_cpu_ns();
     for (long i = 0; i < loops; i++) {
         if (workload[0] == 'f' && workload[1] == 'i') { /* fix_size */
             release(alloc(3 * PAGE));
@@ -87,8 +101,11 @@ static void *worker(void *arg) {
             release(alloc(PAGE));
         }
     }
+    long c1 = thread_cpu_ns();
+    cpu_loop_ns += c1 - c0;
     if (busy) {
-        for (int i = 0; i < 15000; i++) release(busy[i]);
+        for (int i = 0; i < busy_blocks; i++) release(busy[i]);
+        cpu_final_ns += thread_cpu_ns() - c1;
         free(busy);
     }
     return NULL;
@@ -100,6 +117,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     workload = argv[1];
+    if (getenv("USER_PATH_BUSY")) busy_blocks = atoi(getenv("USER_PATH_BUSY"));
     int threads = atoi(argv[2]);
     loops = atol(argv[3]);
     for (int i = 4; i < argc; i++) {
@@ -112,7 +130,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (threads < 1 || loops < 1 || (strcmp(workload, "fix_size") && strcmp(workload, "full_fit") &&
+    if (threads < 1 || loops < 1 || busy_blocks < 1 || (strcmp(workload, "fix_size") && strcmp(workload, "full_fit") &&
                                       strcmp(workload, "random_size") && strcmp(workload, "long_busy") &&
                                       strcmp(workload, "mid_size"))) {
         fprintf(stderr, "user_path: bad workload, thread count or loop count\n");
@@ -123,6 +141,14 @@ int main(int argc, char **argv) {
     pthread_barrier_init(&start_line, NULL, (unsigned)threads + 1);
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)i);
     pthread_barrier_wait(&ready_line);
+    const char *ctl = getenv("USER_PATH_PERF_CTL");
+    if (ctl) {
+        FILE *f = fopen(ctl, "w");
+        if (f) {
+            fputs("enable\n", f);
+            fclose(f);
+        }
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_barrier_wait(&start_line);
@@ -130,5 +156,7 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
     printf("ns_per_op %.2f\n", ns / ((double)loops * threads));
+    printf("cpu_ns loop %.1f final_frees %.1f\n", cpu_loop_ns / ((double)loops * threads),
+           strcmp(workload, "long_busy") ? 0.0 : cpu_final_ns / ((double)busy_blocks * threads));
     return 0;
 }
