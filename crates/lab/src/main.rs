@@ -108,9 +108,10 @@ enum Command {
     /// The kernel's test_vmalloc shapes (fix_size, full_fit, random_size, long_busy) and
     /// mid_size from threads the program creates, every page written, fresh processes,
     /// contenders alternating: median ns per operation, vmarena's ratio to the best peer (also
-    /// paired round by round) and to tcmalloc, throughput at the highest thread count over the first, and each contender's
-    /// median peak RSS and minor faults. vmarena:NAME=VALUE contenders run the C ABI with
-    /// options set, beside the default.
+    /// paired round by round) and to tcmalloc, throughput at the highest thread count over
+    /// the first, each contender's median peak RSS and minor faults, and its start-up (one
+    /// page allocated and freed in main before the timer, so that no timed loop includes it).
+    /// vmarena:NAME=VALUE contenders run the C ABI with options set, beside the default.
     UserPath(user_path::UserPathConfig),
     /// A per-CPU counter on vmarena's per-CPU objects against one shared atomic counter.
     ///

@@ -81,14 +81,15 @@ pub struct UserPathConfig {
     pub json: Option<PathBuf>,
 }
 
-/// One (workload, threads, contender): every run's ns per operation, peak RSS and minor
-/// faults.
+/// One (workload, threads, contender): every run's ns per operation, peak RSS, minor faults
+/// and start-up (the first page's allocation and free in `main`, before the timer).
 #[derive(Serialize, Clone, Debug, Default)]
 pub struct Cell {
     pub workload: String,
     pub threads: u32,
     pub contender: String,
     pub ns_per_op: Vec<f64>,
+    pub first_call_ns: Vec<f64>,
     pub maxrss_kib: Vec<u64>,
     pub minor_faults: Vec<u64>,
 }
@@ -224,8 +225,12 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
                     let ns = cc::reported_in(&stdout, "ns_per_op").ok_or_else(|| {
                         format!("{w} under {}: no ns_per_op in its output: {stdout}", cfg.contenders[i])
                     })?;
+                    let first_call = cc::reported_in(&stdout, "first_call_ns").ok_or_else(|| {
+                        format!("{w} under {}: no first_call_ns in its output: {stdout}", cfg.contenders[i])
+                    })?;
                     let cell = &mut cells[first + i];
                     cell.ns_per_op.push(ns);
+                    cell.first_call_ns.push(first_call);
                     cell.maxrss_kib.push(raw.maxrss_kib);
                     cell.minor_faults.push(raw.minflt);
                 }
@@ -383,6 +388,26 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
             println!();
         }
     }
+    print_first_calls(cfg, cells);
+}
+
+/// Each contender's start-up: the median over all its runs of the first page's allocation and
+/// free, which `main` makes before the threads start (a once-per-process cost that no timed
+/// loop includes).
+fn print_first_calls(cfg: &UserPathConfig, cells: &[Cell]) {
+    println!("\nStart-up: the first allocation and free of one page in main, before the timer (us, median of all runs):\n");
+    println!("| {} |", cfg.contenders.join(" | "));
+    println!("|{}", "---|".repeat(cfg.contenders.len()));
+    for c in &cfg.contenders {
+        let all: Vec<f64> =
+            cells.iter().filter(|x| &x.contender == c).flat_map(|x| x.first_call_ns.iter().copied()).collect();
+        if all.is_empty() {
+            print!("| - ");
+        } else {
+            print!("| {:.1} ", crate::median::median(&all) / 1000.0);
+        }
+    }
+    println!("|");
 }
 
 pub fn json(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) -> String {

@@ -337,8 +337,9 @@ fn percpu_counter_runs_every_mode_with_exact_sums() {
 }
 
 /// A `vmarena:NAME=VALUE` contender runs the C ABI program with that option set: the table
-/// gets its column, and the memory table its figures; a space too small for one area fails
-/// the run with the program's own message, so the variable reached the process.
+/// gets its column, and the memory and start-up tables their figures; a space too small for
+/// one area fails the run with the program's own message (at main's first call, before the
+/// threads), so the variable reached the process.
 #[test]
 fn user_path_variants_run_with_their_options() {
     let Some(libs) = lib_dir() else { return };
@@ -358,13 +359,19 @@ fn user_path_variants_run_with_their_options() {
         let (rss, faults) = c.split_once(" / ").expect("RSS / faults");
         assert!(rss.parse::<f64>().unwrap() > 0.0 && faults.parse::<f64>().unwrap() > 0.0, "{row}");
     }
+    // The start-up table: one positive figure per contender, in the contenders' order.
+    let start = text.split("Start-up: the first allocation and free").nth(1).expect("start-up table");
+    let row = start.lines().filter(|l| l.starts_with('|')).nth(2).expect("a start-up row");
+    let firsts: Vec<f64> =
+        row.split('|').map(str::trim).filter(|c| !c.is_empty()).map(|c| c.parse().unwrap()).collect();
+    assert!(firsts.len() == 2 && firsts.iter().all(|&us| us > 0.0), "{row}");
 
     let mut args = base.to_vec();
     args.extend(["--lib-dir", lib_dir, "--contenders", "vmarena:space_bytes=4096"]);
     let out = vmarena(&args);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("VMARENA_SPACE_BYTES") && err.contains("allocation of 12288 bytes failed"), "{err}");
+    assert!(err.contains("VMARENA_SPACE_BYTES") && err.contains("allocation of 4096 bytes failed"), "{err}");
 
     let out = vmarena(&["user-path", "--contenders", "vmarena:bogus=1"]);
     assert_eq!(out.status.code(), Some(2));
