@@ -29,6 +29,7 @@
 //! their lengths times their sizes, and no start is in two places (the checker sees the depot's
 //! starts with the magazines').
 
+use crate::caches::block_stack::BlockStack;
 use crate::sync::padded::Padded;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -41,8 +42,9 @@ const MAX_SHARDS: usize = 64;
 /// The stacks of one shard, under its mutex.
 struct Stacks {
     /// Starts by size: index `pages - 1`. Empty (no stack at all) until the shard's first put,
-    /// so that an arena's idle CPUs' shards cost no memory.
-    by_size: Vec<Vec<u64>>,
+    /// so that an arena's idle CPUs' shards cost no memory. In fixed blocks, which a bulk
+    /// free's growth does not reallocate (`block_stack.rs`).
+    by_size: Vec<BlockStack>,
     /// By size, how many of the stack's bottom entries were there at the last aged drain
     /// and have been there since (takes pop the top): the next aged drain takes those.
     aged: Vec<usize>,
@@ -127,13 +129,19 @@ impl Depot {
             {
                 return false;
             }
-            st.by_size.resize_with(self.max_pages, Vec::new);
+            st.by_size.resize_with(self.max_pages, BlockStack::default);
             st.aged.resize(self.max_pages, 0);
         }
-        // Room first, for every stack, so that a refusal changes nothing.
+        // Room first, for every stack, so that a refusal changes nothing: once per run of one
+        // size (a spill is one size, but for the area it may evict from a larger one).
+        let mut last = 0;
         for s in spans {
+            if s.pages == last {
+                continue;
+            }
+            last = s.pages;
             let Some(v) = st.by_size.get_mut((s.pages as usize).wrapping_sub(1)) else { return false };
-            if v.try_reserve(spans.len()).is_err() {
+            if !v.try_reserve(spans.len()) {
                 return false;
             }
         }
@@ -164,8 +172,8 @@ impl Depot {
             if got == 0 {
                 continue;
             }
-            for (o, s) in out.iter_mut().zip(v.drain(v.len() - got..).rev()) {
-                *o = s;
+            for o in out[..got].iter_mut() {
+                *o = v.pop().unwrap_or_default();
             }
             let left = v.len();
             st.aged[i] = st.aged[i].min(left);
@@ -200,7 +208,7 @@ impl Depot {
             let Stacks { by_size, aged, pages, areas, .. } = &mut *st;
             for (i, v) in by_size.iter_mut().enumerate() {
                 let n = count(aged[i], v.len()).min(v.len());
-                out.extend(v.drain(..n).map(|s| Span::new(s, i as u64 + 1)));
+                v.drain_bottom(n, |s| out.push(Span::new(s, i as u64 + 1)));
                 *pages -= n as u64 * (i as u64 + 1);
                 *areas -= n as u64;
                 aged[i] = v.len();
@@ -225,7 +233,7 @@ impl Depot {
     /// Every start held, for the checker.
     pub(crate) fn starts(&self, out: &mut Vec<u64>) {
         for shard in self.shards.iter() {
-            out.extend(Self::lock(shard).by_size.iter().flatten());
+            out.extend(Self::lock(shard).by_size.iter().flat_map(BlockStack::iter));
         }
     }
 
@@ -236,6 +244,9 @@ impl Depot {
             let (areas, pages) = st.by_size.iter().enumerate().fold((0u64, 0u64), |(a, p), (k, v)| {
                 (a + v.len() as u64, p + v.len() as u64 * (k as u64 + 1))
             });
+            if let Some((k, e)) = st.by_size.iter().enumerate().find_map(|(k, v)| v.check().err().map(|e| (k, e))) {
+                return Err(format!("depot shard {i}, stack of {} pages: {e}", k + 1));
+            }
             if let Some(k) = (0..st.aged.len()).find(|&k| st.aged[k] > st.by_size[k].len()) {
                 return Err(format!(
                     "depot shard {i}: {} aged areas of {} pages, {} held",
@@ -326,7 +337,7 @@ mod tests {
         // One area in each shard (which one a put picks depends on the CPU, so by hand).
         for (i, shard) in d.shards.iter().enumerate() {
             let mut st = Depot::lock(shard);
-            st.by_size.resize_with(4, Vec::new);
+            st.by_size.resize_with(4, BlockStack::default);
             st.aged.resize(4, 0);
             st.by_size[0].push(1000 + i as u64);
             st.pages += 1;
