@@ -807,19 +807,33 @@ fn a_thread_switching_between_many_arenas_gets_each_arena_its_own_areas() {
     }
 }
 
-/// The state words of pages up to 33 apart never share a cache line (each thread's free and
+/// The state words of pages up to 56 apart never share a cache line (each thread's free and
 /// reuse write its area's word, and areas of two threads are often carved side by side).
 #[test]
 fn state_words_of_neighbouring_pages_are_on_different_cache_lines() {
     let a = arena();
     let line = |p: u64| a.state_word_addr(p).expect("a page of the range") / 64;
     for p in 0x1000..0x1000 + 1024 {
-        for k in 1..=33 {
+        for k in 1..=56 {
             if let Some(q) = a.state_word_addr(p + k) {
                 assert_ne!(line(p), q / 64, "pages {p:#x} and {:#x} share a line of words", p + k);
             }
         }
     }
+}
+
+/// Consecutive pages have their state words on the next cache line or the one after (72
+/// bytes on), but where the words wrap around their table page: a bulk free in the order the
+/// areas were carved reads the table forward, as a stream (docs/bench-log/many-workers.md,
+/// "the state table in page order").
+#[test]
+fn state_words_of_consecutive_pages_are_on_consecutive_lines() {
+    let a = arena();
+    let line = |p: u64| a.state_word_addr(p).expect("a page of the range") / 64;
+    // One table page's worth of pages (512 words), from its first page.
+    let first = (0x1000..0x1000 + 512).find(|&p| a.state_word_addr(p).is_some_and(|w| w % 4096 == 0)).unwrap();
+    let wraps = (first..first + 511).filter(|&p| !(1..=2).contains(&line(p + 1).wrapping_sub(line(p)))).count();
+    assert!(wraps <= 9, "{wraps} of 511 steps from a page to the next do not go one or two lines on");
 }
 
 /// Two threads on the fast path write no common cache line: the memory each magazine owns

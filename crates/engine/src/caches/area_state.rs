@@ -2,9 +2,9 @@
 //!
 //! Owns: the words (a lazily zero [`WordTable`], so only table pages that cover live small
 //! areas take memory; neighbouring pages' words are spread over their table page so that
-//! they do not share cache lines, see `AreaStates::word`). Only the first page of an area of at most `max_pages` pages that holds
-//! the space's own memory ([`AreaKind::Vmalloc`]) ever has a non-zero word; every other word is
-//! zero. A word is
+//! they do not share cache lines, see `AreaStates::word`). Only the first page of an area of
+//! at most `max_pages` pages that holds the space's own memory ([`AreaKind::Vmalloc`]) ever
+//! has a non-zero word; every other word is zero. A word is
 //!
 //! ```text
 //!   63                               16 15            2 1  0
@@ -79,10 +79,10 @@ const CALLER_SHIFT: u32 = 16;
 
 /// Pages whose words share one 4 KiB page of the table, permuted among themselves.
 const SPREAD_BLOCK: u64 = 512;
-/// The permutation's multiplier: odd (a bijection of the block), and -15 mod 512, so that
-/// offsets 1 to 33 apart land 15 words apart or more (the best spread for neighbours up to 32
-/// apart of any multiplier).
-const SPREAD_STEP: u64 = 497;
+/// The permutation's multiplier: odd (a bijection of the block), and 9, so that pages 1 to 56
+/// apart land 8 words apart or more (on different lines), and consecutive pages on consecutive
+/// lines (a sweep in page order reads the table as a stream). A multiply by 9 is one `lea`.
+const SPREAD_STEP: u64 = 9;
 
 /// Largest area, in pages, a word can describe.
 pub(crate) const MAX_TRACKED_PAGES: u64 = PAGES_MASK;
@@ -226,10 +226,14 @@ impl AreaStates {
 
     /// The word of page `start`: its block of [`SPREAD_BLOCK`] pages keeps its table page, and
     /// inside the block the page's word sits at `offset * SPREAD_STEP` (mod the block), so that
-    /// pages up to 33 apart get words at least 15 words (120 bytes) apart: two threads' areas
+    /// pages up to 56 apart get words at least 8 words (64 bytes) apart: two threads' areas
     /// carved next to each other never share a cache line of words (each thread's free and
-    /// reuse write its area's word). A bijection of every block: a page outside the range
-    /// gets a word no page inside it has, which stays zero, or none.
+    /// reuse write its area's word). The words of consecutive pages are on consecutive lines,
+    /// so a bulk free in the order the areas were carved reads the table as a stream the
+    /// hardware prefetches, where the earlier multiplier (-15) scattered it and every free
+    /// missed (docs/bench-log/many-workers.md, "the state table in page order"). A bijection of
+    /// every block: a page outside the range gets a word no page inside it has, which stays
+    /// zero, or none.
     #[inline(always)]
     fn word(&self, start: u64) -> Option<&AtomicU64> {
         self.table.words().get(word_index(self.lo, start) as usize)
