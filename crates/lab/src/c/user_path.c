@@ -16,8 +16,9 @@
  *                of the kernel's pool range, each asked for again every six loops)
  * Before the threads start, main allocates, writes and frees one page and prints
  * "first_call_ns X", the time of that pair: a start-up the allocator pays once per process
- * (vmarena builds its default space at its first call; the peers start at the first malloc of
- * the C library or the loader, before main), kept out of the timed loops for every contender.
+ * (vmarena builds its default space at its first call; a peer starts at its first malloc,
+ * which the C library or the loader often makes before main), kept out of the timed loops for
+ * every contender.
  * Prints "ns_per_op X" (wall time from the common start to the last thread's end, divided by
  * LOOPS x THREADS), then "cpu_ns loop X final_frees Y": the threads' CPU time in their loops
  * per operation, and in long_busy's frees of the live blocks at the end per block (0 for the
