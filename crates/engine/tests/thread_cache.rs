@@ -831,8 +831,10 @@ fn state_words_of_consecutive_pages_are_on_consecutive_lines() {
     let a = arena();
     let line = |p: u64| a.state_word_addr(p).expect("a page of the range") / 64;
     // One table page's worth of pages (512 words), from its first page.
-    let first = (0x1000..0x1000 + 512).find(|&p| a.state_word_addr(p).is_some_and(|w| w % 4096 == 0)).unwrap();
-    let wraps = (first..first + 511).filter(|&p| !(1..=2).contains(&line(p + 1).wrapping_sub(line(p)))).count();
+    let first =
+        (0x1000..0x1000 + 512).find(|&p| a.state_word_addr(p).is_some_and(|w| w % 4096 == 0)).unwrap();
+    let wraps =
+        (first..first + 511).filter(|&p| !(1..=2).contains(&line(p + 1).wrapping_sub(line(p)))).count();
     assert!(wraps <= 9, "{wraps} of 511 steps from a page to the next do not go one or two lines on");
 }
 

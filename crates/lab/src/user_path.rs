@@ -399,8 +399,11 @@ fn print_first_calls(cfg: &UserPathConfig, cells: &[Cell]) {
     println!("| {} |", cfg.contenders.join(" | "));
     println!("|{}", "---|".repeat(cfg.contenders.len()));
     for c in &cfg.contenders {
-        let all: Vec<f64> =
-            cells.iter().filter(|x| &x.contender == c).flat_map(|x| x.first_call_ns.iter().copied()).collect();
+        let all: Vec<f64> = cells
+            .iter()
+            .filter(|x| &x.contender == c)
+            .flat_map(|x| x.first_call_ns.iter().copied())
+            .collect();
         if all.is_empty() {
             print!("| - ");
         } else {

@@ -63,7 +63,7 @@ impl BlockStack {
     /// Push `start` on top. Needs room made by [`BlockStack::try_reserve`]; without it, a new
     /// block is allocated as a `Vec` would be.
     pub(crate) fn push(&mut self, start: u64) {
-        let full = self.blocks.back().is_none_or(|b| b.len() == BLOCK_STARTS);
+        let full = self.blocks.back().map_or(true, |b| b.len() == BLOCK_STARTS);
         if full {
             let b = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(BLOCK_STARTS));
             self.blocks.push_back(b);

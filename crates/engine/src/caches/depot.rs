@@ -244,7 +244,9 @@ impl Depot {
             let (areas, pages) = st.by_size.iter().enumerate().fold((0u64, 0u64), |(a, p), (k, v)| {
                 (a + v.len() as u64, p + v.len() as u64 * (k as u64 + 1))
             });
-            if let Some((k, e)) = st.by_size.iter().enumerate().find_map(|(k, v)| v.check().err().map(|e| (k, e))) {
+            if let Some((k, e)) =
+                st.by_size.iter().enumerate().find_map(|(k, v)| v.check().err().map(|e| (k, e)))
+            {
                 return Err(format!("depot shard {i}, stack of {} pages: {e}", k + 1));
             }
             if let Some(k) = (0..st.aged.len()).find(|&k| st.aged[k] > st.by_size[k].len()) {
