@@ -15,6 +15,7 @@ use crate::caches::handshake::Handshake;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use vmarena_core::Span;
+use vmarena_platform::fork_once::ForkOnce;
 
 /// Entries per size class at most: a burst of 64 frees of one size (the deferred frees one
 /// `Rcu` poll releases, `vmarena::rcu::POLL_EVERY`) fits, so the allocations that follow hit.
@@ -71,12 +72,15 @@ impl Spill {
 #[derive(Default)]
 struct Line([AtomicU64; 8]);
 
-/// `len` words on whole cache lines of their own (a boxed slice of [`Line`]s): no other
+/// `len` words on whole cache lines of their own (a vector of [`Line`]s): no other
 /// allocation, so no other thread's data, shares a line with them.
 struct LineWords {
-    lines: Box<[Line]>,
+    lines: Vec<Line>,
     len: usize,
 }
+
+/// The slots of a stack that has had no push yet: none.
+static NO_SLOTS: LineWords = LineWords { lines: Vec::new(), len: 0 };
 
 impl LineWords {
     fn new(len: usize) -> LineWords {
@@ -118,10 +122,30 @@ impl std::ops::Index<usize> for LineWords {
 #[repr(align(64))]
 struct Class {
     len: AtomicUsize,
-    /// Entries the stack may hold under the magazine's present budget (at most `slots.len()`,
-    /// which is the cap under the largest budget).
+    /// Entries the stack may hold under the magazine's present budget (at most `max_len`).
     cap: AtomicUsize,
-    slots: LineWords,
+    /// Entries the stack may hold under the largest budget: the length of its slots.
+    max_len: usize,
+    /// Made at the stack's first push, by the owner: a magazine has a stack for every size up
+    /// to the largest it holds (257 in the default space), and most programs use a few, so
+    /// a magazine's first use allocates one line array instead of 257 (a new thread's first
+    /// magazine took 61 us and 46 KiB, most of it slots no push ever reached). A `ForkOnce`:
+    /// a fork while the owner makes them leaves the child a cell it can finish (std's
+    /// `OnceLock` would wait for ever there).
+    slots: ForkOnce<LineWords>,
+}
+
+impl Class {
+    /// The slots, none before the first push.
+    #[inline(always)]
+    fn slots(&self) -> &LineWords {
+        self.slots.get().unwrap_or(&NO_SLOTS)
+    }
+
+    /// The slots, made now if the stack has none yet (its owner, before a push).
+    fn slots_made(&self) -> &LineWords {
+        self.slots.get_or_init(|| LineWords::new(self.max_len))
+    }
 }
 
 /// Entries a stack of `pages` pages may hold under a budget of `budget_pages`.
@@ -221,8 +245,9 @@ impl Magazine {
         let classes = (1..=max_pages)
             .map(|p| Class {
                 len: AtomicUsize::new(0),
-                cap: AtomicUsize::new(class_cap(p, budget.base_pages)),
-                slots: LineWords::new(class_cap(p, budget.max_pages)),
+                cap: AtomicUsize::new(class_cap(p, budget.base_pages).min(class_cap(p, budget.max_pages))),
+                max_len: class_cap(p, budget.max_pages),
+                slots: ForkOnce::new(),
             })
             .collect();
         let words = (max_pages as usize).div_ceil(64);
@@ -259,7 +284,7 @@ impl Magazine {
     pub(crate) fn set_budget(&self, pages: u64) {
         self.budget.store(pages, Relaxed);
         for (i, c) in self.classes.iter().enumerate() {
-            c.cap.store(class_cap(i as u64 + 1, pages).min(c.slots.len()), Relaxed);
+            c.cap.store(class_cap(i as u64 + 1, pages).min(c.max_len), Relaxed);
         }
     }
 
@@ -309,7 +334,7 @@ impl Magazine {
         let i = if align_pages == 1 {
             n.checked_sub(1)?
         } else {
-            (0..n).rev().find(|&i| c.slots[i].load(Relaxed) & (align_pages - 1) == 0)?
+            (0..n).rev().find(|&i| c.slots()[i].load(Relaxed) & (align_pages - 1) == 0)?
         };
         Some(self.remove(pages, i))
     }
@@ -348,7 +373,7 @@ impl Magazine {
     pub(crate) fn pop_top(&self, pages: u64) -> Option<u64> {
         let c = self.classes.get((pages as usize).wrapping_sub(1))?;
         let n = c.len.load(Relaxed).checked_sub(1)?;
-        let start = c.slots.get(n)?.load(Relaxed);
+        let start = c.slots().get(n)?.load(Relaxed);
         c.len.store(n, Relaxed);
         self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
         Some(start)
@@ -364,14 +389,16 @@ impl Magazine {
         if n >= class.cap.load(Relaxed) || held + pages > self.budget.load(Relaxed) {
             return None;
         }
-        let slot = class.slots.get(n)?;
+        // None before the stack's first push: the caller falls back to `push`, which makes
+        // the slots.
+        let slot = class.slots().get(n)?;
         Some(Room { class, slot, n, held })
     }
 
     /// How many areas of `pages` pages [`Magazine::room`] would find room for in a row.
     pub(crate) fn room_for(&self, pages: u64) -> usize {
         let Some(class) = self.classes.get((pages as usize).wrapping_sub(1)) else { return 0 };
-        let cap = class.cap.load(Relaxed).min(class.slots.len);
+        let cap = class.cap.load(Relaxed).min(class.slots_made().len);
         let slots = cap.saturating_sub(class.len.load(Relaxed));
         let budget = self.budget.load(Relaxed).saturating_sub(self.pages.load(Relaxed)) / pages;
         slots.min(budget as usize)
@@ -401,9 +428,10 @@ impl Magazine {
     pub(crate) fn remove(&self, pages: u64, i: usize) -> u64 {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
-        let start = c.slots[i].load(Relaxed);
+        let slots = c.slots();
+        let start = slots[i].load(Relaxed);
         for j in i..n - 1 {
-            c.slots[j].store(c.slots[j + 1].load(Relaxed), Relaxed);
+            slots[j].store(slots[j + 1].load(Relaxed), Relaxed);
         }
         c.len.store(n - 1, Relaxed);
         self.pages.store(self.pages.load(Relaxed) - pages, Relaxed);
@@ -435,7 +463,7 @@ impl Magazine {
             set_bit(&self.ghosts, pages, true);
             return false;
         }
-        c.slots[n].store(start, Relaxed);
+        c.slots_made()[n].store(start, Relaxed);
         c.len.store(n + 1, Relaxed);
         if n == 0 {
             self.mark_occupied(pages);
@@ -451,7 +479,7 @@ impl Magazine {
         let c = &self.classes[pages as usize - 1];
         let n = c.len.load(Relaxed);
         let k = k.min(n);
-        let lines = &c.slots.lines;
+        let lines = &c.slots().lines;
         for j in 0..k {
             spill.push(Span::new(lines[j / 8].0[j % 8].load(Relaxed), pages));
         }
@@ -481,7 +509,7 @@ impl Magazine {
     pub(crate) fn take(&self, out: &mut Vec<Span>, base_pages: u64) {
         for (i, c) in self.classes.iter().enumerate() {
             let n = c.len.load(Relaxed);
-            out.extend((0..n).map(|j| Span::new(c.slots[j].load(Relaxed), i as u64 + 1)));
+            out.extend((0..n).map(|j| Span::new(c.slots()[j].load(Relaxed), i as u64 + 1)));
             c.len.store(0, Relaxed);
         }
         for o in self.occupied.iter().chain(self.ghosts.iter()) {
@@ -504,7 +532,7 @@ impl Magazine {
             self.occupied.span(),
             self.ghosts.span(),
         ];
-        out.extend(self.classes.iter().map(|c| c.slots.span()));
+        out.extend(self.classes.iter().filter_map(|c| c.slots.get()).map(LineWords::span));
         out
     }
 
@@ -521,7 +549,7 @@ impl Magazine {
                 return Err(format!("magazine: size {p} holds {n} areas but its occupied bit is clear"));
             }
             pages += n as u64 * p;
-            out.extend((0..n).map(|j| c.slots[j].load(Relaxed)));
+            out.extend((0..n).map(|j| c.slots()[j].load(Relaxed)));
         }
         let held = self.pages.load(Relaxed);
         if held != pages {
@@ -533,10 +561,40 @@ impl Magazine {
         }
         for (i, c) in self.classes.iter().enumerate() {
             let (n, cap) = (c.len.load(Relaxed), c.cap.load(Relaxed));
-            if cap != class_cap(i as u64 + 1, budget).min(c.slots.len()) || n > cap {
+            if cap != class_cap(i as u64 + 1, budget).min(c.max_len) || n > cap || n > c.slots().len() {
                 return Err(format!("magazine: size {} holds {n} areas, cap {cap}, budget {budget}", i + 1));
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget() -> Budget {
+        Budget { base_pages: 512, max_pages: 2048, total_pages: 0, slack_percent: 50, depot: true }
+    }
+
+    /// A size's stack is made at its first push (or when a refill counts its room), and only
+    /// that one: a new magazine owns its struct, its classes and two bitmaps; a room for a size
+    /// with no stack is none, so the free falls back to the push that makes it.
+    #[test]
+    fn a_stack_is_made_at_its_first_push() {
+        let m = Magazine::new(257, budget());
+        assert_eq!(m.spans().len(), 4, "no stack made");
+        assert!(m.room(3).is_none());
+        let mut spill = Spill::default();
+        assert!(m.push(3, 0x1000, &mut spill));
+        assert!(spill.is_empty());
+        assert_eq!(m.spans().len(), 5, "the stack of 3 pages");
+        assert!(m.room(3).is_some());
+        assert_eq!(m.entries().unwrap(), [0x1000]);
+        assert_eq!(m.pop(3, 1), Some(0x1000));
+        assert_eq!(m.pop(3, 1), None);
+        assert!(m.room_for(5) > 0);
+        assert_eq!(m.spans().len(), 6, "and of 5, for a refill");
+        assert!(m.entries().unwrap().is_empty());
     }
 }
