@@ -331,6 +331,22 @@ static void membarrier_case(void) {
     free(p);
 }
 
+/* vmarena's cached bytes as malloc_info reports them (its element's `cached`), or -1. */
+static long vmarena_cached_bytes(void) {
+    char *xml = NULL;
+    size_t len = 0;
+    long cached = -1;
+    FILE *f = open_memstream(&xml, &len);
+    if (!f) return -1;
+    int ok = malloc_info(0, f) == 0;
+    fclose(f);
+    const char *e = ok && xml ? strstr(xml, "<vmarena ") : NULL;
+    const char *c = e ? strstr(e, "cached=\"") : NULL;
+    if (c) cached = strtol(c + 8, NULL, 10);
+    free(xml);
+    return cached;
+}
+
 /* mallinfo2, mallinfo, malloc_info and malloc_stats count vmarena's blocks; malloc_trim gives
  * its cached memory back. */
 static void introspection_case(void) {
@@ -361,9 +377,15 @@ static void introspection_case(void) {
     struct mallinfo2 freed = mallinfo2();
     CHECK(freed.hblkhd + (1 << 20) <= live.hblkhd);
     CHECK(freed.fordblks >= (1 << 20)); /* the freed area stays resident, cached */
+    long cached = vmarena_cached_bytes();
+    CHECK(cached >= (1 << 20));
     CHECK(malloc_trim(0) == 1);
-    struct mallinfo2 trimmed = mallinfo2();
-    CHECK(trimmed.fordblks + (1 << 20) <= freed.fordblks);
+    /* vmarena's part of fordblks, not the total: glibc's part moves meanwhile (the purge
+     * worker, started by the first freed area, allocates from glibc as this runs): 64-330 KB
+     * before the trim and 150-415 KB after it in forty runs beside two busy CPUs, where
+     * vmarena's went from 1,052,672 bytes to 0 every time. */
+    long trimmed = vmarena_cached_bytes();
+    CHECK(trimmed >= 0 && trimmed + (1 << 20) <= cached);
 }
 
 int main(int argc, char **argv) {
