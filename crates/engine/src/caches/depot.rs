@@ -168,12 +168,14 @@ impl Depot {
             let mut st = Self::lock(shard);
             let i = (pages as usize).wrapping_sub(1);
             let Some(v) = st.by_size.get_mut(i) else { continue };
-            let got = out.len().min(v.len());
+            let mut got = 0;
+            for o in out.iter_mut() {
+                let Some(s) = v.pop() else { break };
+                *o = s;
+                got += 1;
+            }
             if got == 0 {
                 continue;
-            }
-            for o in out[..got].iter_mut() {
-                *o = v.pop().unwrap_or_default();
             }
             let left = v.len();
             st.aged[i] = st.aged[i].min(left);

@@ -128,8 +128,8 @@ struct Class {
     max_len: usize,
     /// Made at the stack's first push, by the owner: a magazine has a stack for every size up
     /// to the largest it holds (257 in the default space), and most programs use a few, so
-    /// a magazine's first use allocates one line array instead of 257 (a new thread's first
-    /// magazine took 61 us and 46 KiB, most of it slots no push ever reached). A `ForkOnce`:
+    /// a magazine's first use allocates one line array instead of 257 (46 KiB with every
+    /// magazine, most of it slots no push ever reached). A `ForkOnce`:
     /// a fork while the owner makes them leaves the child a cell it can finish (std's
     /// `OnceLock` would wait for ever there).
     slots: ForkOnce<LineWords>,
