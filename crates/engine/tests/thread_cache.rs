@@ -631,6 +631,108 @@ fn a_decay_tick_takes_from_the_depot_only_what_the_previous_tick_saw() {
     a.check().unwrap();
 }
 
+/// Fill one thread's magazine to its 64-page budget so that a free of 8 pages finds no larger
+/// area to evict: 8 pages x 1, 4 x 4, 2 x 8, 1 x 16 and 3 x 2 (62 pages, every stack below its
+/// cap). Returns the areas still live: the second 8-page area and a 5-page one.
+fn fill_to_the_budget(a: &Arena) -> (u64, u64) {
+    let sizes = [8u64, 8, 5].into_iter().chain([4; 4]).chain([2; 8]).chain([1; 16]).chain([3; 2]);
+    let xs: Vec<(u64, u64)> = sizes.map(|p| (a.alloc(&AllocRequest::pages(p)).unwrap().start, p)).collect();
+    for &(x, _) in xs.iter().skip(3).chain(&xs[..1]) {
+        a.free(x).unwrap();
+    }
+    let st = a.stats();
+    assert_eq!((st.cached_pages, st.depot_pages, st.cache_flushes), (62, 0, 0), "{st:?}");
+    (xs[1].0, xs[2].0)
+}
+
+#[test]
+fn a_free_the_budget_refuses_waits_in_the_depot_for_the_next_miss_of_any_thread() {
+    let a = Arc::new(
+        Arena::new("depot-refused", 0x1000, 0x1000 + (1 << 20), opts_depot(), Box::new(NoBacking)).unwrap(),
+    );
+    let (eight, _) = fill_to_the_budget(&a);
+    a.free(eight).unwrap();
+    let st = a.stats();
+    assert_eq!(
+        (st.cached_pages, st.depot_pages, st.depot_puts, st.cache_flushes),
+        (70, 8, 1, 1),
+        "the refused area went to the depot (cached pages count the depot's), {st:?}"
+    );
+    assert_eq!((st.lazy_pages, st.pooled_areas, st.live_areas), (0, 0, 1), "not to a node, {st:?}");
+    a.check().unwrap();
+    // A second free of it is refused and changes nothing.
+    assert!(matches!(a.free(eight), Err(FreeError::NotLive { .. })));
+    assert_eq!(a.stats().depot_pages, 8);
+    // Another thread, whose magazine is empty, gets it back with its record as it was.
+    let carved = a.stats();
+    let b = a.clone();
+    let got = std::thread::spawn(move || b.alloc(&AllocRequest::pages(8)).unwrap()).join().unwrap();
+    assert_eq!((got.start, got.pages), (eight, 8));
+    let st = a.stats();
+    assert_eq!((st.depot_pages, st.depot_takes, st.live_areas), (0, 1, 2), "{st:?}");
+    assert_eq!(
+        (st.tree_allocs, st.chunk_allocs, st.pool_hits),
+        (carved.tree_allocs, carved.chunk_allocs, carved.pool_hits)
+    );
+    a.check().unwrap();
+}
+
+#[test]
+fn a_size_the_budget_refused_grows_the_magazine_when_the_depot_serves_it() {
+    let a = Arena::new("depot-grow", 0x1000, 0x1000 + (1 << 20), opts_depot(), Box::new(NoBacking)).unwrap();
+    let (eight, _) = fill_to_the_budget(&a);
+    a.free(eight).unwrap();
+    assert_eq!((a.stats().depot_pages, a.stats().cache_budget_pages, a.stats().cache_grows), (8, 64, 0));
+    // The first 8 pages come from the magazine, the second from the depot: a miss of a size
+    // the budget turned away, which grows the budget by it as a miss down the busy-map path does.
+    let first = a.alloc(&AllocRequest::pages(8)).unwrap().start;
+    assert_ne!(first, eight);
+    assert_eq!(a.alloc(&AllocRequest::pages(8)).unwrap().start, eight);
+    let st = a.stats();
+    assert_eq!((st.depot_takes, st.cache_grows, st.cache_budget_pages), (1, 1, 72), "{st:?}");
+    // Both fit now: the second 8-page area stays in the magazine.
+    a.free(first).unwrap();
+    a.free(eight).unwrap();
+    let st = a.stats();
+    assert_eq!((st.depot_pages, st.depot_puts, st.cached_pages), (0, 1, 70), "70 pages of 72, {st:?}");
+    a.check().unwrap();
+}
+
+#[test]
+fn a_miss_takes_a_larger_depot_area_within_the_slack_whole() {
+    let o = ArenaOptions { lazy_slack_percent: 50, ..opts_depot() };
+    let a = Arc::new(Arena::new("depot-slack", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap());
+    let (eight, _) = fill_to_the_budget(&a);
+    a.free(eight).unwrap();
+    assert_eq!(a.stats().depot_pages, 8);
+    // From threads whose magazines are empty.
+    let take = |pages: u64| {
+        let b = a.clone();
+        std::thread::spawn(move || b.alloc(&AllocRequest::pages(pages)).unwrap()).join().unwrap()
+    };
+    // 5 pages: 8 is more than half again larger, so the depot's area stays.
+    let carved = a.stats().chunk_allocs + a.stats().tree_allocs + a.stats().pool_hits;
+    let got = take(5);
+    assert_ne!(got.start, eight);
+    assert_eq!(got.pages, 5);
+    assert_eq!((a.stats().depot_pages, a.stats().depot_takes), (8, 0));
+    assert_eq!(a.stats().chunk_allocs + a.stats().tree_allocs + a.stats().pool_hits, carved + 1, "carved");
+    // 6 pages: within half again: the 8-page area, whole.
+    let got = take(6);
+    assert_eq!((got.start, got.pages), (eight, 8));
+    let st = a.stats();
+    assert_eq!(
+        (st.depot_pages, st.depot_takes, st.live_areas, st.live_pages),
+        (0, 1, 3, 5 + 5 + 8),
+        "{st:?}"
+    );
+    a.check().unwrap();
+    // Freed, it is an area of 8 pages again.
+    a.free(got.start).unwrap();
+    assert!(matches!(a.free(got.start), Err(FreeError::NotLive { .. })));
+    a.check().unwrap();
+}
+
 #[test]
 fn a_spill_larger_than_the_lazy_limit_leaves_goes_through_the_busy_map() {
     let o = ArenaOptions { lazy_max_pages: 4, lazy_headroom: false, ..opts_depot() };
@@ -668,10 +770,17 @@ fn stress_through_the_depot_with_cross_thread_frees_and_drains_keeps_owners_apar
     cross_thread_stress(ArenaOptions { cpu_cache: true, ..opts_depot() });
 }
 
+/// The same where a larger cached area within the slack serves a request whole: areas
+/// spilled or refused by one magazine serve another's misses of nearby sizes.
+#[test]
+fn stress_through_the_depot_within_the_slack_keeps_owners_apart() {
+    cross_thread_stress(ArenaOptions { cpu_cache: true, lazy_slack_percent: 50, ..opts_depot() });
+}
+
 fn cross_thread_stress(o: ArenaOptions) {
     const WORKERS: usize = 4;
     const ROUNDS: usize = 3000;
-    let (cpu, depot) = (o.cpu_cache, o.thread_cache_depot);
+    let (cpu, depot, slack) = (o.cpu_cache, o.thread_cache_depot, o.lazy_slack_percent);
     let a = Arc::new(Arena::new("tc", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap());
     let owner: Arc<Mutex<HashMap<u64, usize>>> = Arc::default();
     let mailbox: Mailboxes = Arc::new((0..WORKERS).map(|_| Mutex::default()).collect());
@@ -712,6 +821,9 @@ fn cross_thread_stress(o: ArenaOptions) {
                     rng ^= rng << 17;
                     let pages = 1 + rng % 10;
                     let x = a.alloc(&AllocRequest::pages(pages)).unwrap();
+                    // Within the slack, a larger area may serve the request whole.
+                    assert!(x.pages >= pages && x.pages <= pages + pages * slack / 100, "{x:?} for {pages}");
+                    let pages = x.pages;
                     {
                         let mut o = owner.lock().unwrap();
                         for pg in x.start..x.start + pages {

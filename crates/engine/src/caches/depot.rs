@@ -8,7 +8,12 @@
 //! table update and a lock per shard for every area. The depot keeps the spilled areas as they
 //! are in a magazine, with their words `cached` and their busy records in place, so a spill is
 //! a copy of starts under one mutex, and a miss takes up to a stack's spill back the same way
-//! (docs/bench-log/many-workers.md, "the depot").
+//! (docs/bench-log/many-workers.md, "the depot"). A push the magazine's budget refuses comes
+//! here too, and a miss that finds no area of its size here takes one within the slack (the
+//! smallest size held up to `lazy_slack_percent` larger), as a magazine's own miss does: with
+//! more threads than CPUs, the areas one thread's magazine cannot hold are the next miss's of
+//! any thread on the CPU, instead of one thread's each (docs/bench-log/many-workers.md,
+//! "the depot as the shared layer").
 //!
 //! Owns: starts of cached areas, a stack per size (the newest taken first), and the pages they
 //! hold. Does not own the areas' words (the thread caches') or their records (the busy map's).
@@ -188,6 +193,32 @@ impl Depot {
         0
     }
 
+    /// Take one area of `lo_pages` to `hi_pages` pages, the smallest size held first: `(start,
+    /// pages)`. This CPU's shard first, then the others in turn.
+    pub(crate) fn take_within(&self, lo_pages: u64, hi_pages: u64) -> Option<(u64, u64)> {
+        let n = self.shards.len();
+        let first = vmarena_platform::cpu::current() % n;
+        for k in (0..n).map(|k| (first + k) % n) {
+            let shard = &self.shards[k];
+            if shard.areas.load(Relaxed) == 0 {
+                continue;
+            }
+            let mut st = Self::lock(shard);
+            let hi = (hi_pages as usize).min(st.by_size.len());
+            let lo = (lo_pages as usize).max(1) - 1;
+            let Some(i) = (lo..hi).find(|&i| st.by_size[i].len() > 0) else { continue };
+            let Some(s) = st.by_size[i].pop() else { continue };
+            let left = st.by_size[i].len();
+            st.aged[i] = st.aged[i].min(left);
+            st.pages -= i as u64 + 1;
+            st.areas -= 1;
+            st.takes += 1;
+            shard.areas.store(st.areas, Relaxed);
+            return Some((s, i as u64 + 1));
+        }
+        None
+    }
+
     /// Empty the depot into `out`.
     pub(crate) fn take_all(&self, out: &mut Vec<Span>) {
         self.take_where(out, |_, len| len);
@@ -331,6 +362,21 @@ mod tests {
         out.clear();
         d.take_aged(&mut out);
         assert!(out.is_empty(), "{out:?}");
+        d.check().unwrap();
+    }
+
+    /// A take within a range of sizes takes the smallest size held in it, and nothing outside.
+    #[test]
+    fn a_take_within_takes_the_smallest_size_in_its_range() {
+        let d = Depot::new(8, 1);
+        assert!(d.put(&[Span::new(100, 7), Span::new(200, 5), Span::new(300, 2)], 100));
+        assert_eq!(d.take_within(6, 6), None, "no area of 6 pages");
+        assert_eq!(d.take_within(3, 8), Some((200, 5)), "5 pages before 7");
+        assert_eq!(d.take_within(3, 8), Some((100, 7)));
+        assert_eq!(d.take_within(3, 8), None, "the 2-page area is below the range");
+        assert_eq!(d.take_within(0, 8), Some((300, 2)), "a range from 0 starts at 1 page");
+        assert_eq!(d.take_within(9, 20), None, "above the largest size");
+        assert_eq!(d.figures(), DepotFigures { areas: 0, pages: 0, puts: 3, takes: 3 });
         d.check().unwrap();
     }
 

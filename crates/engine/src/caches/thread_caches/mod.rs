@@ -23,10 +23,11 @@
 //!   depot (`depot.rs`) within the lazy limit's room, else down the busy-map path in one batch
 //!   (`CacheOwner::free_from_cache`), which clears the words under each shard's lock once
 //!   (`spill.rs`), and the area is cached; when no larger area can make room, the area goes
-//!   down the busy-map path;
+//!   to the depot within the lazy limit's room, else down the busy-map path;
 //! - alloc miss of its size: a larger cached area within the slack (`Budget::slack_percent`)
 //!   is taken whole, else a refill from the depot (up to a spill of the size, words still
-//!   `cached`, records in place), else the busy-map path;
+//!   `cached`, records in place), else the depot's smallest area within the slack, taken
+//!   whole, else the busy-map path;
 //! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
 //!   magazines. Owner and drainer meet through a [`Handshake`] (Dekker's pair with asymmetric
 //!   fences: a compiler fence on the owner's side, `membarrier` on the drainer's). A magazine
@@ -497,7 +498,15 @@ impl ThreadCaches {
                     }
                 }
                 if got.is_none() && align_pages == 1 && self.budget.depot {
-                    got = self.refill(&**arena, m, pages).map(|s| (s, pages));
+                    got = self.refill(&**arena, m, pages, hi_pages);
+                    if let Some((_, p)) = got {
+                        // The magazine missed all the same: a size it turned away grows it,
+                        // or a size its budget refuses would come through the depot each time.
+                        m.missed(pages, self.ceiling());
+                        if p > pages {
+                            bump(&m.slack_hits);
+                        }
+                    }
                 }
                 if let Some((s, p)) = got {
                     self.states.reuse(s, p, caller);
@@ -578,6 +587,12 @@ impl ThreadCaches {
             self.spill_out(arena, &mut spill, flushed);
         }
         self.give_shed(&**arena, &mut shed);
+        if cached == Some(false) && self.budget.depot {
+            let _inside = vmarena_platform::reentry::enter();
+            if self.depot.put(&[Span::new(start, pages)], arena.lazy_room()) {
+                return FreeFast::Cached { pages, caller };
+            }
+        }
         if cached == Some(true) {
             FreeFast::Cached { pages, caller }
         } else {

@@ -12,12 +12,22 @@ impl ThreadCaches {
     /// A miss of `pages` pages (owner, inside the operation on `m`): take areas of that size
     /// from the depot, as many as the stack has room for and a spill holds, keep all but one
     /// in the magazine and return that one (its word still `cached`; the caller makes it
-    /// live). `None` when the depot has none.
+    /// live), as `(start, pages)`. When the depot has none of that size, the smallest it holds
+    /// of up to `hi_pages` pages, alone and whole. `None` when it has neither.
     #[inline(never)]
-    pub(super) fn refill<A: CacheOwner + ?Sized>(&self, arena: &A, m: &Magazine, pages: u64) -> Option<u64> {
+    pub(super) fn refill<A: CacheOwner + ?Sized>(
+        &self,
+        arena: &A,
+        m: &Magazine,
+        pages: u64,
+        hi_pages: u64,
+    ) -> Option<(u64, u64)> {
         let want = (m.room_for(pages) + 1).min(SPILL_MAX);
         let mut got = [0u64; SPILL_MAX];
         let n = self.depot.take(pages, &mut got[..want]);
+        if n == 0 && hi_pages > pages {
+            return self.depot.take_within(pages + 1, hi_pages);
+        }
         let (&last, rest) = got[..n].split_last()?;
         let mut left = Spill::default();
         for &s in rest {
@@ -34,7 +44,7 @@ impl ThreadCaches {
                 arena.free_from_cache(left.as_mut_slice());
             }
         }
-        Some(last)
+        Some((last, pages))
     }
 
     /// Send the areas a push took out of the magazine (`flushed` of them of the pushed size,
