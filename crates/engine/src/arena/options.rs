@@ -51,7 +51,7 @@ options_table! {
         thread_cache_pages_max: u64 = 2048, "pages", "VMARENA_THREAD_CACHE_PAGES_MAX";
         /// Pages the magazines of one arena may hold together, per CPU: a magazine's budget is at most this times the CPUs, shared out among the threads that have one (at least 8 pages; 0: no such bound).
         thread_cache_cpu_pages: u64 = 16384, "pages", "VMARENA_THREAD_CACHE_CPU_PAGES";
-        /// Keep the areas a full magazine spills, busy records and all, in a depot (one part per CPU) for magazines that miss, within what the lazy limit leaves; every purge empties it, each decay tick takes what the previous tick saw there (off: they are freed through the busy map at once).
+        /// Keep the areas a full magazine spills or its budget refuses, busy records and all, in a depot (one part per CPU) for magazines that miss (of their size, else within the slack), within what the lazy limit leaves; every purge empties it, each decay tick takes what the previous tick saw there (off: they are freed through the busy map at once).
         thread_cache_depot: bool = true, "bool", "VMARENA_THREAD_CACHE_DEPOT";
         /// Per-CPU stacks of freed areas of 1 to 8 pages (guard included) in front of the magazines, pushed and popped in restartable sequences (Nodes, with thread_cache; x86-64 with glibc's rseq).
         cpu_cache: bool = true, "bool", "VMARENA_CPU_CACHE";
