@@ -499,9 +499,9 @@ impl ThreadCaches {
                 }
                 if got.is_none() && align_pages == 1 && self.budget.depot {
                     got = self.refill(&**arena, m, pages, hi_pages);
+                    // The magazine missed all the same: a size it turned away grows it (else a
+                    // size its budget refuses would come through the depot each time).
                     if let Some((_, p)) = got {
-                        // The magazine missed all the same: a size it turned away grows it,
-                        // or a size its budget refuses would come through the depot each time.
                         m.missed(pages, self.ceiling());
                         if p > pages {
                             bump(&m.slack_hits);
@@ -587,11 +587,8 @@ impl ThreadCaches {
             self.spill_out(arena, &mut spill, flushed);
         }
         self.give_shed(&**arena, &mut shed);
-        if cached == Some(false) && self.budget.depot {
-            let _inside = vmarena_platform::reentry::enter();
-            if self.depot.put(&[Span::new(start, pages)], arena.lazy_room()) {
-                return FreeFast::Cached { pages, caller };
-            }
+        if cached == Some(false) && self.keep_refused(&**arena, start, pages) {
+            return FreeFast::Cached { pages, caller };
         }
         if cached == Some(true) {
             FreeFast::Cached { pages, caller }

@@ -47,6 +47,15 @@ impl ThreadCaches {
         Some((last, pages))
     }
 
+    /// A free whose push the magazine's budget refused (its word `cached`): keep it in this
+    /// CPU's depot part within the lazy limit's room: true. False, with nothing changed, when
+    /// the depot is off or does not take it.
+    pub(super) fn keep_refused<A: CacheOwner + ?Sized>(&self, arena: &A, start: u64, pages: u64) -> bool {
+        // The depot's stacks may allocate.
+        let _inside = vmarena_platform::reentry::enter();
+        self.budget.depot && self.depot.put(&[Span::new(start, pages)], arena.lazy_room())
+    }
+
     /// Send the areas a push took out of the magazine (`flushed` of them of the pushed size,
     /// the rest evicted from larger sizes) to the depot, or down the busy-map path when the
     /// depot is off or does not take them; then start a purge if one is due.
