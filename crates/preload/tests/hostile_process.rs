@@ -66,6 +66,31 @@ fn children_forked_during_allocation_can_allocate() {
     both("fork_alloc", &["200"]);
 }
 
+/// The same forks with an allocator that has `fork()` handlers of its own behind the shim
+/// (`LD_PRELOAD` of the shim, then jemalloc or tcmalloc) and in front of `libvmarena.so`. That
+/// allocator registers its handlers when it starts, after vmarena's load: its `prepare` ran
+/// first and took its locks, and vmarena's `prepare`, allocating its guards from it, waited for
+/// ever (every fork of a shell under `LD_PRELOAD="libvmarena_preload.so libjemalloc.so.2"`).
+#[test]
+fn children_fork_with_an_allocator_that_has_fork_handlers_beside_vmarena() {
+    for lib in ["libjemalloc.so.2", "libtcmalloc_minimal.so.4"] {
+        let lib = format!("/usr/lib/x86_64-linux-gnu/{lib}");
+        assert!(Path::new(&lib).exists(), "{lib} is missing: scripts/setup.sh installs it");
+        for preload in [format!("{} {lib}", shim().display()), lib.clone()] {
+            for name in ["fork_alloc", "fork_first_use"] {
+                let mut c = Command::new(hostile_bin());
+                c.args([name, "40"]).env("VMARENA_SPACE_BYTES", "16G").env("LD_PRELOAD", &preload);
+                let out = run_limited(&mut c, Duration::from_secs(60));
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    out.status.success() && err.contains(&format!("ok {name}")),
+                    "{preload}, {name}: {out:?}"
+                );
+            }
+        }
+    }
+}
+
 /// Forks while other threads map and unmap frames (`vm_map_ram`, `vm_unmap_aliases`): the
 /// space's own mutexes (vmap blocks, the frame map) must be free in the child too.
 #[test]

@@ -25,7 +25,7 @@
 #![allow(unsafe_code)]
 
 extern "C" fn at_load() {
-    crate::fork::register();
+    crate::fork::register_at_load();
     vmarena_platform::early::prepare();
     vmarena_platform::kept_fd::grow_table();
     crate::capi::stats::at_load();
