@@ -1,7 +1,9 @@
 //! `vmarena programs`: unmodified programs with large buffers under every peer and the shim.
 //!
 //! Each program runs as a child process once per allocator and round: glibc alone, jemalloc,
-//! mimalloc and tcmalloc preloaded (Debian's libraries), and vmarena's shim over glibc. Rounds
+//! mimalloc and tcmalloc preloaded (Debian's libraries), and vmarena's shim over glibc; on
+//! request the shim over a peer (`vmarena+PEER`: both preloaded, the shim first, so that the
+//! requests the shim passes on, those below its threshold, go to that peer). Rounds
 //! are interleaved (every program under every allocator, then the next round) and each round
 //! starts at another allocator, so a slow minute of a shared machine falls on all of them.
 //! Every output is checked against the first allocator's; a difference stops the run.
@@ -41,7 +43,8 @@ pub struct ProgramsConfig {
         default_value = "xz,zstd,sort,sqlite3,python-bytes,python-zlib,numpy,give-back"
     )]
     pub programs: Vec<String>,
-    /// Allocators: glibc, jemalloc, mimalloc, tcmalloc, vmarena (the shim over glibc).
+    /// Allocators: glibc, jemalloc, mimalloc, tcmalloc, vmarena (the shim over glibc), and
+    /// vmarena+PEER (the shim over that peer, which serves the requests below its threshold).
     #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,mimalloc,tcmalloc,vmarena")]
     pub allocators: Vec<String>,
     /// Interleaved rounds; medians are reported.
@@ -225,6 +228,34 @@ fn output_key(program: &str, stdout: &[u8]) -> u64 {
     digest(stdout)
 }
 
+/// The `LD_PRELOAD` of an allocator name (`None`: glibc alone): `vmarena+PEER` is the shim and
+/// then the peer.
+fn preload_list(alloc: &str, shim: &Path) -> Result<Option<String>, String> {
+    let parts: Vec<&str> = match alloc.split_once('+') {
+        Some(("vmarena", peer)) if !peer.is_empty() && peer != "vmarena" && peer != "glibc" => {
+            vec!["vmarena", peer]
+        }
+        Some(_) => {
+            return Err(format!(
+                "unknown allocator '{alloc}' (glibc, jemalloc, mimalloc, tcmalloc, vmarena, vmarena+PEER)"
+            ))
+        }
+        None => vec![alloc],
+    };
+    let mut libs = Vec::new();
+    for p in parts {
+        if let Some(lib) = preload_of(p, shim)? {
+            libs.push(lib.display().to_string());
+        }
+    }
+    Ok((!libs.is_empty()).then(|| libs.join(" ")))
+}
+
+/// True for the shim's forms (`vmarena`, `vmarena+PEER`), which the ratios set against the peers.
+fn is_shim(alloc: &str) -> bool {
+    alloc == "vmarena" || alloc.starts_with("vmarena+")
+}
+
 /// Run every program under every allocator, `rounds` times interleaved.
 pub fn run(cfg: &ProgramsConfig) -> Result<(Vec<Outcome>, Vec<Skipped>), String> {
     if cfg.rounds == 0 || !(0.01..=4.0).contains(&cfg.scale) {
@@ -233,7 +264,7 @@ pub fn run(cfg: &ProgramsConfig) -> Result<(Vec<Outcome>, Vec<Skipped>), String>
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let shim = cfg.shim.clone().unwrap_or_else(|| exe.parent().unwrap().join("libvmarena_preload.so"));
     for a in &cfg.allocators {
-        preload_of(a, &shim)?;
+        preload_list(a, &shim)?;
     }
     let scratch = crate::cc::scratch("programs")?;
     let lines = scaled(3_000_000.0, cfg.scale);
@@ -294,8 +325,8 @@ fn run_rounds(cfg: &ProgramsConfig, setup: &Setup, programs: &[String]) -> Resul
                 done += 1;
                 eprintln!("programs: [{done}/{total}] round {} of {}: {p} under {a}", round + 1, cfg.rounds);
                 let mut cmd = command(p, setup, cfg.scale)?;
-                if let Some(lib) = preload_of(a, &setup.shim)? {
-                    cmd.env("LD_PRELOAD", lib);
+                if let Some(libs) = preload_list(a, &setup.shim)? {
+                    cmd.env("LD_PRELOAD", libs);
                 }
                 let raw = run_child(&mut cmd)?;
                 let key = output_key(p, &raw.stdout);
@@ -361,7 +392,7 @@ fn mib(kib: u64) -> String {
 fn best_peer(results: &[Outcome], program: &str, f: impl Fn(&Outcome) -> f64) -> Option<(f64, String)> {
     results
         .iter()
-        .filter(|o| o.program == program && o.allocator != "vmarena")
+        .filter(|o| o.program == program && !is_shim(&o.allocator))
         .map(|o| (f(o), o.allocator.clone()))
         .min_by(|x, y| x.0.total_cmp(&y.0))
 }
@@ -383,14 +414,20 @@ pub fn print(cfg: &ProgramsConfig, results: &[Outcome], skipped: &[Skipped], m: 
         .iter()
         .filter(|p| *p != "give-back" && results.iter().any(|o| &o.program == *p))
         .collect();
+    let shims: Vec<&String> = cfg.allocators.iter().filter(|a| is_shim(a)).collect();
     let mut head = "| program | measure |".to_string();
     let mut rule = "|---|---|".to_string();
     for a in &cfg.allocators {
         head.push_str(&format!(" {a} |"));
         rule.push_str("---|");
     }
-    println!("\n{head} vmarena / best peer |\n{rule}---|");
-    let mut time_ratios = Vec::new();
+    for v in &shims {
+        head.push_str(&format!(" {v} / best peer |"));
+        rule.push_str("---|");
+    }
+    println!("\n{head}\n{rule}");
+    // The time ratios of each shim form, for its geometric mean.
+    let mut time_ratios: Vec<Vec<f64>> = vec![Vec::new(); shims.len()];
     for p in &programs {
         let row = |name: &str, f: &dyn Fn(&Outcome) -> f64, fmt: &dyn Fn(f64) -> String| {
             let mut line = format!("| {p} | {name} |");
@@ -398,29 +435,30 @@ pub fn print(cfg: &ProgramsConfig, results: &[Outcome], skipped: &[Skipped], m: 
                 let o = results.iter().find(|o| &o.program == *p && &o.allocator == a);
                 line.push_str(&format!(" {} |", o.map(|o| fmt(f(o))).unwrap_or_else(|| "-".into())));
             }
-            let vm = results.iter().find(|o| &o.program == *p && o.allocator == "vmarena").map(f);
-            let ratio =
-                vm.zip(best_peer(results, p, f)).filter(|(_, b)| b.0 > 0.0).map(|(v, b)| (v / b.0, b.1));
-            match &ratio {
-                Some((r, who)) => line.push_str(&format!(" {r:.2}x ({who}) |")),
-                None => line.push_str(" - |"),
+            let best = best_peer(results, p, f);
+            let mut ratios = Vec::new();
+            for v in &shims {
+                let vm = results.iter().find(|o| &o.program == *p && &o.allocator == *v).map(f);
+                let ratio = vm.zip(best.as_ref()).filter(|(_, b)| b.0 > 0.0).map(|(x, b)| (x / b.0, &b.1));
+                match &ratio {
+                    Some((r, who)) => line.push_str(&format!(" {r:.2}x ({who}) |")),
+                    None => line.push_str(" - |"),
+                }
+                ratios.push(ratio.map(|r| r.0));
             }
             println!("{line}");
-            ratio.map(|r| r.0)
+            ratios
         };
-        if let Some(r) = row("time s", &|o| o.seconds, &|v| format!("{v:.3}")) {
-            time_ratios.push(r);
+        for (i, r) in row("time s", &|o| o.seconds, &|v| format!("{v:.3}")).into_iter().enumerate() {
+            time_ratios[i].extend(r);
         }
         row("CPU s", &|o| o.cpu_seconds, &|v| format!("{v:.3}"));
         row("peak RSS MiB", &|o| o.peak_rss_kib as f64, &|v| mib(v as u64));
         row("minor faults (k)", &|o| o.minor_faults as f64, &|v| format!("{:.1}", v / 1000.0));
     }
-    if !time_ratios.is_empty() {
-        let g = (time_ratios.iter().map(|r| r.ln()).sum::<f64>() / time_ratios.len() as f64).exp();
-        println!(
-            "\nGeometric mean of vmarena's time over the best peer's: {g:.3}x ({} programs)",
-            time_ratios.len()
-        );
+    for (v, rs) in shims.iter().zip(&time_ratios).filter(|(_, rs)| !rs.is_empty()) {
+        let g = (rs.iter().map(|r| r.ln()).sum::<f64>() / rs.len() as f64).exp();
+        println!("\nGeometric mean of {v}'s time over the best peer's: {g:.3}x ({} programs)", rs.len());
     }
     if results.iter().any(|o| o.give_back.is_some()) {
         println!("\ngive-back: resident set (MiB) before the frees of {} MiB, right after, and 0.1 s, 1 s and 3 s after; the frees' time", scaled(2048.0, cfg.scale));

@@ -428,12 +428,15 @@ fn programs_checks_outputs_and_reports_the_give_back_shape() {
         return;
     }
     let json = std::env::temp_dir().join(format!("vmarena-programs-{}.json", std::process::id()));
+    // The shim over jemalloc too, where jemalloc is installed (scripts/setup.sh installs it).
+    let over = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2").exists();
+    let allocators = if over { "glibc,vmarena,vmarena+jemalloc" } else { "glibc,vmarena" };
     let out = vmarena(&[
         "programs",
         "--programs",
         "sqlite3,python-zlib,give-back",
         "--allocators",
-        "glibc,vmarena",
+        allocators,
         "--rounds",
         "1",
         "--scale",
@@ -449,12 +452,19 @@ fn programs_checks_outputs_and_reports_the_give_back_shape() {
         assert!(row.contains("x (glibc)"), "{row}");
     }
     assert!(stdout.contains("Geometric mean of vmarena's time over the best peer's"), "{stdout}");
+    // A composition is a form of the shim: set against the peers, never counted as one.
+    assert_eq!(
+        stdout.contains("Geometric mean of vmarena+jemalloc's time over the best peer's"),
+        over,
+        "{stdout}"
+    );
+    assert!(!stdout.contains("x (vmarena"), "a shim form taken for the best peer:\n{stdout}");
     let j = std::fs::read_to_string(&json).unwrap();
     std::fs::remove_file(&json).ok();
     let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
     assert_eq!(v["command"], "programs");
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 6, "3 programs x 2 allocators");
+    assert_eq!(results.len(), if over { 9 } else { 6 }, "3 programs x the allocators");
     for r in results.iter().filter(|r| r["program"] == "give-back") {
         let g = &r["give_back"];
         let (held, at_3s) = (g["held_kib"].as_u64().unwrap(), g["at_3s_kib"].as_u64().unwrap());
@@ -466,6 +476,9 @@ fn programs_checks_outputs_and_reports_the_give_back_shape() {
     let out = vmarena(&["programs", "--programs", "bogus"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown program 'bogus'"), "{out:?}");
+    let out = vmarena(&["programs", "--allocators", "vmarena+nosuch"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown allocator 'nosuch'"), "{out:?}");
 }
 
 /// `--bare` writes no page: long_busy's 15,000 live areas then fault in nothing (a glibc

@@ -121,9 +121,9 @@ stats_table! {
         decay_keep_ticks, "ticks";
         /// Pages counted as asked for again after a decay purge released them: fresh pages carved in the tick after a release, up to what was released.
         decay_refault_pages, "pages";
-        /// Pages of the areas in the thread caches' depot now: full magazines' spills kept, busy records and all, for magazines that miss (counted in cached_pages too).
+        /// Pages of the areas in the thread caches' depot now: full magazines' spills and frees their budgets refused, kept, busy records and all, for magazines that miss (counted in cached_pages too).
         depot_pages, "pages";
-        /// Areas spills of full magazines put in the depot instead of freeing them through the busy map.
+        /// Areas full magazines spilled, or whose push a magazine's budget refused, put in the depot instead of freeing them through the busy map.
         depot_puts, "areas";
         /// Areas magazines that missed took back from the depot, with no busy-map update.
         depot_takes, "areas";
