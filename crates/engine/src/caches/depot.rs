@@ -59,6 +59,17 @@ struct Stacks {
     takes: u64,
 }
 
+impl Stacks {
+    /// Count `got` areas just popped from the stack at index `i` (of `i + 1` pages): the
+    /// aged mark stays within what is left.
+    fn took(&mut self, i: usize, got: usize) {
+        self.aged[i] = self.aged[i].min(self.by_size[i].len());
+        self.pages -= got as u64 * (i as u64 + 1);
+        self.areas -= got as u64;
+        self.takes += got as u64;
+    }
+}
+
 /// One CPU's part of the depot: its stacks, and whether they hold anything (read without the
 /// mutex by a miss, written under it).
 struct Shard {
@@ -182,11 +193,7 @@ impl Depot {
             if got == 0 {
                 continue;
             }
-            let left = v.len();
-            st.aged[i] = st.aged[i].min(left);
-            st.pages -= got as u64 * pages;
-            st.areas -= got as u64;
-            st.takes += got as u64;
+            st.took(i, got);
             shard.areas.store(st.areas, Relaxed);
             return got;
         }
@@ -208,11 +215,7 @@ impl Depot {
             let lo = (lo_pages as usize).max(1) - 1;
             let Some(i) = (lo..hi).find(|&i| st.by_size[i].len() > 0) else { continue };
             let Some(s) = st.by_size[i].pop() else { continue };
-            let left = st.by_size[i].len();
-            st.aged[i] = st.aged[i].min(left);
-            st.pages -= i as u64 + 1;
-            st.areas -= 1;
-            st.takes += 1;
+            st.took(i, 1);
             shard.areas.store(st.areas, Relaxed);
             return Some((s, i as u64 + 1));
         }

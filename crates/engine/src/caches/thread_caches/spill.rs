@@ -51,9 +51,12 @@ impl ThreadCaches {
     /// CPU's depot part within the lazy limit's room: true. False, with nothing changed, when
     /// the depot is off or does not take it.
     pub(super) fn keep_refused<A: CacheOwner + ?Sized>(&self, arena: &A, start: u64, pages: u64) -> bool {
+        if !self.budget.depot {
+            return false;
+        }
         // The depot's stacks may allocate.
         let _inside = vmarena_platform::reentry::enter();
-        self.budget.depot && self.depot.put(&[Span::new(start, pages)], arena.lazy_room())
+        self.depot.put(&[Span::new(start, pages)], arena.lazy_room())
     }
 
     /// Send the areas a push took out of the magazine (`flushed` of them of the pushed size,
