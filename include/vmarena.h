@@ -468,6 +468,8 @@ struct vmarena_stats {
     uint64_t depot_pages;
     uint64_t depot_puts;
     uint64_t depot_takes;
+    uint64_t cache_cpu_grown_hits;
+    uint64_t cache_cpu_grown_pages;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

@@ -232,3 +232,117 @@ fn the_switch_and_a_budget_without_room_say_why() {
     let st = a.stats();
     assert_eq!((st.cached_areas, st.cache_cpu_hits), (1, 0), "the magazine holds it");
 }
+
+/// `n` threads that each hold a magazine of `a` (made by the miss of a 10-page area, which
+/// each keeps live), parked until the returned closure is called, which lets them go (they
+/// free their areas) and joins them: with the test's own magazine, more threads hold
+/// magazines than there are CPUs.
+fn crowd(a: &Arc<Arena>, n: usize) -> impl FnOnce() {
+    let start = Arc::new(std::sync::Barrier::new(n + 1));
+    let end = Arc::new(std::sync::Barrier::new(n + 1));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (a, start, end) = (a.clone(), start.clone(), end.clone());
+            std::thread::spawn(move || {
+                let x = a.alloc(&AllocRequest::pages(10)).unwrap();
+                start.wait();
+                end.wait();
+                a.free(x.start).unwrap();
+            })
+        })
+        .collect();
+    start.wait();
+    move || {
+        end.wait();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+    }
+}
+
+fn grown_opts() -> ArenaOptions {
+    ArenaOptions { thread_cache_max_pages: 64, thread_cache_pages: 256, cpu_cache_grown_pages: 40, ..opts() }
+}
+
+#[test]
+fn with_more_threads_than_cpus_a_larger_free_grows_its_cpus_stack_within_the_budget() {
+    let Some(a) = arena_with(grown_opts()) else { return };
+    let a = Arc::new(a);
+    assert!(pin_current_thread(0));
+    let first = a.alloc(&AllocRequest::pages(16)).unwrap().start;
+    a.free(first).unwrap();
+    let release = crowd(&a, vmarena_platform::cpu::count());
+    let xs: Vec<u64> = (0..3).map(|_| a.alloc(&AllocRequest::pages(16)).unwrap().start).collect();
+    assert_eq!(xs[0], first, "the magazine's area, from before the crowd");
+    for &x in &xs {
+        a.free(x).unwrap();
+    }
+    // 16 + 16 pages within CPU 0's 40: two areas on its stack, the third in the magazine.
+    let st = a.stats();
+    assert_eq!(st.cache_cpu_grown_pages, 32, "{st:?}");
+    a.check().unwrap();
+    let before = node_acquisitions(&a);
+    assert_eq!(a.alloc_cached(16, None), Some(xs[1]), "the stack's top");
+    assert_eq!(a.alloc_cached(16, None), Some(xs[0]));
+    assert_eq!(a.alloc_cached(16, None), Some(xs[2]), "then the magazine");
+    assert_eq!(node_acquisitions(&a), before, "no lock on the way");
+    let st = a.stats();
+    assert_eq!((st.cache_cpu_grown_hits, st.cache_cpu_grown_pages), (2, 0), "{st:?}");
+    // A second free of an area the grown stack held and gave out is fine; of one it holds, refused.
+    a.free(xs[1]).unwrap();
+    assert_eq!(a.free(xs[1]), Err(FreeError::NotLive { start: xs[1] }));
+    assert_eq!(a.stats().cache_cpu_grown_pages, 16);
+    a.check().unwrap();
+    // A purge empties the stacks and sets their caps back: the budget is whole again.
+    a.purge();
+    let st = a.stats();
+    assert_eq!((st.cache_cpu_grown_pages, st.cached_areas), (0, 0), "{st:?}");
+    a.check().unwrap();
+    for &x in &xs[..1] {
+        a.free(x).unwrap();
+    }
+    a.free(xs[2]).unwrap();
+    assert_eq!(a.stats().cache_cpu_grown_pages, 32, "both grew the stack again");
+    a.check().unwrap();
+    release();
+}
+
+#[test]
+fn with_no_more_threads_than_cpus_larger_areas_stay_in_the_magazines() {
+    let Some(a) = arena_with(grown_opts()) else { return };
+    assert!(pin_current_thread(0));
+    let x = a.alloc(&AllocRequest::pages(16)).unwrap().start;
+    a.free(x).unwrap();
+    let st = a.stats();
+    assert_eq!((st.cache_cpu_grown_pages, st.cached_pages), (0, 16), "{st:?}");
+    assert_eq!(a.alloc_cached(16, None), Some(x));
+    assert_eq!(a.stats().cache_cpu_grown_hits, 0);
+    a.free(x).unwrap();
+    a.check().unwrap();
+}
+
+#[test]
+fn a_miss_takes_a_larger_area_from_the_grown_stacks_within_the_slack_whole() {
+    let o = ArenaOptions { lazy_slack_percent: 50, ..grown_opts() };
+    let Some(a) = arena_with(o) else { return };
+    let a = Arc::new(a);
+    assert!(pin_current_thread(0));
+    let warm = a.alloc(&AllocRequest::pages(2)).unwrap().start;
+    a.free(warm).unwrap();
+    let release = crowd(&a, vmarena_platform::cpu::count());
+    let x = a.alloc(&AllocRequest::pages(20)).unwrap().start;
+    let y = a.alloc(&AllocRequest::pages(31)).unwrap().start;
+    a.free(x).unwrap();
+    a.free(y).unwrap();
+    assert_eq!(a.stats().cache_cpu_grown_pages, 20, "31 more pages do not fit in 40");
+    // 13 pages: 20 is more than half again as large, outside the slack.
+    let z = a.alloc(&AllocRequest::pages(13)).unwrap();
+    assert_ne!(z.start, x);
+    // 16 pages: the 20-page area, whole, from CPU 0's stack (the magazine holds the 31 pages).
+    let w = a.alloc(&AllocRequest::pages(16)).unwrap();
+    assert_eq!((w.start, w.pages), (x, 20));
+    let st = a.stats();
+    assert_eq!((st.cache_cpu_grown_hits, st.cache_cpu_grown_pages), (1, 0), "{st:?}");
+    a.free(w.start).unwrap();
+    a.free(z.start).unwrap();
+    a.check().unwrap();
+    release();
+}

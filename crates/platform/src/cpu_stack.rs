@@ -7,7 +7,8 @@
 //! instruction: each sequence ends with one committing store of the stack's head word.
 //!
 //! Owns: `cpus x per_cpu` stacks ([`crate::cpu::possible`] CPUs), each on 512 bytes of its own:
-//! the head word, the cap, a stopped flag, then [`SLOTS`] slots. The head word holds the length
+//! the head word, the cap, a stopped flag, then [`SLOTS`] slots, in one table allocated zeroed
+//! (so a stack no push reaches stays untouched memory). The head word holds the length
 //! in its low byte and, above it, the count of pushes and pops the stack has committed, so that
 //! the one committing store also counts the operation: pops are then `(ops - len - taken) / 2`
 //! exactly, with `taken` what drains took ([`CpuStacks::figures`]), without a counter of its own
@@ -20,7 +21,9 @@
 //!   [`crate::membarrier::rseq_fence`]: every sequence that began before the fence is restarted,
 //!   and every one that begins after it reads the flag set and gives up. The drainer then owns
 //!   every stack until it clears the flags;
-//! - [`CpuStacks::set_cap`] writes a cap (pushes read it; it bounds what a push may add).
+//! - [`CpuStacks::set_cap`] writes a cap on every CPU, [`CpuStacks::set_cap_of`] one CPU's
+//!   (pushes read it; it bounds what a push may add), and [`CpuStacks::drain_setting_caps`]
+//!   writes caps while the stacks are stopped and empty.
 //!
 //! Invariant: `len <= SLOTS` and `cap <= SLOTS`; a push commits only below the cap; a drain
 //! keeps the operation count and clears the length.
@@ -246,6 +249,27 @@ impl CpuGeometry {
     }
 }
 
+/// `n` stacks, every word zero (empty, cap 0, running), in memory the allocator hands out
+/// zeroed: a large table is mapped untouched, so the stacks no push ever reaches (a CPU that
+/// never runs this process, a size it never frees) cost no resident memory. `Err` when the
+/// allocation fails (never an abort).
+fn zeroed_stacks(n: usize) -> Result<Box<[Stack]>, String> {
+    let layout =
+        std::alloc::Layout::array::<Stack>(n).map_err(|e| format!("per-CPU stacks: {n} stacks: {e}"))?;
+    if layout.size() == 0 {
+        return Err("per-CPU stacks: no stack".into());
+    }
+    // SAFETY: the layout has a non-zero size (checked above).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Stack;
+    if p.is_null() {
+        return Err(format!("per-CPU stacks: no memory for {} bytes", layout.size()));
+    }
+    // SAFETY: `p` is a fresh allocation of `layout`, `Layout::array::<Stack>(n)`, the layout a
+    // boxed slice of `n` stacks is freed with; every field of a `Stack` is an `AtomicU64`, for
+    // which all-zero bytes are a valid value.
+    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) })
+}
+
 /// Per-CPU stacks of words.
 pub struct CpuStacks {
     /// Where the stacks are (CPUs and stacks a CPU included), as the sequences read it.
@@ -280,14 +304,12 @@ impl CpuStacks {
             return Err(format!("per-CPU stacks: {per_cpu} stacks a CPU, cap {cap} (at most {SLOTS})"));
         }
         let cpus = crate::cpu::possible();
-        let stacks: Box<[Stack]> = (0..cpus * per_cpu)
-            .map(|_| Stack {
-                head: AtomicU64::new(0),
-                cap: AtomicU64::new(cap as u64),
-                stopped: AtomicU64::new(0),
-                slot: std::array::from_fn(|_| AtomicU64::new(0)),
-            })
-            .collect();
+        let stacks = zeroed_stacks(cpus * per_cpu)?;
+        if cap != 0 {
+            for s in stacks.iter() {
+                s.cap.store(cap as u64, Relaxed);
+            }
+        }
         let geo = CpuGeometry {
             base: stacks.as_ptr() as u64,
             cpus: cpus as u64,
@@ -335,6 +357,35 @@ impl CpuStacks {
         }
     }
 
+    /// The cap of stack `stack` of CPU `cpu` (0 for a CPU or stack past the table).
+    pub fn cap_of(&self, cpu: usize, stack: usize) -> usize {
+        self.one(cpu, stack).map_or(0, |s| s.cap.load(Relaxed) as usize)
+    }
+
+    /// Set the cap of stack `stack` of CPU `cpu` alone (at most [`SLOTS`]): false, nothing
+    /// changed, for a CPU or stack past the table. As with [`CpuStacks::set_cap`], a stack
+    /// above its new cap keeps what it holds.
+    pub fn set_cap_of(&self, cpu: usize, stack: usize, cap: usize) -> bool {
+        assert!(cap <= SLOTS, "cap {cap}");
+        match self.one(cpu, stack) {
+            Some(s) => {
+                s.cap.store(cap as u64, Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Values stack `stack` of CPU `cpu` holds now (a racy read; 0 past the table).
+    pub fn len_of(&self, cpu: usize, stack: usize) -> usize {
+        self.one(cpu, stack).map_or(0, |s| (s.head.load(Relaxed) & LEN_MASK) as usize)
+    }
+
+    fn one(&self, cpu: usize, stack: usize) -> Option<&Stack> {
+        let per_cpu = self.geo.per_cpu();
+        (stack < per_cpu).then(|| self.stacks.get(cpu * per_cpu + stack)).flatten()
+    }
+
     /// Pop the top of stack `stack` of the CPU this thread runs on: `None` when it is empty, a
     /// drain holds it, or there is no such stack. Makes no call and cannot panic.
     #[inline(always)]
@@ -355,26 +406,69 @@ impl CpuStacks {
     /// Empty every stack of every CPU: `f(cpu, stack, value)` for each value, oldest first
     /// within a stack. Stops the stacks, fences every running sequence, takes the values, and
     /// lets the stacks go again. `Err` when the fence failed (nothing was taken).
-    pub fn drain(&self, mut f: impl FnMut(usize, usize, u64)) -> Result<usize, String> {
+    pub fn drain(&self, f: impl FnMut(usize, usize, u64)) -> Result<usize, String> {
+        self.drain_setting_caps(f, |_| None)
+    }
+
+    /// [`CpuStacks::drain`], and, while the stacks are stopped and empty, the cap of each
+    /// stack index `i` for which `cap(i)` is `Some` set on every CPU (so no stack holds more
+    /// than the cap it was given by the drain). A stack with cap 0 and nothing in it is left
+    /// alone, neither stopped nor visited: no push can commit on it, so a table of many
+    /// stacks few are used of stays untouched. A caller that raises caps while a drain runs
+    /// must not count on the drain seeing what lands there (the engine raises caps under a
+    /// mutex its drains hold).
+    pub fn drain_setting_caps(
+        &self,
+        mut f: impl FnMut(usize, usize, u64),
+        cap: impl Fn(usize) -> Option<usize>,
+    ) -> Result<usize, String> {
         let _one = self.drainer.lock().unwrap_or_else(|e| e.into_inner());
-        for s in self.stacks.iter() {
-            s.stopped.store(1, Relaxed);
-        }
-        if !membarrier::rseq_fence() {
-            for s in self.stacks.iter() {
-                s.stopped.store(0, Release);
+        let per_cpu = self.geo.per_cpu();
+        let used = |s: &Stack| s.cap.load(Relaxed) != 0 || s.head.load(Relaxed) & LEN_MASK != 0;
+        let stopped: Vec<bool> = self
+            .stacks
+            .iter()
+            .map(|s| {
+                let u = used(s);
+                if u {
+                    s.stopped.store(1, Relaxed);
+                }
+                u
+            })
+            .collect();
+        let restart = || {
+            for (s, &u) in self.stacks.iter().zip(&stopped) {
+                if u {
+                    s.stopped.store(0, Release);
+                }
             }
+        };
+        if !membarrier::rseq_fence() {
+            restart();
             return Err(format!("membarrier rseq fence failed (errno {})", crate::last_errno()));
         }
-        // The fence made every stack the drainer's: no sequence commits until the flags clear.
-        let taken = self.visit_held(&mut f);
-        for s in self.stacks.iter() {
-            s.head.store(s.head.load(Relaxed) & !LEN_MASK, Relaxed);
+        // The fence made every stopped stack the drainer's: no sequence commits on one until
+        // its flag clears.
+        let mut taken = 0;
+        for (i, s) in self.stacks.iter().enumerate() {
+            if stopped[i] {
+                let len = ((s.head.load(Acquire) & LEN_MASK) as usize).min(SLOTS);
+                for slot in &s.slot[..len] {
+                    f(i / per_cpu, i % per_cpu, slot.load(Relaxed));
+                }
+                taken += len;
+                s.head.store(s.head.load(Relaxed) & !LEN_MASK, Relaxed);
+            }
+            if let Some(c) = cap(i % per_cpu) {
+                assert!(c <= SLOTS, "cap {c}");
+                // An unused stack keeps its untouched page when its cap stays 0.
+                if s.cap.load(Relaxed) != c as u64 {
+                    s.cap.store(c as u64, Relaxed);
+                }
+            }
         }
         self.taken.fetch_add(taken as u64, Relaxed);
-        for s in self.stacks.iter() {
-            s.stopped.store(0, Release);
-        }
+        restart();
         Ok(taken)
     }
 
@@ -461,6 +555,33 @@ mod tests {
         let mut held = Vec::new();
         s.for_each_held(|cpu, stack, v| held.push((cpu, stack, v)));
         assert_eq!(held, [(0, 1, 9)]);
+    }
+
+    /// One CPU's cap moves alone; a drain that sets caps takes what the stacks held and leaves
+    /// the new caps; a stack with cap 0 and nothing in it takes no push and is left alone.
+    #[test]
+    fn one_cpus_cap_moves_alone_and_a_drain_sets_caps() {
+        let Some(s) = stacks(3, 0) else { return };
+        assert!(crate::cpu::pin_current_thread(0));
+        assert!(!s.push(0, 1), "cap 0 takes nothing");
+        assert!(s.set_cap_of(0, 0, 2));
+        assert_eq!((s.cap_of(0, 0), s.cap_of(0, 1)), (2, 0));
+        if s.cpus() > 1 {
+            assert_eq!(s.cap_of(1, 0), 0, "another CPU's cap did not move");
+        }
+        assert!(!s.set_cap_of(s.cpus(), 0, 1) && !s.set_cap_of(0, 3, 1), "past the table");
+        assert!(s.push(0, 1) && s.push(0, 2) && !s.push(0, 3));
+        assert_eq!(s.len_of(0, 0), 2);
+        assert!(s.set_cap_of(0, 2, 1) && s.push(2, 9));
+        let mut seen = Vec::new();
+        let n = s
+            .drain_setting_caps(|cpu, stack, v| seen.push((cpu, stack, v)), |i| (i == 0).then_some(1))
+            .unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(seen, [(0, 0, 1), (0, 0, 2), (0, 2, 9)]);
+        assert_eq!((s.cap_of(0, 0), s.cap_of(0, 2), s.len_of(0, 0)), (1, 1, 0), "cap of 0 set, of 2 kept");
+        assert!(s.push(0, 4) && !s.push(0, 5), "the new cap holds");
+        assert_eq!(s.figures().1, 3, "drains count what they took");
     }
 
     /// A child forked by a threaded parent keeps its thread's rseq area and the process's

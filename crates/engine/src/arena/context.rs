@@ -149,7 +149,7 @@ impl Context {
                 slack_percent: opts.lazy_slack_percent,
                 depot: opts.thread_cache_depot,
             };
-            let cpu_pages = opts.cpu_cache.then_some(opts.cpu_cache_pages);
+            let cpu_pages = opts.cpu_cache.then_some((opts.cpu_cache_pages, opts.cpu_cache_grown_pages));
             match ThreadCaches::new(lo, hi, opts.thread_cache_max_pages, budget, cpu_pages) {
                 Ok(c) if c.commit(usable_hi - lo) => (Some(c), None),
                 Ok(_) => (None, Some("the state table could not be committed".to_string())),

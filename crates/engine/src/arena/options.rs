@@ -53,10 +53,12 @@ options_table! {
         thread_cache_cpu_pages: u64 = 16384, "pages", "VMARENA_THREAD_CACHE_CPU_PAGES";
         /// Keep the areas a full magazine spills or its budget refuses, busy records and all, in a depot (one part per CPU) for magazines that miss (of their size, else within the slack), within what the lazy limit leaves; every purge empties it, each decay tick takes what the previous tick saw there (off: they are freed through the busy map at once).
         thread_cache_depot: bool = true, "bool", "VMARENA_THREAD_CACHE_DEPOT";
-        /// Per-CPU stacks of freed areas of 1 to 8 pages (guard included) in front of the magazines, pushed and popped in restartable sequences (Nodes, with thread_cache; x86-64 with glibc's rseq).
+        /// Per-CPU stacks of freed areas (1 to 8 pages, guard included; larger ones with cpu_cache_grown_pages) in front of the magazines, pushed and popped in restartable sequences (Nodes, with thread_cache; x86-64 with glibc's rseq).
         cpu_cache: bool = true, "bool", "VMARENA_CPU_CACHE";
-        /// Pages each CPU's stacks may hold, split evenly between the 8 sizes.
+        /// Pages each CPU's stacks of areas of 1 to 8 pages may hold, split evenly between those 8 sizes.
         cpu_cache_pages: u64 = 512, "pages", "VMARENA_CPU_CACHE_PAGES";
+        /// Pages each CPU's stacks of areas of 9 pages and more (up to thread_cache_max_pages, at most 257) may hold together: while more threads hold magazines than there are CPUs, a free that finds its size's stack full grows it by one area within this; every drain sets them back to empty (0: stacks of 1 to 8 pages only).
+        cpu_cache_grown_pages: u64 = 1024, "pages", "VMARENA_CPU_CACHE_GROWN_PAGES";
     }
 }
 

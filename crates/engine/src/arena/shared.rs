@@ -86,6 +86,8 @@ impl Shared {
             depot_pages: cf.depot_pages,
             depot_puts: cf.depot_puts,
             depot_takes: cf.depot_takes,
+            cache_cpu_grown_hits: cf.cpu_grown_hits,
+            cache_cpu_grown_pages: cf.cpu_grown_pages,
             decay_keep_ticks: self.ctx.decay.keep_ticks() as u64,
             decay_refault_pages: self.ctx.decay.refault_pages.load(Relaxed),
             cache_budget_pages: cf.budget_pages,

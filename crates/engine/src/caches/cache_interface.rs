@@ -41,6 +41,10 @@ pub(crate) struct Budget {
 /// up to 8 pages beside it).
 pub(crate) const MAGAZINE_MIN_PAGES: u64 = 8;
 
+/// Sizes of the per-CPU stacks with fixed caps, 1 to this many pages (`cpu_cache.rs`; here so
+/// that the hit paths, which a loom build compiles without the stacks, can name it).
+pub(crate) const CPU_FIXED_SIZES: u64 = 8;
+
 impl Budget {
     /// The most a magazine's budget may be while `magazines` are registered: the total shared
     /// out equally, within [`MAGAZINE_MIN_PAGES`] and `max_pages`.
@@ -76,4 +80,7 @@ pub(crate) struct CacheFigures {
     /// Areas spills put in the depot, and misses took back from it.
     pub(crate) depot_puts: u64,
     pub(crate) depot_takes: u64,
+    /// Of `cpu_hits`, those of the grown stacks; and the pages those hold now.
+    pub(crate) cpu_grown_hits: u64,
+    pub(crate) cpu_grown_pages: u64,
 }

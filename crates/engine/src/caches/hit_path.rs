@@ -40,6 +40,9 @@ pub enum HitFree {
 #[derive(Debug)]
 pub struct HitPath {
     cpu: CpuGeometry,
+    /// Sizes this path serves: 1 to this many pages, the stacks with fixed caps (the grown
+    /// ones are reached through the thread caches, which know when they are in use).
+    fixed: u64,
     words: *const AtomicU64,
     words_len: u64,
     lo: u64,
@@ -53,12 +56,13 @@ unsafe impl Sync for HitPath {}
 
 impl HitPath {
     pub(crate) fn new(cpu: CpuGeometry, (words, words_len, lo): (*const AtomicU64, u64, u64)) -> HitPath {
-        HitPath { cpu, words, words_len, lo }
+        let fixed = crate::caches::cache_interface::CPU_FIXED_SIZES.min(cpu.per_cpu() as u64);
+        HitPath { cpu, fixed, words, words_len, lo }
     }
 
-    /// The largest area, in pages (guard included), that the stacks hold.
+    /// The largest area, in pages (guard included), that this path serves.
     pub fn max_pages(&self) -> u64 {
-        self.cpu.per_cpu() as u64
+        self.fixed
     }
 
     /// The word of page `start`, or `None` outside the table.
@@ -83,13 +87,16 @@ impl HitPath {
     /// An area of `pages` pages (guard included) from this CPU's stack of its size, now live
     /// with the caller of `caller_bits` ([`HitPath::caller_bits`]) as its latest caller;
     /// `None`, with nothing changed, when that stack is empty, a drain holds it, or the size
-    /// has none. Makes no call and cannot panic.
+    /// is not one this path serves ([`HitPath::max_pages`]). Makes no call and cannot panic.
     ///
     /// # Safety
     ///
     /// The arena this path came from ([`crate::Arena::hit_path`]) is alive.
     #[inline(always)]
     pub unsafe fn alloc(&self, pages: u64, caller_bits: u64) -> Option<u64> {
+        if pages.wrapping_sub(1) >= self.fixed {
+            return None;
+        }
         // SAFETY: the geometry of the arena's stacks, alive (the caller's promise).
         let start = unsafe { self.cpu.pop(pages.wrapping_sub(1) as usize) }?;
         // SAFETY: as above. The pop made this thread the area's only writer.
@@ -114,7 +121,7 @@ impl HitPath {
         // Claimed before the push: a second free of the area, racing or not, is refused from
         // here on. A size without stacks is refused by the push, after the claim, so check
         // the size first (the claim must not be taken for nothing).
-        if !self.cpu.has_stack(pages.wrapping_sub(1) as usize) || !claim_value(w, value) {
+        if pages.wrapping_sub(1) >= self.fixed || !claim_value(w, value) {
             return HitFree::No;
         }
         // SAFETY: the geometry of the arena's stacks, alive.

@@ -38,7 +38,7 @@ impl ThreadCaches {
         _hi: u64,
         _max_pages: u64,
         _budget: Budget,
-        _cpu_pages: Option<u64>,
+        _cpu_pages: Option<(u64, u64)>,
     ) -> Result<ThreadCaches, String> {
         Err("not built under loom".into())
     }

@@ -4,7 +4,7 @@
 //! summed over every cache, the checker's view and the locks `fork()` takes. The fast paths are
 //! in `mod.rs`.
 //!
-//! Locks: the registry mutex, then the per-CPU stacks' drainer mutex, then the depot's, then
+//! Locks: the registry mutex, then the per-CPU stacks' grow and drainer mutexes, then the depot's, then
 //! the figures of given-back magazines; nothing else is taken under them but the busy-map
 //! frees of drained areas (node locks), which take nothing of the thread caches.
 
@@ -140,6 +140,8 @@ impl ThreadCaches {
             f.pages += cf.pages;
             f.hits += cf.hits;
             f.cpu_hits = cf.hits;
+            f.cpu_grown_hits = cf.grown_hits;
+            f.cpu_grown_pages = cf.grown_pages;
             f.pushes += cf.pushes;
         }
         let d = self.depot.figures();
@@ -168,8 +170,10 @@ impl ThreadCaches {
         }
         self.depot.starts(&mut all);
         let starts = self
-            .depot
-            .check()
+            .cpu
+            .as_ref()
+            .map_or(Ok(()), |c| c.check())
+            .and_then(|()| self.depot.check())
             .and_then(|()| reg.iter().try_for_each(|m| m.entries().map(|e| all.extend(e))))
             .map(|()| all);
         f(starts)
@@ -184,7 +188,7 @@ impl ThreadCaches {
         let mut held: Vec<Box<dyn crate::sync::fork::Held + '_>> =
             vec![Box::new(self.registry.lock().unwrap_or_else(|e| e.into_inner()))];
         if let Some(c) = &self.cpu {
-            held.push(Box::new(c.lock_for_fork()));
+            held.extend(c.lock_for_fork());
         }
         held.extend(self.depot.lock_for_fork());
         held.push(Box::new(self.retired.lock().unwrap_or_else(|e| e.into_inner())));

@@ -1,5 +1,6 @@
-//! Thread caches: per-CPU stacks of freed areas of up to 8 pages ([`CpuCache`], restartable
-//! sequences), then a per-thread [`Magazine`] of freed small areas, in front of the node pools
+//! Thread caches: per-CPU stacks of freed areas of up to 8 pages, and of larger ones while more
+//! threads hold magazines than there are CPUs ([`CpuCache`], restartable sequences), then a
+//! per-thread [`Magazine`] of freed small areas, in front of the node pools
 //! (vmem's quantum caches, jemalloc's tcache), so that an alloc+free pair of a small area costs
 //! one locked instruction and no lock.
 //!
@@ -12,10 +13,13 @@
 //!
 //! Paths (DESIGN.md, sections 4 and 5):
 //!
-//! - alloc hit: pop this CPU's stack of the size, else this thread's magazine, store the word
-//!   `live` (no locked instruction);
+//! - alloc hit: pop this CPU's stack of the size (a larger size only while crowded: more
+//!   magazines than CPUs), else this thread's magazine, store the word `live` (no locked
+//!   instruction);
 //! - free hit of a size the CPU stacks hold: claim the word (below), push on this CPU's stack;
-//!   a full stack sends the claimed area to the magazine, or undoes the claim for the full path;
+//!   a full stack of a larger size grows by one area while crowded, within this CPU's grown
+//!   budget (`CpuCache::push_growing`); else the claimed area goes to the magazine, or the
+//!   claim is undone for the full path;
 //! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
 //!   the pair; a second free of the area loses it and is refused), then push on this thread's
 //!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
@@ -24,8 +28,9 @@
 //!   (`CacheOwner::free_from_cache`), which clears the words under each shard's lock once
 //!   (`spill.rs`), and the area is cached; when no larger area can make room, the area goes
 //!   to the depot within the lazy limit's room, else down the busy-map path;
-//! - alloc miss of its size: a larger cached area within the slack (`Budget::slack_percent`)
-//!   is taken whole, else a refill from the depot (up to a spill of the size, words still
+//! - alloc miss of its size: a larger area within the slack (`Budget::slack_percent`) on this
+//!   CPU's grown stacks while crowded (`CpuCache::pop_within`), else in the magazine, is taken
+//!   whole, else a refill from the depot (up to a spill of the size, words still
 //!   `cached`, records in place), else the depot's smallest area within the slack, taken
 //!   whole, else the busy-map path;
 //! - drain (idle purge, explicit purge, shrink, failure, low memory): another thread empties
@@ -69,7 +74,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
 use vmarena_core::Span;
 
+mod crowd;
 mod drain;
+mod registration;
 pub(crate) use drain::DepotDrain;
 mod spill;
 
@@ -173,20 +180,24 @@ pub(crate) struct ThreadCaches {
     /// Magazines registered (the registry's length, read without its mutex): the share of
     /// the total budget each may hold ([`Budget::ceiling`]).
     magazines: AtomicU64,
+    /// Online CPUs when the caches were made: with more magazines than this, the per-CPU
+    /// stacks of the larger sizes are in use ([`ThreadCaches::crowded`]).
+    cpus: u64,
     /// Counters of magazines given back, and areas drained.
     retired: Mutex<CacheFigures>,
 }
 
 impl ThreadCaches {
-    /// Thread caches for pages `[lo, hi)`, or why there are none; with per-CPU stacks of
-    /// `cpu_pages` pages a CPU in front of the magazines when it is `Some` and this machine
-    /// runs them ([`ThreadCaches::cpu_off`] says why not).
+    /// Thread caches for pages `[lo, hi)`, or why there are none; with per-CPU stacks in front
+    /// of the magazines when `cpu_pages` is `Some` (pages a CPU of the sizes up to 8 pages,
+    /// and of the grown larger sizes: [`CpuCache::new`]) and this machine runs them
+    /// ([`ThreadCaches::cpu_off`] says why not).
     pub(crate) fn new(
         lo: u64,
         hi: u64,
         max_pages: u64,
         budget: Budget,
-        cpu_pages: Option<u64>,
+        cpu_pages: Option<(u64, u64)>,
     ) -> Result<ThreadCaches, String> {
         if max_pages == 0 || budget.base_pages == 0 {
             return Err("thread cache sizes are 0".into());
@@ -197,7 +208,7 @@ impl ThreadCaches {
             return Err(format!("range of {} pages is above the state table's {MAX_TABLE_WORDS}", hi - lo));
         }
         vmarena_platform::membarrier::register()?;
-        let (cpu, cpu_off) = match cpu_pages.map(|p| CpuCache::new(max_pages, p)) {
+        let (cpu, cpu_off) = match cpu_pages.map(|(fixed, grown)| CpuCache::new(max_pages, fixed, grown)) {
             None => (None, Some("switched off (cpu_cache)".to_string())),
             Some(Ok(c)) => (Some(c), None),
             Some(Err(e)) => (None, Some(e)),
@@ -211,6 +222,7 @@ impl ThreadCaches {
             registry: Mutex::new(Vec::new()),
             depot: Depot::new(max_pages, vmarena_platform::cpu::count()),
             magazines: AtomicU64::new(0),
+            cpus: vmarena_platform::cpu::count() as u64,
             retired: Mutex::new(CacheFigures::default()),
         })
     }
@@ -280,49 +292,6 @@ impl ThreadCaches {
             .flatten()
     }
 
-    #[cold]
-    fn find_or_register<A: CacheOwner + 'static>(&self, o: &RefCell<Owned>, arena: &Arc<A>) -> Option<()> {
-        // Registering allocates and may start the worker: vmarena's own allocations.
-        let _inside = vmarena_platform::reentry::enter();
-        // `OWNED` changes below: no front until `with_magazine_slow` sets it again.
-        set_front(0, std::ptr::null());
-        let mut evicted = Vec::new();
-        {
-            let mut o = o.try_borrow_mut().ok()?;
-            // Magazines of arenas that are gone hold nothing that needs giving back.
-            o.0.retain(|e| e.arena.strong_count() > 0);
-            if let Some(i) = o.0.iter().position(|e| e.id == self.id) {
-                let e = o.0.remove(i);
-                o.0.insert(0, e);
-            } else {
-                let mag = {
-                    let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-                    let n = reg.len() as u64 + 1;
-                    let base_pages = self.budget.base_pages.min(self.budget.ceiling(n));
-                    let mag = Arc::new(Magazine::new(
-                        self.states.max_pages(),
-                        Budget { base_pages, ..self.budget },
-                    ));
-                    reg.push(mag.clone());
-                    // Under the registry mutex, as `retire` stores it: the count is the length.
-                    self.magazines.store(n, Relaxed);
-                    mag
-                };
-                let owner: Arc<dyn CacheOwner> = arena.clone();
-                o.0.insert(0, Entry { id: self.id, mag, arena: Arc::downgrade(&owner) });
-                // Cached areas are given back on idle intervals by the worker.
-                A::registered(arena);
-                while o.0.len() > MAGAZINES_PER_THREAD {
-                    evicted.extend(o.0.pop());
-                }
-            }
-        }
-        for e in evicted {
-            give_back(e);
-        }
-        Some(())
-    }
-
     /// A plain hit, for callers whose fast path must make no call: the top of this CPU's
     /// stack of `pages` pages, else of this arena's front magazine's (a size of 1 to the
     /// largest tracked), now live; `None`, with nothing changed and nothing counted, for
@@ -330,8 +299,9 @@ impl ThreadCaches {
     /// [`ThreadCaches::alloc`] then handles.
     #[inline(always)]
     pub(crate) fn alloc_hit(&self, pages: u64, caller: Option<&'static Location<'static>>) -> Option<u64> {
-        // The stacks refuse sizes they do not have.
-        if let Some(s) = self.cpu.as_ref().and_then(|c| c.pop(pages)) {
+        // The stacks refuse sizes they do not have; the grown ones are asked only while they
+        // are in use.
+        if let Some(s) = self.cpu.as_ref().filter(|_| self.cpu_serves(pages)).and_then(|c| c.pop(pages)) {
             // The pop made this thread the area's only writer; the word is `cached`.
             self.states.reuse(s, pages, caller);
             return Some(s);
@@ -363,7 +333,7 @@ impl ThreadCaches {
     pub(crate) fn free_hit(&self, start: u64) -> Option<(u64, Option<&'static Location<'static>>)> {
         let seen = self.states.seen_live(start)?;
         let pages = seen.pages;
-        if let Some(c) = self.cpu.as_ref().filter(|c| c.holds(pages)) {
+        if let Some(c) = self.cpu.as_ref().filter(|c| c.holds(pages) && self.cpu_serves(pages)) {
             // Claimed first: a second free of the area, racing or not, is refused from here on.
             if !self.states.claim_seen(&seen) {
                 return None;
@@ -400,7 +370,7 @@ impl ThreadCaches {
         pages: u64,
         seen: &crate::caches::area_state::Seen<'_>,
     ) -> Option<(u64, Option<&'static Location<'static>>)> {
-        if self.fill_front(start, pages) {
+        if self.grow_cpu(start, pages) || self.fill_front(start, pages) {
             return Some((pages, seen.caller()));
         }
         self.states.unclaim(seen);
@@ -467,6 +437,9 @@ impl ThreadCaches {
         }
         let extra = (pages as u128 * self.budget.slack_percent as u128 / 100) as u64;
         let hi = pages.saturating_add(extra).min(self.states.max_pages());
+        if let Some(got) = self.grown_within(pages, hi, caller) {
+            return Some(got);
+        }
         self.alloc_rest(arena, pages, 1, hi, caller)
     }
 
@@ -545,7 +518,7 @@ impl ThreadCaches {
     /// (`HitFree::Claimed`): the magazine, or the busy-map path.
     pub(crate) fn free_after_claim<A: CacheOwner + 'static>(&self, arena: &Arc<A>, start: u64) -> FreeFast {
         match self.states.get(start) {
-            Some(w) if w.cached && self.fill_front(start, w.pages) => {
+            Some(w) if w.cached && (self.grow_cpu(start, w.pages) || self.fill_front(start, w.pages)) => {
                 FreeFast::Cached { pages: w.pages, caller: w.caller }
             }
             Some(w) if w.cached => self.free_rest(arena, start, w.pages, w.caller),

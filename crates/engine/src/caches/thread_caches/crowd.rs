@@ -1,0 +1,57 @@
+//! Crowding: more threads hold magazines of an arena than there are CPUs. Then a magazine
+//! per thread holds, once in each thread, the areas a CPU's threads pass between them, and
+//! the per-CPU stacks of the larger sizes (`CpuCache`'s grown stacks) hold them once for the
+//! CPU instead (DESIGN.md, section 4, step 1). This file decides when those stacks are asked
+//! and asks them; the fast paths in `mod.rs` call it.
+//!
+//! Owns nothing: it reads the registry's magazine count (`ThreadCaches::magazines`, a relaxed
+//! load: a registration racing with it sends one operation the other way, which either layer
+//! serves) and the CPU count taken when the caches were made.
+
+use super::ThreadCaches;
+use crate::caches::cpu_cache::SIZES;
+use std::panic::Location;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl ThreadCaches {
+    /// Push the claimed area at `start` on this CPU's stack of its size after growing it by
+    /// one area, for a size past the fixed ones while more threads hold magazines than there
+    /// are CPUs (`CpuCache::push_growing`): true when it went in. With more threads than
+    /// CPUs, the areas a CPU's threads pass around are then held once for the CPU, not once
+    /// in each thread's magazine.
+    #[inline(always)]
+    pub(super) fn grow_cpu(&self, start: u64, pages: u64) -> bool {
+        pages > SIZES && self.crowded() && self.cpu.as_ref().is_some_and(|c| c.push_growing(pages, start))
+    }
+
+    /// More threads hold magazines than there are CPUs: the per-CPU stacks of the larger
+    /// sizes are in use (a thread that has no magazine yet does not count).
+    #[inline(always)]
+    pub(super) fn crowded(&self) -> bool {
+        self.magazines.load(Relaxed) > self.cpus
+    }
+
+    /// Whether the per-CPU stacks are asked for areas of `pages` pages now: the fixed sizes
+    /// always, the larger ones while [`ThreadCaches::crowded`] (else they hold nothing).
+    #[inline(always)]
+    pub(super) fn cpu_serves(&self, pages: u64) -> bool {
+        pages <= SIZES || self.crowded()
+    }
+
+    /// An area of more than `pages` pages and at most `hi_pages` on this CPU's grown stacks,
+    /// while crowded, now live: `(start, the area's pages)`, taken whole (`CpuCache::pop_within`).
+    #[inline(always)]
+    pub(super) fn grown_within(
+        &self,
+        pages: u64,
+        hi_pages: u64,
+        caller: Option<&'static Location<'static>>,
+    ) -> Option<(u64, u64)> {
+        if hi_pages <= pages || pages <= SIZES || !self.crowded() {
+            return None;
+        }
+        let (s, p) = self.cpu.as_ref()?.pop_within(pages + 1, hi_pages)?;
+        self.states.reuse(s, p, caller);
+        Some((s, p))
+    }
+}
