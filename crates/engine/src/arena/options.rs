@@ -57,7 +57,7 @@ options_table! {
         cpu_cache: bool = true, "bool", "VMARENA_CPU_CACHE";
         /// Pages each CPU's stacks of areas of 1 to 8 pages may hold, split evenly between those 8 sizes.
         cpu_cache_pages: u64 = 512, "pages", "VMARENA_CPU_CACHE_PAGES";
-        /// Pages each CPU's stacks of areas of 9 pages and more (up to thread_cache_max_pages, at most 257) may hold together: while more threads hold magazines than there are CPUs, a free that finds its size's stack full grows it by one area within this; every drain sets them back to empty (0: stacks of 1 to 8 pages only).
+        /// Pages each CPU's stacks of areas of 9 pages and more (up to thread_cache_max_pages, at most 257) may hold together: while more than twice as many threads hold magazines as there are CPUs, a free that finds its size's stack full grows it by one area within this; every drain sets them back to empty (0: stacks of 1 to 8 pages only).
         cpu_cache_grown_pages: u64 = 1024, "pages", "VMARENA_CPU_CACHE_GROWN_PAGES";
     }
 }

@@ -127,7 +127,7 @@ stats_table! {
         depot_puts, "areas";
         /// Areas magazines that missed took back from the depot, with no busy-map update.
         depot_takes, "areas";
-        /// Of cache_cpu_hits, allocations served by the per-CPU stacks of areas of 9 pages and more, in use while more threads hold magazines than there are CPUs (cpu_cache_grown_pages).
+        /// Of cache_cpu_hits, allocations served by the per-CPU stacks of areas of 9 pages and more, in use while more than twice as many threads hold magazines as there are CPUs (cpu_cache_grown_pages).
         cache_cpu_grown_hits, "allocs";
         /// Pages those stacks hold now (counted in cached_pages too).
         cache_cpu_grown_pages, "pages";

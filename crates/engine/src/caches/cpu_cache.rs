@@ -19,8 +19,8 @@
 //! when that is 0). No growth; a free that finds its stack full goes to the thread's magazine.
 //!
 //! Budget of the larger sizes (grown): their caps start at 0, so they hold nothing until a
-//! free grows one ([`CpuCache::push_growing`]: the thread caches ask only while more threads
-//! hold magazines than there are CPUs, when per-thread magazines would hold each area a CPU's
+//! free grows one ([`CpuCache::push_growing`]: the thread caches ask only while more than twice
+//! as many threads hold magazines as there are CPUs, when per-thread magazines would hold each area a CPU's
 //! threads pass around once per thread). A growth raises the cap of this CPU's stack of the
 //! size by one area when the caps this CPU was granted, `sum(cap x pages)` over its larger
 //! sizes, stay within `grown_pages`; every drain empties the stacks and sets those caps back to

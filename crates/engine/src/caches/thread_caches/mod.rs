@@ -1,5 +1,5 @@
 //! Thread caches: per-CPU stacks of freed areas of up to 8 pages, and of larger ones while more
-//! threads hold magazines than there are CPUs ([`CpuCache`], restartable sequences), then a
+//! than twice as many threads hold magazines as there are CPUs ([`CpuCache`], restartable sequences), then a
 //! per-thread [`Magazine`] of freed small areas, in front of the node pools
 //! (vmem's quantum caches, jemalloc's tcache), so that an alloc+free pair of a small area costs
 //! one locked instruction and no lock.
@@ -14,7 +14,7 @@
 //! Paths (DESIGN.md, sections 4 and 5):
 //!
 //! - alloc hit: pop this CPU's stack of the size (a larger size only while crowded: more
-//!   magazines than CPUs), else this thread's magazine, store the word `live` (no locked
+//!   than twice as many magazines as CPUs), else this thread's magazine, store the word `live` (no locked
 //!   instruction);
 //! - free hit of a size the CPU stacks hold: claim the word (below), push on this CPU's stack;
 //!   a full stack of a larger size grows by one area while crowded, within this CPU's grown
@@ -180,8 +180,8 @@ pub(crate) struct ThreadCaches {
     /// Magazines registered (the registry's length, read without its mutex): the share of
     /// the total budget each may hold ([`Budget::ceiling`]).
     magazines: AtomicU64,
-    /// Online CPUs when the caches were made: with more magazines than this, the per-CPU
-    /// stacks of the larger sizes are in use ([`ThreadCaches::crowded`]).
+    /// Online CPUs when the caches were made: with more than twice as many magazines, the
+    /// per-CPU stacks of the larger sizes are in use ([`ThreadCaches::crowded`]).
     cpus: u64,
     /// Counters of magazines given back, and areas drained.
     retired: Mutex<CacheFigures>,
