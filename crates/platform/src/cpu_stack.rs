@@ -7,8 +7,8 @@
 //! instruction: each sequence ends with one committing store of the stack's head word.
 //!
 //! Owns: `cpus x per_cpu` stacks ([`crate::cpu::possible`] CPUs), each on 512 bytes of its own:
-//! the head word, the cap, a stopped flag, then [`SLOTS`] slots, in one table allocated zeroed
-//! (so a stack no push reaches stays untouched memory). The head word holds the length
+//! the head word, the cap, a stopped flag, then [`SLOTS`] slots, in one anonymous mapping of
+//! their own (so a stack no push reaches stays untouched memory). The head word holds the length
 //! in its low byte and, above it, the count of pushes and pops the stack has committed, so that
 //! the one committing store also counts the operation: pops are then `(ops - len - taken) / 2`
 //! exactly, with `taken` what drains took ([`CpuStacks::figures`]), without a counter of its own
@@ -249,32 +249,43 @@ impl CpuGeometry {
     }
 }
 
-/// `n` stacks, every word zero (empty, cap 0, running), in memory the allocator hands out
-/// zeroed: a large table is mapped untouched, so the stacks no push ever reaches (a CPU that
-/// never runs this process, a size it never frees) cost no resident memory. `Err` when the
-/// allocation fails (never an abort).
-fn zeroed_stacks(n: usize) -> Result<Box<[Stack]>, String> {
-    let layout =
-        std::alloc::Layout::array::<Stack>(n).map_err(|e| format!("per-CPU stacks: {n} stacks: {e}"))?;
-    if layout.size() == 0 {
-        return Err("per-CPU stacks: no stack".into());
+/// `n` stacks in a mapping of their own (anonymous, so every word reads zero: empty, cap 0,
+/// running, until written): the pages of stacks no push reaches (a CPU that never runs this
+/// process, a size it never frees) are never touched and cost no resident memory, whatever
+/// the system allocator would have done with a zeroed request of this size.
+struct StackTable {
+    map: crate::Reservation,
+    len: usize,
+}
+
+impl StackTable {
+    /// `Err` when the mapping is refused (never an abort).
+    fn new(n: usize) -> Result<StackTable, String> {
+        let bytes = n
+            .checked_mul(STACK_BYTES)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| format!("per-CPU stacks: {n} stacks"))?;
+        let map = crate::Reservation::new(bytes, STACK_BYTES)
+            .map_err(|e| format!("per-CPU stacks: {bytes} bytes: {e}"))?;
+        Ok(StackTable { map, len: n })
     }
-    // SAFETY: the layout has a non-zero size (checked above).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Stack;
-    if p.is_null() {
-        return Err(format!("per-CPU stacks: no memory for {} bytes", layout.size()));
+}
+
+impl std::ops::Deref for StackTable {
+    type Target = [Stack];
+    fn deref(&self) -> &[Stack] {
+        // SAFETY: the mapping is readable and writable, aligned to a stack's 512 bytes, `len`
+        // stacks long and lives as long as `self`; a fresh anonymous mapping reads as zero,
+        // a valid value of every field (all `AtomicU64`), and all access goes through atomics.
+        unsafe { std::slice::from_raw_parts(self.map.base() as *const Stack, self.len) }
     }
-    // SAFETY: `p` is a fresh allocation of `layout`, `Layout::array::<Stack>(n)`, the layout a
-    // boxed slice of `n` stacks is freed with; every field of a `Stack` is an `AtomicU64`, for
-    // which all-zero bytes are a valid value.
-    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) })
 }
 
 /// Per-CPU stacks of words.
 pub struct CpuStacks {
     /// Where the stacks are (CPUs and stacks a CPU included), as the sequences read it.
     geo: CpuGeometry,
-    stacks: Box<[Stack]>,
+    stacks: StackTable,
     drainer: Mutex<()>,
     /// Values drains took, over all stacks (written under `drainer`).
     taken: AtomicU64,
@@ -304,7 +315,7 @@ impl CpuStacks {
             return Err(format!("per-CPU stacks: {per_cpu} stacks a CPU, cap {cap} (at most {SLOTS})"));
         }
         let cpus = crate::cpu::possible();
-        let stacks = zeroed_stacks(cpus * per_cpu)?;
+        let stacks = StackTable::new(cpus * per_cpu)?;
         if cap != 0 {
             for s in stacks.iter() {
                 s.cap.store(cap as u64, Relaxed);

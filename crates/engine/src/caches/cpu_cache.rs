@@ -11,7 +11,7 @@
 //! largest) when the grown budget is not 0. A held area is still in the busy map with its
 //! state word `cached`: the free that put it there claimed the word first (the
 //! compare-and-swap that refuses a second free), and the thread whose pop takes it out is its
-//! only writer until it stores the word `live`. The stack table is allocated zeroed, so the
+//! only writer until it stores the word `live`. The stack table is a mapping of its own, so the
 //! stacks no push reaches stay untouched memory.
 //!
 //! Budget of the sizes up to [`SIZES`]: each CPU holds at most `cpu_pages` pages, split evenly
