@@ -470,6 +470,7 @@ struct vmarena_stats {
     uint64_t depot_takes;
     uint64_t cache_cpu_grown_hits;
     uint64_t cache_cpu_grown_pages;
+    uint64_t table_pages_dropped;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

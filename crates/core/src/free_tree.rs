@@ -200,6 +200,12 @@ impl FreeTree {
         (size(before), size(after))
     }
 
+    /// Whether one free range holds all of `[start, end)` (false for an empty range).
+    pub fn covers(&self, start: u64, end: u64) -> bool {
+        let n = self.floor(start);
+        start < end && n != NIL && self.nodes[n as usize].end >= end
+    }
+
     /// Give `[start, end)` back, merging with the free neighbours that touch it (eagerly, so
     /// free ranges never touch). Refuses a range that overlaps free space.
     pub fn insert_merge(&mut self, start: u64, end: u64) -> Result<(), TreeError> {
@@ -627,6 +633,19 @@ mod tests {
         assert_eq!(t.free_around(25, 39), (5, 0));
         assert_eq!(t.free_around(70, 80), (30, 0));
         assert_eq!(FreeTree::new().free_around(5, 6), (0, 0));
+    }
+
+    #[test]
+    fn covers_only_ranges_inside_one_free_range() {
+        let mut t = FreeTree::new();
+        t.insert_merge(0, 10).unwrap();
+        t.insert_merge(20, 25).unwrap();
+        assert!(t.covers(0, 10) && t.covers(2, 9) && t.covers(20, 25));
+        assert!(!t.covers(5, 11), "past the range's end");
+        assert!(!t.covers(5, 21), "across a busy gap");
+        assert!(!t.covers(10, 12) && !t.covers(30, 31), "busy pages");
+        assert!(!t.covers(3, 3), "an empty range");
+        assert!(!FreeTree::new().covers(0, 1));
     }
 
     #[test]

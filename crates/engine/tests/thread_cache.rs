@@ -1058,3 +1058,46 @@ fn a_miss_takes_the_smallest_larger_cached_area_within_the_slack() {
     b.free(w.start).unwrap();
     b.check().unwrap();
 }
+
+/// A purge that leaves all 512 pages of a state-table page in the free tree drops that table
+/// page (its words are zero); a block with a live area keeps its page, and the area's word
+/// (the checker would see a live area without its word).
+#[test]
+fn a_purge_drops_the_state_table_pages_of_blocks_it_left_free() {
+    let o = ArenaOptions { thread_cache_max_pages: 128, thread_cache_pages: 16, ..opts() };
+    let lo = 0x1000;
+    let a = Arena::new("tc", lo, lo + (1 << 20), o, Box::new(NoBacking)).unwrap();
+    let page = 4096;
+    assert_eq!(a.state_table_resident_bytes(), 0, "untouched at first");
+    // 40 areas of 100 pages; a table page holds the words of 512 pages (a block).
+    let xs: Vec<u64> = (0..40).map(|_| a.alloc(&AllocRequest::pages(100)).unwrap().start).collect();
+    let block = |x: u64| (x - lo) / 512;
+    let blocks: std::collections::BTreeSet<u64> = xs.iter().map(|&x| block(x)).collect();
+    assert!(blocks.len() >= 8, "{xs:x?}");
+    assert_eq!(a.state_table_resident_bytes(), blocks.len() as u64 * page);
+    // All but the last: every block but the last area's is free once the purge moved them to
+    // the pools and the pools gave them back (the shrinker does both at once).
+    for &x in &xs[..39] {
+        a.free(x).unwrap();
+    }
+    a.purge();
+    assert_eq!(a.stats().table_pages_dropped, 0, "pooled areas are not free pages");
+    a.shrink();
+    let st = a.stats();
+    assert_eq!(st.table_pages_dropped, blocks.len() as u64 - 1, "{st:?}");
+    assert_eq!(a.state_table_resident_bytes(), page, "the live area's table page stays");
+    a.check().unwrap();
+    // The words come back as areas do, and the live one's is intact: its free is a thread
+    // cache's free, and a second one is refused.
+    let y = a.alloc(&AllocRequest::pages(100)).unwrap().start;
+    assert_ne!(block(y), block(xs[39]));
+    assert_eq!(a.state_table_resident_bytes(), 2 * page);
+    a.free(y).unwrap();
+    a.free(xs[39]).unwrap();
+    assert_eq!(a.free(xs[39]), Err(FreeError::NotLive { start: xs[39] }));
+    a.check().unwrap();
+    a.purge();
+    a.shrink();
+    assert_eq!(a.state_table_resident_bytes(), 0, "every block free: no table page left");
+    a.check().unwrap();
+}

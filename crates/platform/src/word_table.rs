@@ -68,6 +68,23 @@ impl WordTable {
         unsafe { std::slice::from_raw_parts(self.map.base() as *const AtomicU64, self.len) }
     }
 
+    /// Drop the pages that hold words `[from, to)` (whole pages only, within the committed
+    /// prefix) with `MADV_DONTNEED`: they read as zero afterwards and take no memory until a
+    /// word on them is written again. For words the caller knows to be zero and that nobody
+    /// writes meanwhile (a concurrent write could be lost). Returns the bytes dropped.
+    pub fn discard_words(&self, from: usize, to: usize) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        let page = crate::page_size();
+        let to = to.min(self.committed.load(Relaxed)).min(self.len);
+        let lo = from.saturating_mul(8).next_multiple_of(page);
+        let hi = to.saturating_mul(8) / page * page;
+        if lo >= hi {
+            return 0;
+        }
+        crate::release::release(&[(self.map.base() + lo, hi - lo)], crate::release::Advice::DontNeed);
+        hi - lo
+    }
+
     /// Bytes of the table that are resident (`mincore`).
     pub fn resident_bytes(&self) -> u64 {
         crate::process::resident_bytes(self.map.base(), self.map.len_bytes())

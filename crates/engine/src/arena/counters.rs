@@ -57,4 +57,5 @@ counters!(
     grown_pages,
     shrinks,
     shrunk_pages,
+    table_pages_dropped,
 );

@@ -201,6 +201,12 @@ impl Arena {
         self.shared.ctx.cache_off.as_deref()
     }
 
+    /// Bytes of the thread caches' state table resident now (`mincore`; 0 without thread
+    /// caches): what a program that freed its areas still holds of it.
+    pub fn state_table_resident_bytes(&self) -> u64 {
+        self.shared.ctx.cache.as_ref().map_or(0, |c| c.table_resident_bytes())
+    }
+
     /// Why this arena's thread caches have no per-CPU stacks in front of their magazines
     /// (`None`: they have them; the reason for no thread caches at all, when there are none).
     pub fn cpu_cache_off(&self) -> Option<&str> {

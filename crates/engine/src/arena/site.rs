@@ -41,6 +41,9 @@ pub static ALLOC_MOVE: LockSite = LockSite::new("alloc: move");
 /// Purge: taking ranges that page moves left in several mappings out of the tree to heal them.
 pub static PURGE_HEAL: LockSite = LockSite::new("purge: heal");
 
+/// Purge: dropping the pages of the state table whose words cover only free-tree pages.
+pub static PURGE_TABLE: LockSite = LockSite::new("purge: table");
+
 /// Step Grow: merging the pages the backing just made usable into the free tree.
 pub static ALLOC_GROW: LockSite = LockSite::new("alloc: grow");
 
@@ -48,7 +51,7 @@ pub static ALLOC_GROW: LockSite = LockSite::new("alloc: grow");
 pub static ALLOC_RESIZE: LockSite = LockSite::new("alloc: resize");
 
 /// Every site, for reports.
-pub static ALL: [&LockSite; 18] = [
+pub static ALL: [&LockSite; 19] = [
     &ALLOC_GLOBAL,
     &FREE_GLOBAL,
     &ALLOC_FREE_TREE,
@@ -65,6 +68,7 @@ pub static ALL: [&LockSite; 18] = [
     &PURGE_SPILL,
     &ALLOC_MOVE,
     &PURGE_HEAL,
+    &PURGE_TABLE,
     &ALLOC_GROW,
     &ALLOC_RESIZE,
 ];

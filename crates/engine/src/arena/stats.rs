@@ -131,5 +131,7 @@ stats_table! {
         cache_cpu_grown_hits, "allocs";
         /// Pages those stacks hold now (counted in cached_pages too).
         cache_cpu_grown_pages, "pages";
+        /// Pages of the thread caches' state table that purges dropped: each holds the words of 512 pages of the arena, and is dropped when a purge left all 512 in the free tree (its words all zero).
+        table_pages_dropped, "pages";
     }
 }
