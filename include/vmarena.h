@@ -471,6 +471,7 @@ struct vmarena_stats {
     uint64_t cache_cpu_grown_hits;
     uint64_t cache_cpu_grown_pages;
     uint64_t table_pages_dropped;
+    uint64_t blocks_renewed;
 };
 
 /* Fill *out. 0; -EINVAL for NULL or a size below 8 (nothing written). */

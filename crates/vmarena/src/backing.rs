@@ -193,6 +193,13 @@ impl Backing for MemoryBacking {
         ((done / self.page_bytes) as u64, if done > 0 { Moved::InPlace } else { Moved::No })
     }
 
+    /// Outside strict overcommit: there a remap uncharges the old range before it charges the
+    /// new one, and on kernels before the gather-then-unmap rework (5.x and older) a charge
+    /// that loses a race with another process would leave a hole in the reservation.
+    fn heals_free_blocks(&self) -> bool {
+        vmarena_platform::limits::overcommit_mode() != 2
+    }
+
     fn heal(&self, spans: &[Span]) -> usize {
         let bytes = self.byte_ranges(spans);
         let mut calls = page_move::remap_fresh(&bytes, self.huge());

@@ -67,6 +67,12 @@ pub trait Backing: Send + Sync + 'static {
     fn heal(&self, _spans: &[Span]) -> usize {
         0
     }
+    /// True when [`Backing::heal`] may also be given plain free ranges of the usable part, to
+    /// make them fresh memory with no page tables (a purge does so for the 2 MiB blocks it
+    /// leaves free: a released range's page tables otherwise stay). False by default.
+    fn heals_free_blocks(&self) -> bool {
+        false
+    }
     /// `Some(step)` when the range becomes usable in steps of at least `step` pages from its
     /// start ([`Backing::grow`]); `None` (the default) when all of it is usable at once.
     fn grow_step_pages(&self) -> Option<u64> {

@@ -58,4 +58,5 @@ counters!(
     shrinks,
     shrunk_pages,
     table_pages_dropped,
+    blocks_renewed,
 );

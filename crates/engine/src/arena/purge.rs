@@ -8,7 +8,7 @@
 //! releases and merges, the strategy refills. The background thread that calls it is the
 //! [`worker`](crate::arena::worker).
 
-use super::release::{merge_batch_claiming, release_batch};
+use super::release::{merge_batch_claiming, merge_into_tree, release_batch};
 use super::shared::Shared;
 use super::strategy_ops::PurgeBatch;
 use super::strategy_ops::StrategyOps;
@@ -94,7 +94,7 @@ impl Shared {
             self.ctx.carved(start, r.size_pages)
         });
         calls += with_strategy!(&self.state, s => s.heal_mosaics(&self.ctx));
-        calls += self.drop_free_table_pages(&[&batch.to_tree, &batch.chunks, &spill]);
+        calls += self.renew_free_blocks(&[&batch.to_tree, &batch.chunks, &spill]);
         let pages_released = Span::total_pages(&batch.release);
         let c = &self.ctx.counters;
         c.purges.fetch_add(1, Relaxed);
@@ -114,27 +114,62 @@ impl Shared {
     }
 }
 
+/// Pages of a block a purge may leave free: one page of the thread caches' state table holds
+/// their words, and on x86-64 one page-table page maps them (2 MiB of 4 KiB pages).
+const FREE_BLOCK_PAGES: u64 = 512;
+
 impl Shared {
-    /// Drop the thread caches' state-table pages whose 512 pages the areas just merged into the
-    /// free tree left wholly free: their words are all zero, and the table page would
-    /// otherwise stay resident after the memory it described went back (656 KiB after a
-    /// program freed 2 GiB; docs/bench-log/realloc-growth.md). Under the free tree's lock, so
-    /// that no area is carved in such a block, and no word there written, before its table page
-    /// is dropped. Returns the syscalls made.
-    fn drop_free_table_pages(&self, merged: &[&Vec<Span>]) -> u64 {
-        let Some(c) = self.ctx.cache.as_ref() else { return 0 };
-        let spans: Vec<Span> = merged.iter().flat_map(|v| v.iter().copied()).collect();
-        let blocks = c.table_blocks(&spans);
-        if blocks.is_empty() {
+    /// The blocks of [`FREE_BLOCK_PAGES`] the areas just merged into the free tree left wholly
+    /// free, taken out of the tree (so nothing is carved there meanwhile), renewed, and merged
+    /// back: their state-table page dropped (their words are all zero; 600 KiB of table stayed
+    /// resident after a program freed 2 GiB), and with a backing that heals free blocks, the
+    /// block mapped fresh, which frees its page tables (`MADV_DONTNEED` keeps them: 3.2 MB after
+    /// the same 2 GiB; docs/bench-log/realloc-growth.md). No lock is held while they are
+    /// renewed. Returns the syscalls made.
+    fn renew_free_blocks(&self, merged: &[&Vec<Span>]) -> u64 {
+        let ctx = &self.ctx;
+        let heal = ctx.backing.heals_free_blocks();
+        if ctx.cache.is_none() && !heal {
             return 0;
         }
-        let (bytes, calls) = with_strategy!(&self.state, s => s.with_free_tree(&super::site::PURGE_TABLE, |t| {
-            c.discard_table(&blocks, |start, end| t.covers(start, end))
+        let (lo, hi) = (ctx.lo, ctx.grown_hi.load(Relaxed));
+        let mut blocks: Vec<u64> = merged
+            .iter()
+            .flat_map(|v| v.iter())
+            .filter(|a| a.pages > 0)
+            .flat_map(|a| (a.start - lo) / FREE_BLOCK_PAGES..=(a.start + a.pages - 1 - lo) / FREE_BLOCK_PAGES)
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut runs: Vec<Span> = Vec::new();
+        with_strategy!(&self.state, s => s.with_free_tree(&super::site::PURGE_TABLE, |t| {
+            for &b in &blocks {
+                let start = lo + b * FREE_BLOCK_PAGES;
+                let end = start + FREE_BLOCK_PAGES;
+                if end > hi || !t.covers(start, end) {
+                    continue;
+                }
+                t.take(start, end).expect("a block the free tree holds whole");
+                match runs.last_mut() {
+                    Some(r) if r.start + r.pages == start => r.pages += FREE_BLOCK_PAGES,
+                    _ => runs.push(Span::new(start, FREE_BLOCK_PAGES)),
+                }
+            }
         }));
-        self.ctx
-            .counters
-            .table_pages_dropped
-            .fetch_add(bytes / vmarena_platform::page_size() as u64, Relaxed);
+        if runs.is_empty() {
+            return 0;
+        }
+        let mut calls = 0;
+        if let Some(c) = ctx.cache.as_ref() {
+            let (bytes, n) = c.discard_table(&runs);
+            ctx.counters.table_pages_dropped.fetch_add(bytes / vmarena_platform::page_size() as u64, Relaxed);
+            calls += n;
+        }
+        if heal {
+            calls += ctx.backing.heal(&runs) as u64;
+            ctx.counters.blocks_renewed.fetch_add(Span::total_pages(&runs) / FREE_BLOCK_PAGES, Relaxed);
+        }
+        with_strategy!(&self.state, s => merge_into_tree(ctx, s, &runs));
         calls
     }
 }

@@ -133,5 +133,7 @@ stats_table! {
         cache_cpu_grown_pages, "pages";
         /// Pages of the thread caches' state table that purges dropped: each holds the words of 512 pages of the arena, and is dropped when a purge left all 512 in the free tree (its words all zero).
         table_pages_dropped, "pages";
+        /// Blocks of 512 pages (2 MiB of 4 KiB pages) that purges left free and made fresh memory again (a new mapping in place, which has no page tables; memory spaces outside strict overcommit).
+        blocks_renewed, "blocks";
     }
 }

@@ -218,47 +218,17 @@ impl AreaStates {
         self.table.commit_words((pages.div_ceil(SPREAD_BLOCK) * SPREAD_BLOCK) as usize)
     }
 
-    /// The blocks ([`SPREAD_BLOCK`] pages each, one table page of words, by index from the
-    /// arena's first page)
-    /// that the areas `spans` touch, sorted, each once: where a purge that returned them to
-    /// the free tree may have left a block whose every page is free.
-    pub(crate) fn blocks_of(&self, spans: &[vmarena_core::Span]) -> Vec<u64> {
-        let mut out: Vec<u64> = Vec::new();
-        for s in spans.iter().filter(|s| s.pages > 0) {
-            let first = s.start.saturating_sub(self.lo) / SPREAD_BLOCK;
-            let last = (s.start + s.pages - 1).saturating_sub(self.lo) / SPREAD_BLOCK;
-            out.extend(first..=last);
-        }
-        out.sort_unstable();
-        out.dedup();
-        out
-    }
-
-    /// The pages `[start, end)` of block `b`.
-    pub(crate) fn block_pages(&self, b: u64) -> (u64, u64) {
-        let start = self.lo + b * SPREAD_BLOCK;
-        (start, start + SPREAD_BLOCK)
-    }
-
-    /// Drop the table pages of `blocks` (sorted block indices; consecutive ones in one call):
-    /// the words of pages no area holds are zero, so a block of free pages needs none of its
-    /// table page. The caller holds what keeps every page of these blocks free meanwhile (the
-    /// free tree's lock: no area is carved there, so no word there is written). Returns the
-    /// bytes dropped.
+    /// Drop the table pages that hold the words of pages `[start, start + pages)`, whole
+    /// blocks of [`SPREAD_BLOCK`] from the arena's first page (a block's words fill one table
+    /// page, permuted within it): the words of pages no area holds are zero, so a block of
+    /// free pages needs none of its page. The caller keeps every page of the range free
+    /// meanwhile (out of the free tree: no area is carved there, so no word there is
+    /// written). Returns the bytes dropped.
     #[cfg(not(loom))]
-    pub(crate) fn discard_blocks(&self, blocks: &[u64]) -> u64 {
-        let mut dropped = 0;
-        let mut i = 0;
-        while i < blocks.len() {
-            let mut j = i + 1;
-            while j < blocks.len() && blocks[j] == blocks[j - 1] + 1 {
-                j += 1;
-            }
-            let (from, to) = (blocks[i] * SPREAD_BLOCK, (blocks[j - 1] + 1) * SPREAD_BLOCK);
-            dropped += self.table.discard_words(from as usize, to as usize) as u64;
-            i = j;
-        }
-        dropped
+    pub(crate) fn discard_pages(&self, start: u64, pages: u64) -> u64 {
+        let from = start.saturating_sub(self.lo);
+        debug_assert!(from % SPREAD_BLOCK == 0 && pages % SPREAD_BLOCK == 0, "whole blocks");
+        self.table.discard_words(from as usize, (from + pages) as usize) as u64
     }
 
     /// Bytes of the table that are resident now (`mincore`).

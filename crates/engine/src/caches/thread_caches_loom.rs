@@ -80,10 +80,7 @@ impl ThreadCaches {
     pub(crate) fn free_hit(&self, _: u64) -> Option<(u64, Option<&'static Location<'static>>)> {
         None
     }
-    pub(crate) fn table_blocks(&self, _: &[vmarena_core::Span]) -> Vec<u64> {
-        Vec::new()
-    }
-    pub(crate) fn discard_table(&self, _: &[u64], _: impl Fn(u64, u64) -> bool) -> (u64, u64) {
+    pub(crate) fn discard_table(&self, _: &[vmarena_core::Span]) -> (u64, u64) {
         (0, 0)
     }
     pub(crate) fn table_resident_bytes(&self) -> u64 {

@@ -126,26 +126,12 @@ impl ThreadCaches {
         areas.len() as u64
     }
 
-    /// The state table's blocks the areas `spans` touch (`AreaStates::blocks_of`).
-    pub(crate) fn table_blocks(&self, spans: &[Span]) -> Vec<u64> {
-        self.states.blocks_of(spans)
-    }
-
-    /// Drop the table pages of those of `blocks` whose pages `free(start, end)` says are all
-    /// free, under whatever keeps them free (the caller holds the free tree's lock): `(bytes
-    /// dropped, syscalls)`.
-    pub(crate) fn discard_table(&self, blocks: &[u64], free: impl Fn(u64, u64) -> bool) -> (u64, u64) {
-        let free_blocks: Vec<u64> = blocks
-            .iter()
-            .copied()
-            .filter(|&b| {
-                let (start, end) = self.states.block_pages(b);
-                free(start, end)
-            })
-            .collect();
-        let runs = free_blocks.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64
-            + !free_blocks.is_empty() as u64;
-        (self.states.discard_blocks(&free_blocks), runs)
+    /// Drop the state table's pages of `runs` (free space, out of the free tree while this
+    /// runs, whole blocks of 512 pages from the arena's first page): `(bytes dropped,
+    /// syscalls)`.
+    pub(crate) fn discard_table(&self, runs: &[Span]) -> (u64, u64) {
+        let bytes = runs.iter().map(|r| self.states.discard_pages(r.start, r.pages)).sum();
+        (bytes, runs.len() as u64)
     }
 
     /// Bytes of the state table resident now.
