@@ -435,21 +435,17 @@ impl CpuStacks {
     ) -> Result<usize, String> {
         let _one = self.drainer.lock().unwrap_or_else(|e| e.into_inner());
         let per_cpu = self.geo.per_cpu();
-        let used = |s: &Stack| s.cap.load(Relaxed) != 0 || s.head.load(Relaxed) & LEN_MASK != 0;
-        let stopped: Vec<bool> = self
-            .stacks
-            .iter()
-            .map(|s| {
-                let u = used(s);
-                if u {
-                    s.stopped.store(1, Relaxed);
-                }
-                u
-            })
-            .collect();
+        // The stopped flags are the drain's own record of which stacks it stopped (only the
+        // drainer, under its mutex, writes them): nothing to allocate on the way, and a stack
+        // a cap raise made usable meanwhile is neither visited nor restarted.
+        for s in self.stacks.iter() {
+            if s.cap.load(Relaxed) != 0 || s.head.load(Relaxed) & LEN_MASK != 0 {
+                s.stopped.store(1, Relaxed);
+            }
+        }
         let restart = || {
-            for (s, &u) in self.stacks.iter().zip(&stopped) {
-                if u {
+            for s in self.stacks.iter() {
+                if s.stopped.load(Relaxed) != 0 {
                     s.stopped.store(0, Release);
                 }
             }
@@ -462,7 +458,7 @@ impl CpuStacks {
         // its flag clears.
         let mut taken = 0;
         for (i, s) in self.stacks.iter().enumerate() {
-            if stopped[i] {
+            if s.stopped.load(Relaxed) != 0 {
                 let len = ((s.head.load(Acquire) & LEN_MASK) as usize).min(SLOTS);
                 for slot in &s.slot[..len] {
                     f(i / per_cpu, i % per_cpu, slot.load(Relaxed));
