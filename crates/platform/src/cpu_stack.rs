@@ -143,12 +143,6 @@ impl CpuGeometry {
         self.per_cpu as usize
     }
 
-    /// Whether each CPU has a stack `stack`.
-    #[inline(always)]
-    pub fn has_stack(&self, stack: usize) -> bool {
-        (stack as u64) < self.per_cpu
-    }
-
     /// Pop the top of stack `stack` of the CPU this thread runs on: `None` when it is empty, a
     /// drain holds it, or there is no such stack. Makes no call and cannot panic.
     ///
@@ -336,13 +330,13 @@ impl CpuStacks {
         self.geo.cpus as usize
     }
 
-    /// `f(cpu, stack, value)` for every value held, oldest first within a stack: the count.
-    /// Only meaningful while no sequence can commit (a drain's stop and fence, or no thread
-    /// pushing or popping).
-    fn visit_held(&self, f: &mut impl FnMut(usize, usize, u64)) -> usize {
+    /// `f(cpu, stack, value)` for every value held by the stacks `which` picks, oldest first
+    /// within a stack: the count. Only meaningful while no sequence can commit on them (a
+    /// drain's stop and fence, or no thread pushing or popping).
+    fn visit_held(&self, f: &mut impl FnMut(usize, usize, u64), which: impl Fn(&Stack) -> bool) -> usize {
         let per_cpu = self.geo.per_cpu();
         let mut seen = 0;
-        for (i, s) in self.stacks.iter().enumerate() {
+        for (i, s) in self.stacks.iter().enumerate().filter(|(_, s)| which(s)) {
             let len = ((s.head.load(Acquire) & LEN_MASK) as usize).min(SLOTS);
             for slot in &s.slot[..len] {
                 f(i / per_cpu, i % per_cpu, slot.load(Relaxed));
@@ -456,14 +450,9 @@ impl CpuStacks {
         }
         // The fence made every stopped stack the drainer's: no sequence commits on one until
         // its flag clears.
-        let mut taken = 0;
+        let taken = self.visit_held(&mut f, |s| s.stopped.load(Relaxed) != 0);
         for (i, s) in self.stacks.iter().enumerate() {
             if s.stopped.load(Relaxed) != 0 {
-                let len = ((s.head.load(Acquire) & LEN_MASK) as usize).min(SLOTS);
-                for slot in &s.slot[..len] {
-                    f(i / per_cpu, i % per_cpu, slot.load(Relaxed));
-                }
-                taken += len;
                 s.head.store(s.head.load(Relaxed) & !LEN_MASK, Relaxed);
             }
             if let Some(c) = cap(i % per_cpu) {
@@ -488,7 +477,7 @@ impl CpuStacks {
     /// meaningful while no thread pushes or pops). Holds the drainer's mutex meanwhile.
     pub fn for_each_held(&self, mut f: impl FnMut(usize, usize, u64)) {
         let _one = self.drainer.lock().unwrap_or_else(|e| e.into_inner());
-        self.visit_held(&mut f);
+        self.visit_held(&mut f, |_| true);
     }
 
     /// Per stack index, summed over the CPUs: values held and operations committed; and the

@@ -41,7 +41,7 @@ pub static ALLOC_MOVE: LockSite = LockSite::new("alloc: move");
 /// Purge: taking ranges that page moves left in several mappings out of the tree to heal them.
 pub static PURGE_HEAL: LockSite = LockSite::new("purge: heal");
 
-/// Purge: dropping the pages of the state table whose words cover only free-tree pages.
+/// Purge: taking the 2 MiB blocks a purge left wholly free out of the tree, to renew them.
 pub static PURGE_TABLE: LockSite = LockSite::new("purge: table");
 
 /// Step Grow: merging the pages the backing just made usable into the free tree.

@@ -20,11 +20,11 @@
 //!
 //! Budget of the larger sizes (grown): their caps start at 0, so they hold nothing until a
 //! free grows one ([`CpuCache::push_growing`]: the thread caches ask only while more than twice
-//! as many threads hold magazines as there are CPUs, when per-thread magazines would hold each area a CPU's
-//! threads pass around once per thread). A growth raises the cap of this CPU's stack of the
-//! size by one area when the caps this CPU was granted, `sum(cap x pages)` over its larger
-//! sizes, stay within `grown_pages`; every drain empties the stacks and sets those caps back to
-//! 0. Invariant (`CpuCache::check`): for each CPU the granted pages are that sum and at most
+//! as many threads hold magazines as there are CPUs, when per-thread magazines would hold
+//! each area a CPU's threads pass around once per thread). A growth raises the cap of this
+//! CPU's stack of the size by one area when the caps this CPU was granted, `sum(cap x pages)`
+//! over its larger sizes, stay within `grown_pages`; every drain empties the stacks and sets
+//! those caps back to 0. Invariant (`CpuCache::check`): for each CPU the granted pages are that sum and at most
 //! `grown_pages`, and no stack holds more than its cap, so a CPU's larger stacks hold at most
 //! `grown_pages` pages.
 //!

@@ -18,9 +18,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 impl ThreadCaches {
     /// Push the claimed area at `start` on this CPU's stack of its size after growing it by
-    /// one area, for a size past the fixed ones while crowded (`CpuCache::push_growing`): true when it went in. With more threads than
-    /// CPUs, the areas a CPU's threads pass around are then held once for the CPU, not once
-    /// in each thread's magazine.
+    /// one area, for a size past the fixed ones while crowded (`CpuCache::push_growing`):
+    /// true when it went in. The areas a CPU's threads pass around are then held once for the
+    /// CPU, not once in each thread's magazine.
     #[inline(always)]
     pub(super) fn grow_cpu(&self, start: u64, pages: u64) -> bool {
         pages > SIZES && self.crowded() && self.cpu.as_ref().is_some_and(|c| c.push_growing(pages, start))
@@ -41,7 +41,8 @@ impl ThreadCaches {
     }
 
     /// An area of more than `pages` pages and at most `hi_pages` on this CPU's grown stacks,
-    /// while crowded, now live: `(start, the area's pages)`, taken whole (`CpuCache::pop_within`).
+    /// while crowded, now live: `(start, the area's pages)`, taken whole
+    /// (`CpuCache::pop_within`).
     #[inline(always)]
     pub(super) fn grown_within(
         &self,

@@ -4,7 +4,8 @@
 //! summed over every cache, the checker's view and the locks `fork()` takes. The fast paths are
 //! in `mod.rs`.
 //!
-//! Locks: the registry mutex, then the per-CPU stacks' grow and drainer mutexes, then the depot's, then
+//! Locks: the registry mutex, then the per-CPU stacks' grow and drainer mutexes, then the
+//! depot's, then
 //! the figures of given-back magazines; nothing else is taken under them but the busy-map
 //! frees of drained areas (node locks), which take nothing of the thread caches.
 
@@ -130,8 +131,8 @@ impl ThreadCaches {
     /// runs, whole blocks of 512 pages from the arena's first page): `(bytes dropped,
     /// syscalls)`.
     pub(crate) fn discard_table(&self, runs: &[Span]) -> (u64, u64) {
-        let bytes = runs.iter().map(|r| self.states.discard_pages(r.start, r.pages)).sum();
-        (bytes, runs.len() as u64)
+        let dropped: Vec<u64> = runs.iter().map(|r| self.states.discard_pages(r.start, r.pages)).collect();
+        (dropped.iter().sum(), dropped.iter().filter(|&&b| b > 0).count() as u64)
     }
 
     /// Bytes of the state table resident now.

@@ -1,6 +1,6 @@
 //! Thread caches: per-CPU stacks of freed areas of up to 8 pages, and of larger ones while more
-//! than twice as many threads hold magazines as there are CPUs ([`CpuCache`], restartable sequences), then a
-//! per-thread [`Magazine`] of freed small areas, in front of the node pools
+//! than twice as many threads hold magazines as there are CPUs ([`CpuCache`], restartable
+//! sequences), then a per-thread [`Magazine`] of freed small areas, in front of the node pools
 //! (vmem's quantum caches, jemalloc's tcache), so that an alloc+free pair of a small area costs
 //! one locked instruction and no lock.
 //!
@@ -14,8 +14,8 @@
 //! Paths (DESIGN.md, sections 4 and 5):
 //!
 //! - alloc hit: pop this CPU's stack of the size (a larger size only while crowded: more
-//!   than twice as many magazines as CPUs), else this thread's magazine, store the word `live` (no locked
-//!   instruction);
+//!   than twice as many magazines as CPUs), else this thread's magazine, store the word
+//!   `live` (no locked instruction);
 //! - free hit of a size the CPU stacks hold: claim the word (below), push on this CPU's stack;
 //!   a full stack of a larger size grows by one area while crowded, within this CPU's grown
 //!   budget (`CpuCache::push_growing`); else the claimed area goes to the magazine, or the
@@ -518,7 +518,7 @@ impl ThreadCaches {
     /// (`HitFree::Claimed`): the magazine, or the busy-map path.
     pub(crate) fn free_after_claim<A: CacheOwner + 'static>(&self, arena: &Arc<A>, start: u64) -> FreeFast {
         match self.states.get(start) {
-            Some(w) if w.cached && (self.grow_cpu(start, w.pages) || self.fill_front(start, w.pages)) => {
+            Some(w) if w.cached && self.fill_front(start, w.pages) => {
                 FreeFast::Cached { pages: w.pages, caller: w.caller }
             }
             Some(w) if w.cached => self.free_rest(arena, start, w.pages, w.caller),
