@@ -21,7 +21,9 @@
 //! vmarena's ratio to the best of glibc, jemalloc and mimalloc and to tcmalloc, each
 //! contender's throughput at the highest thread count over the first, and each contender's
 //! median peak RSS and minor faults (`wait4`), so that an option's trade of time for memory
-//! shows in one run.
+//! shows in one run. With `--live` the program also counts the bytes its threads hold, and
+//! each peak RSS is shown with the live peak of its runs (those runs' times carry the count's
+//! atomic add).
 //!
 //! The ratio to the best peer is also given paired (`crate::paired`): the median, over the
 //! rounds, of vmarena's time over that peer's time in the same round, with the rounds' range
@@ -70,6 +72,12 @@ pub struct UserPathConfig {
     /// default form (one byte a page, as a program that uses its memory) partly hide.
     #[arg(long)]
     pub bare: bool,
+    /// Count the bytes the program's threads hold in one shared counter (an atomic add in
+    /// every call, so the times are not the path's) and report each run's live peak beside
+    /// its peak RSS: with many threads on few CPUs the live peak differs between allocators
+    /// (threads stopped while they hold a block), and the RSS is read against it.
+    #[arg(long)]
+    pub live: bool,
     /// Fresh processes per (workload, threads, contender); the median is reported.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -81,8 +89,9 @@ pub struct UserPathConfig {
     pub json: Option<PathBuf>,
 }
 
-/// One (workload, threads, contender): every run's ns per operation, peak RSS, minor faults
-/// and start-up (the first page's allocation and free in `main`, before the timer).
+/// One (workload, threads, contender): every run's ns per operation, peak RSS, minor faults,
+/// start-up (the first page's allocation and free in `main`, before the timer) and, with
+/// `--live`, live peak (the most bytes the threads held at once).
 #[derive(Serialize, Clone, Debug, Default)]
 pub struct Cell {
     pub workload: String,
@@ -92,6 +101,7 @@ pub struct Cell {
     pub first_call_ns: Vec<f64>,
     pub maxrss_kib: Vec<u64>,
     pub minor_faults: Vec<u64>,
+    pub live_peak_kib: Vec<u64>,
 }
 
 impl Cell {
@@ -215,6 +225,9 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
                     if cfg.bare {
                         cmd.arg("bare");
                     }
+                    if cfg.live {
+                        cmd.arg("live");
+                    }
                     if let Some(p) = &s.preload {
                         cmd.env("LD_PRELOAD", p);
                     }
@@ -228,7 +241,17 @@ pub fn run(cfg: &UserPathConfig) -> Result<Vec<Cell>, String> {
                     let first_call = cc::reported_in(&stdout, "first_call_ns").ok_or_else(|| {
                         format!("{w} under {}: no first_call_ns in its output: {stdout}", cfg.contenders[i])
                     })?;
+                    let live = match cfg.live {
+                        true => Some(cc::reported_in(&stdout, "live_peak_kib").ok_or_else(|| {
+                            format!(
+                                "{w} under {}: no live_peak_kib in its output: {stdout}",
+                                cfg.contenders[i]
+                            )
+                        })?),
+                        false => None,
+                    };
                     let cell = &mut cells[first + i];
+                    cell.live_peak_kib.extend(live.map(|k| k as u64));
                     cell.ns_per_op.push(ns);
                     cell.first_call_ns.push(first_call);
                     cell.maxrss_kib.push(raw.maxrss_kib);
@@ -276,9 +299,10 @@ fn paired_cell(cells: &[Cell], w: &str, t: u32, c: &str) -> String {
 
 pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
     println!(
-        "# vmarena user-path: ns per operation (wall / (loops x threads)), median of {} fresh processes, {}",
+        "# vmarena user-path: ns per operation (wall / (loops x threads)), median of {} fresh processes, {}{}",
         cfg.runs,
-        if cfg.bare { "no page written (--bare)" } else { "every page written (one byte a page)" }
+        if cfg.bare { "no page written (--bare)" } else { "every page written (one byte a page)" },
+        if cfg.live { "; live bytes counted (--live: an atomic add in every call)" } else { "" }
     );
     println!("# {}", m.line());
     let has = |c: &str| cfg.contenders.iter().any(|x| x == c);
@@ -366,7 +390,11 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
             }
         }
     }
-    println!("\nPeak RSS (MiB) / minor faults (thousands), medians:\n");
+    if cfg.live {
+        println!("\nPeak RSS (MiB), the live peak in parentheses (the most bytes the threads held at once, MiB) / minor faults (thousands), medians:\n");
+    } else {
+        println!("\nPeak RSS (MiB) / minor faults (thousands), medians:\n");
+    }
     print!("| workload | threads |");
     for c in &cfg.contenders {
         print!(" {c} |");
@@ -377,6 +405,12 @@ pub fn print(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) {
             print!("| {w} | {t} |");
             for c in &cfg.contenders {
                 match find(cells, w, t, c) {
+                    Some(x) if cfg.live => print!(
+                        " {:.1} ({:.1}) / {:.1} |",
+                        Cell::median_of(&x.maxrss_kib) / 1024.0,
+                        Cell::median_of(&x.live_peak_kib) / 1024.0,
+                        Cell::median_of(&x.minor_faults) / 1000.0
+                    ),
                     Some(x) => print!(
                         " {:.1} / {:.1} |",
                         Cell::median_of(&x.maxrss_kib) / 1024.0,
@@ -418,6 +452,7 @@ pub fn json(cfg: &UserPathConfig, cells: &[Cell], m: &Machine) -> String {
         "command": "user-path",
         "loops": cfg.loops,
         "bare": cfg.bare,
+        "live": cfg.live,
         "runs": cfg.runs,
         "machine": m,
         "cells": cells,

@@ -514,3 +514,39 @@ fn user_path_bare_writes_no_page() {
     assert!(written > 15.0, "15,000 pages written fault at least 15 thousand times: {written}");
     assert!(bare < written / 2.0, "bare {bare} against written {written} (thousands)");
 }
+
+/// `--live` counts what the threads hold: long_busy's 15,000 live one-page blocks and the
+/// loop's one more, 60,004 KiB at the peak, shown beside the peak RSS.
+#[test]
+fn user_path_live_reports_the_most_the_threads_held() {
+    let Some(libs) = lib_dir() else { return };
+    let args = [
+        "user-path",
+        "--workloads",
+        "long_busy",
+        "--threads",
+        "1",
+        "--loops",
+        "2000",
+        "--runs",
+        "1",
+        "--live",
+        "--contenders",
+        "vmarena",
+        "--lib-dir",
+        libs.to_str().unwrap(),
+    ];
+    let out = vmarena(&args);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.lines().next().unwrap_or("").contains("live bytes counted"), "{text}");
+    let memory = text.split("the live peak in parentheses").nth(1).expect("memory table");
+    let row = memory.lines().find(|l| l.starts_with("| long_busy | 1 |")).expect("a memory row");
+    let cell = row.split('|').map(str::trim).find(|c| c.contains(" / ")).expect("a cell");
+    // "RSS (LIVE) / FAULTS"
+    let (rss, rest) = cell.split_once(" (").expect("a live peak");
+    let live: f64 = rest.split_once(')').unwrap().0.parse().unwrap();
+    let rss: f64 = rss.parse().unwrap();
+    assert!((live - 60_004.0 / 1024.0).abs() < 0.06, "{row}");
+    assert!(rss >= live, "every held page was written: {row}");
+}

@@ -5,9 +5,16 @@
  * vmarena_vfree on the default space) and without (malloc and free, or with "aligned"
  * posix_memalign to a page, served by glibc or the allocator preloaded).
  *
- * Usage: user_path WORKLOAD THREADS LOOPS [aligned] [bare]
+ * Usage: user_path WORKLOAD THREADS LOOPS [aligned] [bare] [live]
  *   aligned: posix_memalign to a page instead of malloc (the peers)
  *   bare:    no page written, so the timing is the allocator's calls alone
+ *   live:    count the bytes the threads hold (blocks allocated and not yet freed, long_busy's
+ *            live blocks included) in one shared counter, and print "live_peak_kib X", its
+ *            highest value, last: an atomic add on a shared line in every call, so the times
+ *            of such a run are not the path's; its peak RSS is read against its live peak.
+ *            With many threads on few CPUs that peak comes in bursts (threads stopped while
+ *            they hold a block, in a page fault waiting for the mmap lock, say), and differs
+ *            between allocators and between runs.
  *   fix_size     3 pages: alloc, write, free
  *   full_fit     1 page: alloc a, alloc b, free a, alloc c, free c, free b
  *   random_size  1 to 100 pages: alloc, write, free
@@ -45,6 +52,9 @@ static long loops;
 static int busy_blocks = 15000;
 static pthread_barrier_t start_line, ready_line;
 static _Atomic long cpu_loop_ns, cpu_final_ns;
+/* With "live": the bytes the threads hold now, and the most they held at once. */
+static int count_live;
+static _Atomic long live_bytes, live_peak;
 
 static long thread_cpu_ns(void) {
     struct timespec t;
@@ -77,39 +87,61 @@ static void release(void *p) {
 #endif
 }
 
+static void hold(long delta) {
+    if (!count_live) return;
+    long now = atomic_fetch_add_explicit(&live_bytes, delta, memory_order_relaxed) + delta;
+    long peak = atomic_load_explicit(&live_peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak_explicit(&live_peak, &peak, now, memory_order_relaxed,
+                                                                memory_order_relaxed)) {
+    }
+}
+
+/* A block of `n` bytes, counted as held while it lives. */
+static void *take(size_t n) {
+    void *p = alloc(n);
+    hold((long)n);
+    return p;
+}
+
+static void give(void *p, size_t n) {
+    hold(-(long)n);
+    release(p);
+}
+
 static void *worker(void *arg) {
     uint64_t r = 88172645463325252ull + (uintptr_t)arg;
     void **busy = NULL;
     if (strcmp(workload, "long_busy") == 0) {
         busy = malloc((size_t)busy_blocks * sizeof *busy);
-        for (int i = 0; i < busy_blocks; i++) busy[i] = alloc(PAGE);
+        for (int i = 0; i < busy_blocks; i++) busy[i] = take(PAGE);
     }
     pthread_barrier_wait(&ready_line);
     pthread_barrier_wait(&start_line);
     long c0 = thread_cpu_ns();
     for (long i = 0; i < loops; i++) {
         if (workload[0] == 'f' && workload[1] == 'i') { /* fix_size */
-            release(alloc(3 * PAGE));
+            give(take(3 * PAGE), 3 * PAGE);
         } else if (workload[0] == 'f') { /* full_fit */
-            void *a = alloc(PAGE), *b = alloc(PAGE);
-            release(a);
-            void *c = alloc(PAGE);
-            release(c);
-            release(b);
+            void *a = take(PAGE), *b = take(PAGE);
+            give(a, PAGE);
+            void *c = take(PAGE);
+            give(c, PAGE);
+            give(b, PAGE);
         } else if (workload[0] == 'm') { /* mid_size */
             static const size_t mid[6] = {17, 32, 64, 128, 192, 256};
-            release(alloc(mid[i % 6] * PAGE));
+            give(take(mid[i % 6] * PAGE), mid[i % 6] * PAGE);
         } else if (workload[0] == 'r') { /* random_size */
             r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-            release(alloc((1 + r % 100) * PAGE));
+            size_t n = (1 + r % 100) * PAGE;
+            give(take(n), n);
         } else { /* long_busy */
-            release(alloc(PAGE));
+            give(take(PAGE), PAGE);
         }
     }
     long c1 = thread_cpu_ns();
     cpu_loop_ns += c1 - c0;
     if (busy) {
-        for (int i = 0; i < busy_blocks; i++) release(busy[i]);
+        for (int i = 0; i < busy_blocks; i++) give(busy[i], PAGE);
         cpu_final_ns += thread_cpu_ns() - c1;
         free(busy);
     }
@@ -118,7 +150,7 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy|mid_size THREADS LOOPS [aligned] [bare]\n");
+        fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy|mid_size THREADS LOOPS [aligned] [bare] [live]\n");
         return 2;
     }
     workload = argv[1];
@@ -130,8 +162,10 @@ int main(int argc, char **argv) {
             aligned = 1;
         } else if (strcmp(argv[i], "bare") == 0) {
             bare = 1;
+        } else if (strcmp(argv[i], "live") == 0) {
+            count_live = 1;
         } else {
-            fprintf(stderr, "user_path: unknown word '%s' (aligned, bare)\n", argv[i]);
+            fprintf(stderr, "user_path: unknown word '%s' (aligned, bare, live)\n", argv[i]);
             return 2;
         }
     }
@@ -147,6 +181,7 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &f1);
     printf("first_call_ns %.0f\n", (f1.tv_sec - f0.tv_sec) * 1e9 + (double)(f1.tv_nsec - f0.tv_nsec));
     pthread_t *t = calloc((size_t)threads, sizeof *t);
+    if (!t) { fprintf(stderr, "user_path: no memory for %d threads\n", threads); return 1; }
     pthread_barrier_init(&ready_line, NULL, (unsigned)threads + 1);
     pthread_barrier_init(&start_line, NULL, (unsigned)threads + 1);
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)i);
@@ -168,5 +203,6 @@ int main(int argc, char **argv) {
     printf("ns_per_op %.2f\n", ns / ((double)loops * threads));
     printf("cpu_ns loop %.1f final_frees %.1f\n", cpu_loop_ns / ((double)loops * threads),
            strcmp(workload, "long_busy") ? 0.0 : cpu_final_ns / ((double)busy_blocks * threads));
+    if (count_live) printf("live_peak_kib %ld\n", live_peak / 1024);
     return 0;
 }
