@@ -1,7 +1,8 @@
 //! Crowding: more than twice as many threads hold magazines of an arena as there are CPUs.
 //! Then a magazine per thread holds, once in each thread, the areas a CPU's threads pass
 //! between them, and the per-CPU stacks of the larger sizes (`CpuCache`'s grown stacks) hold
-//! them once for the CPU instead (DESIGN.md, section 4, step 1). Twice: a program's main
+//! them once for the CPU instead (DESIGN.md, section 4, step 1); what those stacks cannot
+//! hold goes to the lazy lists, where any size reuses it. Twice: a program's main
 //! thread that waits for one worker per CPU holds a magazine too, and there the grown stacks
 //! held memory beside the magazines for nothing (random_size at 2 threads: 8.0 -> 11.2 MiB
 //! peak). This file decides when those stacks are asked and asks them; the fast paths in
@@ -24,6 +25,22 @@ impl ThreadCaches {
     #[inline(always)]
     pub(super) fn grow_cpu(&self, start: u64, pages: u64) -> bool {
         pages > SIZES && self.crowded() && self.cpu.as_ref().is_some_and(|c| c.push_growing(pages, start))
+    }
+
+    /// Whether a free of `pages` pages that this CPU's stack did not take passes the
+    /// magazine and the depot, down the busy-map path to its node's pool or lazy list: a
+    /// larger size while crowded, with per-CPU stacks. A magazine would keep the area for its
+    /// thread and its size alone, and the depot for its size alone, until a drain; with many
+    /// threads preempted mid-operation, each size then keeps as many areas as ever were out of
+    /// use at once, summed over the sizes. On the lazy list (above the pools) any size's miss
+    /// reuses the memory (an area reused whole or split, a run joined or extended, the pages
+    /// moved into a new carve: steps LazyReuse, Extend and Move) and the purge returns what no
+    /// miss took: mid_size at 64 threads peaked 49.4 MiB above its live peak with the
+    /// magazines and the depot, 40.5 this way (docs/bench-log/many-workers.md, "Past the
+    /// magazines in a crowd").
+    #[inline(always)]
+    pub(super) fn crowd_passes(&self, pages: u64) -> bool {
+        pages > SIZES && self.cpu.is_some() && self.crowded()
     }
 
     /// More than twice as many threads hold magazines as there are CPUs: the per-CPU stacks

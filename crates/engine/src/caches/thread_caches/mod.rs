@@ -19,7 +19,8 @@
 //! - free hit of a size the CPU stacks hold: claim the word (below), push on this CPU's stack;
 //!   a full stack of a larger size grows by one area while crowded, within this CPU's grown
 //!   budget (`CpuCache::push_growing`); else the claimed area goes to the magazine, or the
-//!   claim is undone for the full path;
+//!   claim is undone for the full path; while crowded, a larger area that stack did not take
+//!   passes the magazine and the depot and goes down the busy-map path (`crowd.rs`);
 //! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
 //!   the pair; a second free of the area loses it and is refused), then push on this thread's
 //!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
@@ -370,7 +371,7 @@ impl ThreadCaches {
         pages: u64,
         seen: &crate::caches::area_state::Seen<'_>,
     ) -> Option<(u64, Option<&'static Location<'static>>)> {
-        if self.grow_cpu(start, pages) || self.fill_front(start, pages) {
+        if self.grow_cpu(start, pages) || (!self.crowd_passes(pages) && self.fill_front(start, pages)) {
             return Some((pages, seen.caller()));
         }
         self.states.unclaim(seen);
@@ -548,7 +549,8 @@ impl ThreadCaches {
                 return false;
             }
             self.shed(m, &mut shed);
-            let ok = m.push(pages, start, &mut spill);
+            // In a crowd, a larger area its CPU's stack did not take passes the magazine.
+            let ok = !self.crowd_passes(pages) && m.push(pages, start, &mut spill);
             bump(if ok { &m.pushes } else { &m.flushes });
             // The oldest areas of a full stack go the way a refused free goes: flushes.
             flushed = spill.of_size(pages);
@@ -560,7 +562,7 @@ impl ThreadCaches {
             self.spill_out(arena, &mut spill, flushed);
         }
         self.give_shed(&**arena, &mut shed);
-        if cached == Some(false) && self.keep_refused(&**arena, start, pages) {
+        if cached == Some(false) && !self.crowd_passes(pages) && self.keep_refused(&**arena, start, pages) {
             return FreeFast::Cached { pages, caller };
         }
         if cached == Some(true) {
