@@ -55,7 +55,7 @@ stats_table! {
         cache_slack_hits, "allocs";
         /// Cacheable allocations that found the thread's cache empty for their size.
         cache_misses, "allocs";
-        /// Areas a thread's frees sent to the nodes: a full stack's oldest half (one batch), or a free over the budget.
+        /// Areas a thread's frees sent to the nodes: a full stack's oldest half (one batch), a free over the budget, or in a crowd a larger area its CPU's stack did not take.
         cache_flushes, "areas";
         /// Cached areas given back to the nodes by drains, evictions and thread exits.
         cache_drained, "areas";
