@@ -72,7 +72,7 @@ impl Arena {
     #[inline(always)]
     fn finish_cached_free(&self, start: u64, f: FreeFast) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
         match f {
-            FreeFast::Cached { pages, caller } => Some(Ok(BusyArea {
+            FreeFast::Cached { pages, caller } | FreeFast::Passed { pages, caller } => Some(Ok(BusyArea {
                 pages,
                 node: NO_NODE,
                 tag: AreaTag { caller, requested_bytes: UNKNOWN_BYTES, kind: AreaKind::Vmalloc },
@@ -233,5 +233,108 @@ impl Shared {
             drop(guard);
             self.purge(PurgeKind::Threshold);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::arena::strategy_state::StrategyState;
+    use crate::{AllocRequest, Arena, ArenaOptions, NoBacking, Strategy};
+    use std::sync::{Arc, Barrier};
+    use vmarena_platform::cpu::pin_current_thread;
+
+    /// In a crowd (more than twice as many threads holding magazines as CPUs), a larger area
+    /// its CPU's grown stack cannot take goes through the busy map when its node locks are
+    /// free, and into the thread's magazine while one is held: the free never waits on them.
+    #[test]
+    fn a_crowds_larger_free_takes_the_magazine_while_its_nodes_are_locked() {
+        let o = ArenaOptions {
+            strategy: Strategy::Nodes,
+            nodes: 2,
+            purge_thread: false,
+            decay_interval_ms: 0,
+            thread_cache_max_pages: 64,
+            thread_cache_pages: 256,
+            cpu_cache_grown_pages: 40,
+            ..Default::default()
+        };
+        let a = Arc::new(Arena::new("pass", 0x1000, 0x1000 + (1 << 20), o, Box::new(NoBacking)).unwrap());
+        if let Some(why) = a.cpu_cache_off() {
+            assert!(why.contains("rseq"), "only a machine without rseq may refuse: {why}");
+            return;
+        }
+        assert!(pin_current_thread(0));
+        // The crowd: threads that each hold a magazine (made by a miss), parked meanwhile.
+        let n = 2 * vmarena_platform::cpu::count();
+        let (start, end) = (Arc::new(Barrier::new(n + 1)), Arc::new(Barrier::new(n + 1)));
+        let crowd: Vec<_> = (0..n)
+            .map(|_| {
+                let (a, start, end) = (a.clone(), start.clone(), end.clone());
+                std::thread::spawn(move || {
+                    let x = a.alloc(&AllocRequest::pages(10)).unwrap();
+                    start.wait();
+                    end.wait();
+                    a.free(x.start).unwrap();
+                })
+            })
+            .collect();
+        start.wait();
+        let xs: Vec<u64> = (0..3).map(|_| a.alloc(&AllocRequest::pages(16)).unwrap().start).collect();
+        a.free(xs[0]).unwrap();
+        a.free(xs[1]).unwrap();
+        assert_eq!(a.stats().cache_cpu_grown_pages, 32, "two of 16 pages within CPU 0's 40");
+        // Every node lock held by another thread while the third is freed.
+        let (held, done) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+        let holder = {
+            let (a, held, done) = (a.clone(), held.clone(), done.clone());
+            std::thread::spawn(move || {
+                let StrategyState::Nodes(nodes) = &a.shared.state else { unreachable!() };
+                let guards: Vec<_> = nodes
+                    .nodes
+                    .iter()
+                    .map(|l| loop {
+                        if let Some(g) = l.try_lock() {
+                            break g;
+                        }
+                        std::thread::yield_now();
+                    })
+                    .collect();
+                held.wait();
+                done.wait();
+                drop(guards);
+            })
+        };
+        held.wait();
+        // A free that waited for the locks would wait for ever: a watchdog ends the run.
+        let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let freed = freed.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                if !freed.load(std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!("a crowd's free waited 60 s for node locks another thread held");
+                    std::process::abort();
+                }
+            });
+        }
+        a.free(xs[2]).unwrap();
+        freed.store(true, std::sync::atomic::Ordering::Relaxed);
+        done.wait();
+        holder.join().unwrap();
+        let st = a.stats();
+        assert_eq!((st.cached_pages, st.pooled_areas), (48, 0), "the third in the magazine: {st:?}");
+        a.check().unwrap();
+        assert_eq!(a.alloc_cached(16, None), Some(xs[1]), "the stack's top");
+        assert_eq!(a.alloc_cached(16, None), Some(xs[0]));
+        assert_eq!(a.alloc_cached(16, None), Some(xs[2]), "then the magazine");
+        // With the locks free, the third goes through the busy map to its node's pool.
+        for &x in &xs {
+            a.free(x).unwrap();
+        }
+        let st = a.stats();
+        assert_eq!((st.cached_pages, st.pooled_areas), (32, 1), "{st:?}");
+        a.check().unwrap();
+        end.wait();
+        crowd.into_iter().for_each(|t| t.join().unwrap());
     }
 }

@@ -134,6 +134,19 @@ impl CacheOwner for Shared {
         }
     }
 
+    fn try_free_passed(&self, start: u64) -> bool {
+        if !self.ctx.opts.lazy_free || self.lazy_backlogged() {
+            return false;
+        }
+        // The busy-map path may allocate (a lazy list's growth): served by the inner allocator.
+        let _inside = vmarena_platform::reentry::enter();
+        match with_strategy!(&self.state, s => s.try_free(&self.ctx, start)) {
+            None => false,
+            Some(Ok(_)) => true,
+            Some(Err(e)) => panic!("{}: a cached area was not busy: {e}", self.ctx.name),
+        }
+    }
+
     fn lazy_room(&self) -> u64 {
         let (lazy, limit) = self.lazy_and_limit();
         limit.saturating_sub(lazy).max(0) as u64

@@ -86,6 +86,13 @@ pub(crate) trait StrategyOps {
     fn free(&self, ctx: &Context, start: u64, kind: Option<AreaKind>)
         -> Result<BusyArea<AreaTag>, FreeError>;
 
+    /// [`StrategyOps::free`] of the live area at `start`, of any kind, only when every lock
+    /// it needs is free now: `None`, nothing changed, when one is held (or the strategy has
+    /// no such path: the default). For a free that has somewhere else to go meanwhile.
+    fn try_free(&self, _ctx: &Context, _start: u64) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
+        None
+    }
+
     /// [`StrategyOps::free`] for a free made while lazy pages stand past twice their limit
     /// ([`Contents::Resident`]) or of an area a resize's page move emptied
     /// ([`Contents::Emptied`]): where the strategy can, the area's memory is released (when

@@ -14,6 +14,8 @@ pub(crate) enum FreeFast {
     Cached { pages: u64, caller: Option<&'static Location<'static>> },
     /// The caller owns the area (its word is `cached`) and must free it through the busy map.
     Flush,
+    /// Freed through the busy map already, past the magazine (a larger area in a crowd).
+    Passed { pages: u64, caller: Option<&'static Location<'static>> },
     /// Not a small live area: the busy map decides.
     Untracked,
     /// A second free of a cached area.

@@ -105,6 +105,32 @@ impl StrategyOps for Nodes {
         Ok(a)
     }
 
+    /// [`StrategyOps::free`] with try-locks: the shard's node and, for an area another node
+    /// allocated, its home node, both taken before anything changes (a try-lock never waits,
+    /// so holding the first while trying the second cannot deadlock).
+    fn try_free(&self, ctx: &Context, start: u64) -> Option<Result<BusyArea<AreaTag>, FreeError>> {
+        let shard = ctx.shard_of(start);
+        let mut g = self.nodes[shard].try_lock()?;
+        let home = match g.busy.get(start) {
+            Some(a) if a.node != NO_NODE => a.node as usize,
+            _ => shard,
+        };
+        let mut away = if home == shard { None } else { Some(self.nodes[home].try_lock()?) };
+        let a = match unbusy(ctx, &mut g, start, None) {
+            Ok(a) => a,
+            Err(e) => return Some(Err(e)),
+        };
+        let tagged = a.node != NO_NODE;
+        match away.as_mut() {
+            None => self.node_push(ctx, &mut g, start, a.pages, tagged),
+            Some(h) => {
+                self.node_push(ctx, h, start, a.pages, tagged);
+                ctx.sync_node(&mut g, false);
+            }
+        }
+        Some(Ok(a))
+    }
+
     /// The record removed under the shard's lock; then, with no lock held, the memory released
     /// and the guard retired (the area is in flight, as a cross-node free's is between its two
     /// locks: no other thread can reach it), and the area merged into the free tree, as a

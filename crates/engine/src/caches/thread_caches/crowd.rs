@@ -28,8 +28,10 @@ impl ThreadCaches {
     }
 
     /// Whether a free of `pages` pages that this CPU's stack did not take passes the
-    /// magazine and the depot, down the busy-map path to its node's pool or lazy list: a
-    /// larger size while crowded, with per-CPU stacks. A magazine would keep the area for its
+    /// magazine and the depot, down the busy-map path to its node's pool or lazy list, when
+    /// the node locks it needs are free now (`CacheOwner::try_free_passed`; with one held it
+    /// takes the magazine's way, so such a free never waits for them): a larger size while
+    /// crowded, with per-CPU stacks. A magazine would keep the area for its
     /// thread and its size alone, and the depot for its size alone, until a drain; with many
     /// threads preempted mid-operation, each size then keeps as many areas as ever were out of
     /// use at once, summed over the sizes. On the lazy list (above the pools) any size's miss

@@ -20,7 +20,8 @@
 //!   a full stack of a larger size grows by one area while crowded, within this CPU's grown
 //!   budget (`CpuCache::push_growing`); else the claimed area goes to the magazine, or the
 //!   claim is undone for the full path; while crowded, a larger area that stack did not take
-//!   passes the magazine and the depot and goes down the busy-map path (`crowd.rs`);
+//!   passes the magazine and the depot and goes down the busy-map path when the node locks it
+//!   needs are free now (try-locks: `crowd.rs`), else it takes the magazine's way;
 //! - free: one compare-and-swap of the word, `live` → `cached` (the only locked instruction of
 //!   the pair; a second free of the area loses it and is refused), then push on this thread's
 //!   magazine (at its page budget, the oldest area of the largest larger size is evicted to
@@ -96,6 +97,12 @@ pub(crate) trait CacheOwner: Send + Sync {
     /// change). Their words are `cached`, so no other free can race with this; a refusal is a
     /// broken invariant and panics.
     fn free_from_cache(&self, areas: &mut [Span]);
+
+    /// Free an area taken out of the thread caches' way (its word `cached`) through the busy
+    /// map, only when the node locks it needs are free now and the free would make it lazy
+    /// (lazy frees on, no backlog): true when it is freed; false, nothing changed, otherwise.
+    /// A refusal is a broken invariant and panics, as in `free_from_cache`.
+    fn try_free_passed(&self, start: u64) -> bool;
 
     /// What the lazy limit leaves above the lazy pages now. The depot may hold that much more
     /// than it does: its areas are freed memory still resident, as lazy areas are, and they
@@ -539,6 +546,16 @@ impl ThreadCaches {
         pages: u64,
         caller: Option<&'static Location<'static>>,
     ) -> FreeFast {
+        // In a crowd, a larger area its CPU's stack did not take passes the magazine and the
+        // depot when its node locks are free (counted as a flush); with one held, it takes the
+        // magazine's way, so the free never waits for them.
+        if self.crowd_passes(pages) && arena.try_free_passed(start) {
+            if let Some(m) = self.front() {
+                bump(&m.flushes);
+            }
+            A::spilled(arena);
+            return FreeFast::Passed { pages, caller };
+        }
         let mut spill = Spill::default();
         // Spilled areas of the freed area's own size (a full stack's oldest half).
         let mut flushed = 0;
@@ -549,8 +566,7 @@ impl ThreadCaches {
                 return false;
             }
             self.shed(m, &mut shed);
-            // In a crowd, a larger area its CPU's stack did not take passes the magazine.
-            let ok = !self.crowd_passes(pages) && m.push(pages, start, &mut spill);
+            let ok = m.push(pages, start, &mut spill);
             bump(if ok { &m.pushes } else { &m.flushes });
             // The oldest areas of a full stack go the way a refused free goes: flushes.
             flushed = spill.of_size(pages);
@@ -562,7 +578,7 @@ impl ThreadCaches {
             self.spill_out(arena, &mut spill, flushed);
         }
         self.give_shed(&**arena, &mut shed);
-        if cached == Some(false) && !self.crowd_passes(pages) && self.keep_refused(&**arena, start, pages) {
+        if cached == Some(false) && self.keep_refused(&**arena, start, pages) {
             return FreeFast::Cached { pages, caller };
         }
         if cached == Some(true) {
