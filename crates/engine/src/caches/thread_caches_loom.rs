@@ -13,6 +13,7 @@ use std::panic::Location;
 pub(crate) trait CacheOwner: Send + Sync {
     fn caches(&self) -> Option<&ThreadCaches>;
     fn free_from_cache(&self, areas: &mut [vmarena_core::Span]);
+    fn try_free_passed(&self, start: u64) -> bool;
     fn lazy_room(&self) -> u64;
     fn spilled(me: &Arc<Self>)
     where
