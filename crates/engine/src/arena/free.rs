@@ -322,7 +322,11 @@ mod tests {
         done.wait();
         holder.join().unwrap();
         let st = a.stats();
-        assert_eq!((st.cached_pages, st.pooled_areas), (48, 0), "the third in the magazine: {st:?}");
+        assert_eq!(
+            (st.cached_pages, st.pooled_areas, st.cache_flushes),
+            (48, 0, 0),
+            "the third in the magazine: {st:?}"
+        );
         a.check().unwrap();
         assert_eq!(a.alloc_cached(16, None), Some(xs[1]), "the stack's top");
         assert_eq!(a.alloc_cached(16, None), Some(xs[0]));
@@ -332,7 +336,7 @@ mod tests {
             a.free(x).unwrap();
         }
         let st = a.stats();
-        assert_eq!((st.cached_pages, st.pooled_areas), (32, 1), "{st:?}");
+        assert_eq!((st.cached_pages, st.pooled_areas, st.cache_flushes), (32, 1, 1), "{st:?}");
         a.check().unwrap();
         end.wait();
         crowd.into_iter().for_each(|t| t.join().unwrap());

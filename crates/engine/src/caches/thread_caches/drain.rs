@@ -148,6 +148,7 @@ impl ThreadCaches {
     /// Figures summed over the per-CPU stacks and the live and given-back magazines.
     pub(crate) fn figures(&self) -> CacheFigures {
         let mut f = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        f.flushes += self.passed.load(Relaxed);
         if let Some(c) = &self.cpu {
             let cf = c.figures();
             f.areas += cf.areas;

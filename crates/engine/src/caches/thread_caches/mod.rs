@@ -193,6 +193,9 @@ pub(crate) struct ThreadCaches {
     cpus: u64,
     /// Counters of magazines given back, and areas drained.
     retired: Mutex<CacheFigures>,
+    /// Areas a crowd's frees sent past the magazines (counted with `flushes`: a freeing thread
+    /// may have no magazine of this arena to count them in).
+    passed: AtomicU64,
 }
 
 impl ThreadCaches {
@@ -232,6 +235,7 @@ impl ThreadCaches {
             magazines: AtomicU64::new(0),
             cpus: vmarena_platform::cpu::count() as u64,
             retired: Mutex::new(CacheFigures::default()),
+            passed: AtomicU64::new(0),
         })
     }
 
@@ -550,9 +554,7 @@ impl ThreadCaches {
         // depot when its node locks are free (counted as a flush); with one held, it takes the
         // magazine's way, so the free never waits for them.
         if self.crowd_passes(pages) && arena.try_free_passed(start) {
-            if let Some(m) = self.front() {
-                bump(&m.flushes);
-            }
+            self.passed.fetch_add(1, Relaxed);
             A::spilled(arena);
             return FreeFast::Passed { pages, caller };
         }
