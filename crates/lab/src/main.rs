@@ -10,6 +10,7 @@ mod fixed;
 mod frames;
 mod fuzz;
 mod int_arena;
+mod layout;
 mod libs;
 mod lock_model;
 mod machine;
@@ -151,6 +152,16 @@ enum Command {
     /// shim and under it, at the default threshold and at 1 byte, every test case's outcome
     /// compared; any difference is listed and makes the command exit 1.
     PythonTests(python_tests::PythonTestsConfig),
+    /// The libraries' hot text: the functions processes run, laid out together at the front of
+    /// each library's text by the linker's symbol order (crates/vmarena/hot-text.txt).
+    ///
+    /// Reports, per library, how many of its order's names the build has and in that order,
+    /// the bytes and 64 KiB fault-around windows they take, and the library's resident pages
+    /// in fresh user_path processes. --write runs the workloads under gdb (a temporary
+    /// breakpoint per function; the programs run natively otherwise) and writes the orders;
+    /// --check exits 1 when a build lacks its order (compiler or dependencies changed, or a
+    /// linker without --symbol-ordering-file).
+    Layout(layout::LayoutConfig),
 }
 
 fn main() {
@@ -211,6 +222,14 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        Command::Layout(cfg) => match layout::main(&cfg) {
+            Ok(true) => {}
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("vmarena layout: {e}");
+                std::process::exit(2);
+            }
+        },
         Command::UserPath(cfg) => {
             if let Err(e) = user_path::main(&cfg, &m) {
                 eprintln!("vmarena user-path: {e}");

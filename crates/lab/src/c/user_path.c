@@ -31,7 +31,10 @@
  * per operation, and in long_busy's frees of the live blocks at the end per block (0 for the
  * other workloads). USER_PATH_BUSY sets long_busy's live blocks per thread (15,000);
  * USER_PATH_PERF_CTL names a `perf record --control fifo:` file, sent "enable" at the start
- * line so that a profile covers the timed part only. */
+ * line so that a profile covers the timed part only. USER_PATH_RESIDENT names a library (part
+ * of its path, "libvmarena"): at the end the program prints "resident_kib X text_kib Y", the
+ * pages of that library's mappings present in its page tables (from /proc/self/pagemap) and
+ * those of its executable mapping alone (`vmarena layout`). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -148,6 +151,36 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* The KiB of the mappings of `lib` (part of a path) present in this process's page tables:
+ * all of them, and the executable ones in *text_kib. -1 when /proc cannot be read. */
+static long resident_kib(const char *lib, long *text_kib) {
+    FILE *maps = fopen("/proc/self/maps", "r");
+    FILE *pm = fopen("/proc/self/pagemap", "rb");
+    long total = -1;
+    *text_kib = -1;
+    if (maps && pm) {
+        char line[4096];
+        total = 0;
+        *text_kib = 0;
+        while (fgets(line, sizeof line, maps)) {
+            unsigned long lo, hi;
+            char perms[8];
+            if (!strstr(line, lib) || sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+            for (unsigned long a = lo; a < hi; a += PAGE) {
+                uint64_t e = 0;
+                if (fseek(pm, (long)(a / PAGE * 8), SEEK_SET) != 0 || fread(&e, 8, 1, pm) != 1) continue;
+                if (e >> 63) {
+                    total += PAGE / 1024;
+                    if (perms[2] == 'x') *text_kib += PAGE / 1024;
+                }
+            }
+        }
+    }
+    if (maps) fclose(maps);
+    if (pm) fclose(pm);
+    return total;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: user_path fix_size|full_fit|random_size|long_busy|mid_size THREADS LOOPS [aligned] [bare] [live]\n");
@@ -204,5 +237,10 @@ int main(int argc, char **argv) {
     printf("cpu_ns loop %.1f final_frees %.1f\n", cpu_loop_ns / ((double)loops * threads),
            strcmp(workload, "long_busy") ? 0.0 : cpu_final_ns / ((double)busy_blocks * threads));
     if (count_live) printf("live_peak_kib %ld\n", live_peak / 1024);
+    const char *lib = getenv("USER_PATH_RESIDENT");
+    if (lib) {
+        long text = 0, all = resident_kib(lib, &text);
+        printf("resident_kib %ld text_kib %ld\n", all, text);
+    }
     return 0;
 }
