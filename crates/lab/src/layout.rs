@@ -22,7 +22,7 @@
 //! The report (every form) gives, per library: the names in its order file and how many the
 //! built library has, whether the linker kept their order, the bytes they take and the 64 KiB
 //! windows they span, and the library's resident pages in fresh `user_path` processes
-//! (`USER_PATH_RESIDENT`). `--check` exits 1 when a library has under 95% of its order's names
+//! (`USER_PATH_RESIDENT`). `--check` exits 1 when a library has under 80% of its order's names
 //! (a new compiler or dependency changes their hashes: `--write` again) or when fewer than 95%
 //! of them follow each other in the text (the linker ignored the order).
 
@@ -35,8 +35,12 @@ use std::process::Command;
 const USER_PATH: &str = include_str!("c/user_path.c");
 const GIVE_BACK: &str = include_str!("c/give_back.c");
 const FIRST_CALLS: &str = include_str!("gdb/first_calls.py");
-/// The share of an order's names a build must have, and must have in that order.
-const KEPT_MIN: f64 = 0.95;
+/// The share of an order's names a build must have: builds of the same source from different
+/// trees differed in a few of the instances they keep apart (29 of 321 names, in a clean clone
+/// against the tree that wrote the file).
+const FOUND_MIN: f64 = 0.8;
+/// The share of them that must follow each other in the text.
+const IN_ORDER_MIN: f64 = 0.95;
 /// The kernel's default fault-around window.
 const WINDOW_BYTES: u64 = 64 << 10;
 const SHAPES: [&str; 5] = ["fix_size", "full_fit", "random_size", "mid_size", "long_busy"];
@@ -59,7 +63,7 @@ pub struct LayoutConfig {
     /// (cargo build --release) and run `vmarena layout` again to see the new layout.
     #[arg(long)]
     pub write: bool,
-    /// Exit 1 when a built library lacks 5% or more of its order's names, or does not have them
+    /// Exit 1 when a built library lacks 20% or more of its order's names, or does not have them
     /// in that order.
     #[arg(long, conflicts_with = "write")]
     pub check: bool,
@@ -145,8 +149,8 @@ fn run(cfg: &LayoutConfig, dir: &Path, scratch: &Path) -> Result<bool, String> {
             random
         );
         if report.names == 0
-            || (report.found as f64) < KEPT_MIN * report.names as f64
-            || report.in_order < KEPT_MIN
+            || (report.found as f64) < FOUND_MIN * report.names as f64
+            || report.in_order < IN_ORDER_MIN
         {
             lacking.push(format!(
                 "{}: the build does not have {}'s order (compiler or dependencies changed: `vmarena layout --write`, \
