@@ -19,10 +19,10 @@
 //! The functions a process runs are laid out together at the front of the library's text
 //! (`hot-text.txt`, the linker's symbol order, which the shim's link gets too; DESIGN.md,
 //! section 15, "Resident code"): the kernel maps a file's cached pages 64 KiB around each one a
-//! process first touches, so code spread over the whole text made all of it resident. The order is passed only to a linker that
-//! takes it (LLD, Rust's default on x86_64 Linux since 1.90), tried first on an empty library
-//! with the same compiler, target, linker and flags; with another linker the library is built
-//! as before. `vmarena layout --check` tells whether a release build got the order.
+//! process first touches, so code spread over the whole text made all of it resident. The
+//! order is passed only to a linker that takes it (LLD, Rust's default on x86_64 Linux since
+//! 1.90), tried first on an empty library with the same compiler, target, linker and flags;
+//! with another linker the library is built as before. `vmarena layout --check` tells whether a release build got the order.
 
 use std::path::Path;
 
