@@ -1,5 +1,9 @@
 //! The shared library's name for the loader: `libvmarena.so.MAJOR` (SONAME), so that programs
-//! linked against one major version load only a library of that version. The exported symbols
+//! linked against one major version load only a library of that version. Cargo passes these
+//! `rustc-cdylib-link-arg`s to the link of a library that depends on this crate too: the shim
+//! (`libvmarena_preload.so`) gets the same SONAME, and carries the same C ABI, so a preloaded
+//! shim is the `libvmarena.so.MAJOR` a program linked against the library needs, and the loader
+//! maps no second copy (DESIGN.md, section 14; `crates/preload/tests/c/one_space.c`). The exported symbols
 //! are the `#[no_mangle]` functions of the C ABI (rustc's own export list); the test
 //! `tests/header.rs` holds them equal to the header's declarations.
 //!
